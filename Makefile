@@ -1,0 +1,38 @@
+# kvpage — two commands on a fresh Debian machine:
+#   make run    install missing packages, build, print the capacity comparison and draw the plot
+#   make test   install missing packages, build, run every test with ctest
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+RUN_MODELS ?= qwen3-8b,mistral-7b-v0.3,llama-3.1-8b,gemma-3-4b-it,gpt-oss-20b,deepseek-v2-lite,qwen3.5-9b,qwen3.5-0.8b
+RUN_CONTEXTS ?= 4K,32K,128K
+
+.PHONY: all bootstrap configure build run test bench clean
+
+all: build
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+configure: bootstrap $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The main job on bundled defaults: all three policies for the bundled models at 4K/32K/128K,
+# with the concurrency each allows on one H100 (90% of memory, minus weights), and the plot.
+run: build
+	$(BUILD_DIR)/bin/kvpage plan --compare --model $(RUN_MODELS) --context $(RUN_CONTEXTS) \
+	  --gpu h100 --plot $(BUILD_DIR)/plan.png
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	$(BUILD_DIR)/bin/planner_benchmark
+
+clean:
+	rm -rf $(BUILD_DIR)

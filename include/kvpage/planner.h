@@ -1,0 +1,116 @@
+// Capacity planning: how many bytes one request of context length L reserves for a model,
+// under kvpage's allocator and under the runtimes people use today, and how many such
+// requests fit in a KV budget.
+//
+// Three reservation policies (docs/capacity_planning.md derives each with a worked example):
+//   * kKvpage   — kvpage's per-layer-group pools: no page padding, no padding layers; a
+//                 sliding-window request holds only the blocks its window can reach, while the
+//                 in-flight chunk allowance is charged once per pool (`PlanRow::shared_bytes`);
+//                 recurrent state unpadded in its native dtypes.
+//   * kVllm     — what vLLM 0.29 sets aside for one max-length request (hybrid allocator:
+//                 equal-size layer groups with padding layers, one block id = group_size pages,
+//                 page unification, Mamba page padding, per-request SWA in-flight allowance).
+//   * kLlamaCpp — what `llama-server -c L --parallel N` allocates (cells padded to 256,
+//                 per-sequence streams, SWA cells = window + ubatch, f32 recurrent state).
+//
+// All functions are pure: thread-safe, no I/O, no logging.
+#ifndef KVPAGE_PLANNER_H_
+#define KVPAGE_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvpage/dtype.h"
+#include "kvpage/model_spec.h"
+
+namespace kvpage {
+
+enum class Policy : uint8_t { kKvpage, kVllm, kLlamaCpp };
+
+absl::string_view PolicyName(Policy policy);  // "kvpage", "vllm", "llamacpp"
+absl::StatusOr<Policy> ParsePolicy(absl::string_view text);
+
+// Flags of all three policies; each policy reads only the ones that apply to it. Names and
+// defaults follow vLLM's engine arguments and llama-server's options.
+struct PlanOptions {
+  Policy policy = Policy::kKvpage;
+  // KV cache dtype of attention layers. Unset: the model dtype (kvpage, vllm) or f16
+  // (llamacpp, whose -ctk/-ctv default). Recurrent state keeps its own dtypes.
+  std::optional<DType> kv_cache_dtype;
+
+  // kvpage and vllm.
+  int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 8192;  // vLLM's LLM-class default on an A100 80GB
+  bool enable_prefix_caching = true;
+  // vllm only: async scheduling keeps two batches in flight (vLLM >= 0.26 default).
+  bool async_scheduling = true;
+
+  // llamacpp only.
+  int32_t ubatch = 512;   // --ubatch-size
+  int32_t batch = 2048;   // --batch-size
+  int32_t parallel = 1;   // --parallel
+  bool kv_unified = false;
+  bool swa_full = false;
+
+  // InvalidArgument naming the offending field (non-positive sizes, ubatch > batch, …).
+  absl::Status Validate() const;
+  // The dtype actually used for attention KV under `policy` for a model stored in `model`.
+  DType ResolvedKvDtype(DType model) const;
+};
+
+// One layer group as the policy lays it out.
+struct GroupReservation {
+  LayerKind kind = LayerKind::kFullAttention;
+  int32_t num_layers = 0;      // real layers in the group
+  int32_t padding_layers = 0;  // vllm: layers added to equalise group sizes
+  int32_t block_size = 0;      // tokens per block; 1 for llamacpp cells; 0 for recurrent state
+  int64_t blocks = 0;          // blocks (llamacpp: cells; recurrent: state slots) reserved
+  int64_t reserved_bytes = 0;  // bytes one request reserves in this group
+};
+
+struct PlanRow {
+  int64_t context = 0;
+  int64_t reserved_bytes = 0;  // everything one request of this context reserves
+  int64_t kv_bytes = 0;        // reserved_bytes − state_bytes
+  int64_t state_bytes = 0;     // the length-independent part: linear-attention state
+  // kvpage: bytes charged once per pool, not per request (the sliding-window in-flight
+  // allowance). Counted in max_concurrency, not in reserved_bytes. 0 for other policies.
+  int64_t shared_bytes = 0;
+  // kvpage: bytes of one prefix-cache state snapshot (a "double block"), cached on top of the
+  // live state when prefix caching is on; not part of reserved_bytes. 0 otherwise.
+  int64_t snapshot_bytes = 0;
+  double bytes_per_token = 0;                // reserved_bytes / context
+  std::optional<int64_t> max_concurrency;    // requests of `context` that fit; unset w/o budget
+  std::vector<GroupReservation> groups;
+};
+
+struct Plan {
+  std::string model;
+  Policy policy = Policy::kKvpage;
+  DType kv_cache_dtype = DType::kBF16;
+  std::optional<int64_t> kv_budget_bytes;
+  std::vector<PlanRow> rows;  // one per requested context, in the order given
+};
+
+// Plans every context in `contexts` (each > 0). `kv_budget_bytes`, when set, fills
+// max_concurrency. Errors: InvalidArgument for bad options or contexts, or when the policy
+// cannot represent the model with these options (e.g. q8_0 under vllm), naming the value.
+absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options,
+                              absl::Span<const int64_t> contexts,
+                              std::optional<int64_t> kv_budget_bytes = std::nullopt);
+
+// KV budget on a GPU the way vLLM derives it: memory × utilization − weights. Activation and
+// CUDA-graph memory are not modelled (pass an explicit budget to account for them).
+// InvalidArgument if utilization is not in (0, 1] or the weights do not fit.
+absl::StatusOr<int64_t> KvBudgetFromGpu(const ModelSpec& model, int64_t gpu_memory_bytes,
+                                        double gpu_memory_utilization);
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_PLANNER_H_

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvpage builds and runs with, and nothing else.
+# Idempotent: when every package is present it only asks dpkg (well under a second).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libabsl-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libxxhash-dev libssl-dev
+  python3 python3-matplotlib
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}" >&2
+SUDO=""
+if [[ "$(id -u)" != "0" ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "bootstrap: done" >&2

@@ -1,0 +1,39 @@
+// kvpage: capacity planning (and, in later milestones, simulation) from the command line.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(kvpage — paged KV cache toolkit
+
+Usage:
+  kvpage plan   --model M --context L[,L…] [--policy P | --compare] [flags]
+                How much KV memory one request of length L reserves, under kvpage,
+                vLLM or llama.cpp, and how many fit on a GPU.
+  kvpage models [--model M]
+                The bundled model configs and their layer groups.
+
+Run `kvpage COMMAND --help` for the flags of a command.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "plan") return kvpage::cli::RunPlan(args);
+  if (command == "models") return kvpage::cli::RunModels(args);
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::cerr << "kvpage: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}

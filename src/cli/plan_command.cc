@@ -1,0 +1,329 @@
+// `kvpage plan` and `kvpage models`.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "kvpage/catalog.h"
+#include "kvpage/plan_format.h"
+#include "kvpage/planner.h"
+
+namespace kvpage::cli {
+namespace {
+
+constexpr const char* kPlanUsage =
+    R"(Usage: kvpage plan --model M[,M…] --context L[,L…] [--policy kvpage|vllm|llamacpp | --compare]
+                   [policy flags] [--gpu a100|h100|h200 [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
+                   [--format table|json|csv] [--plot FILE.png]
+
+Reports, for each context length L, the bytes one request of length L reserves for the model
+under a reservation policy (kvpage's allocator, vLLM 0.29, or llama-server), split into the
+length-dependent KV part and the fixed recurrent state, and — given a KV budget — how many
+such requests fit. MiB = 2^20 bytes. docs/capacity_planning.md explains every formula.)";
+
+struct PlanFlags {
+  std::string model;
+  std::string policy = "kvpage";
+  bool compare = false;
+  std::string context = "4096,32768,131072";
+  std::string kv_cache_dtype = "auto";
+  int64_t block_size = 16;
+  int64_t max_num_batched_tokens = 8192;
+  bool no_async_scheduling = false;
+  bool no_enable_prefix_caching = false;
+  int64_t ubatch = 512;
+  int64_t batch = 2048;
+  int64_t parallel = 1;
+  bool kv_unified = false;
+  bool swa_full = false;
+  std::string gpu;
+  double gpu_memory_utilization = 0.9;
+  double kv_budget_gib = 0;
+  std::string format = "table";
+  std::string plot;
+};
+
+void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
+  fs.String("model", &f.model,
+            "Bundled model name, path to a config.json, a comma-separated list, or 'all'.\n"
+            "Bundled: " + absl::StrJoin(BundledModelNames(), ", ") + ".");
+  fs.String("policy", &f.policy, "kvpage (default), vllm or llamacpp.");
+  fs.Bool("compare", &f.compare, "Plan under all three policies, side by side.");
+  fs.String("context", &f.context,
+            "Context lengths in tokens, comma-separated; K = 1024 (default 4K,32K,128K).");
+  fs.String("kv-cache-dtype", &f.kv_cache_dtype,
+            "auto (default: the model dtype; f16 for llamacpp), f32, f16, bf16, fp8, q8_0.\n"
+            "Applies to attention KV only; recurrent state keeps its own dtypes.");
+  fs.Int("block-size", &f.block_size, "kvpage, vllm: tokens per KV block (default 16).");
+  fs.Int("max-num-batched-tokens", &f.max_num_batched_tokens,
+         "kvpage, vllm: token budget of one step (default 8192, vLLM's LLM-class default on an\n"
+         "A100 80GB). Sizes the sliding-window in-flight allowance.");
+  fs.Bool("no-async-scheduling", &f.no_async_scheduling,
+          "vllm: synchronous scheduling, one batch in flight instead of two.");
+  fs.Bool("no-enable-prefix-caching", &f.no_enable_prefix_caching,
+          "kvpage, vllm: prefix caching off (vllm keeps 1 linear-attention state block per\n"
+          "group instead of 2; kvpage takes no state snapshots).");
+  fs.Int("ubatch", &f.ubatch, "llamacpp: --ubatch-size (default 512).");
+  fs.Int("batch", &f.batch, "llamacpp: --batch-size (default 2048).");
+  fs.Int("parallel", &f.parallel, "llamacpp: --parallel, number of sequences (default 1).");
+  fs.Bool("kv-unified", &f.kv_unified, "llamacpp: --kv-unified, one KV stream for all sequences.");
+  fs.Bool("swa-full", &f.swa_full, "llamacpp: --swa-full, full-size cache for sliding layers.");
+  fs.String("gpu", &f.gpu,
+            "GPU whose memory sets the KV budget: " + absl::StrJoin(BundledGpuNames(), ", ") +
+                " (aliases a100, h100, h200) or a hardware JSON file.\n"
+                "Budget = memory x utilization - weights (activations not modelled).");
+  fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
+            "Fraction of GPU memory the runtime may use (default 0.9).");
+  fs.Double("kv-budget-gib", &f.kv_budget_gib, "KV budget in GiB (2^30 bytes); overrides --gpu.");
+  fs.String("format", &f.format, "table (default), json or csv.");
+  fs.String("plot", &f.plot,
+            "Also draw reserved memory against context length (powers of two from 1K up to\n"
+            "the largest --context) for the chosen models and policies, to this PNG file.\n"
+            "Needs /usr/bin/python3 with matplotlib (scripts/bootstrap.sh installs it).");
+}
+
+absl::StatusOr<std::vector<ModelSpec>> LoadModels(const std::string& list) {
+  if (list.empty()) return absl::InvalidArgumentError("--model is required");
+  std::vector<std::string> names;
+  if (list == "all") {
+    names = BundledModelNames();
+  } else {
+    names = absl::StrSplit(list, ',');
+  }
+  std::vector<ModelSpec> models;
+  for (const std::string& name : names) {
+    auto model = LoadModel(name);
+    if (!model.ok()) return model.status();
+    models.push_back(*std::move(model));
+  }
+  return models;
+}
+
+absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
+  PlanOptions o;
+  if (f.kv_cache_dtype != "auto") {
+    auto dtype = ParseDType(f.kv_cache_dtype);
+    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", dtype.status().message()));
+    o.kv_cache_dtype = *dtype;
+  }
+  auto narrow = [](const char* flag, int64_t v, int32_t* out) -> absl::Status {
+    if (v <= 0 || v > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [1, 2^30], got ", v));
+    }
+    *out = static_cast<int32_t>(v);
+    return absl::OkStatus();
+  };
+  for (auto [flag, v, out] : {std::tuple{"block-size", f.block_size, &o.block_size},
+                              {"max-num-batched-tokens", f.max_num_batched_tokens,
+                               &o.max_num_batched_tokens},
+                              {"ubatch", f.ubatch, &o.ubatch},
+                              {"batch", f.batch, &o.batch},
+                              {"parallel", f.parallel, &o.parallel}}) {
+    if (absl::Status s = narrow(flag, v, out); !s.ok()) return s;
+  }
+  o.async_scheduling = !f.no_async_scheduling;
+  o.enable_prefix_caching = !f.no_enable_prefix_caching;
+  o.kv_unified = f.kv_unified;
+  o.swa_full = f.swa_full;
+  if (absl::Status s = o.Validate(); !s.ok()) return s;
+  return o;
+}
+
+absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet& fs,
+                                              const ModelSpec& model) {
+  if (fs.WasSet("kv-budget-gib")) {
+    if (!(f.kv_budget_gib > 0) || f.kv_budget_gib > 1e9) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-budget-gib must be positive, got ", f.kv_budget_gib));
+    }
+    return std::optional<int64_t>(static_cast<int64_t>(f.kv_budget_gib * 1073741824.0));
+  }
+  if (f.gpu.empty()) {
+    if (fs.WasSet("gpu-memory-utilization")) {
+      return absl::InvalidArgumentError("--gpu-memory-utilization needs --gpu");
+    }
+    return std::optional<int64_t>();
+  }
+  auto gpu = LoadGpu(f.gpu);
+  if (!gpu.ok()) return gpu.status();
+  auto budget = KvBudgetFromGpu(model, gpu->memory_bytes, f.gpu_memory_utilization);
+  if (!budget.ok()) return budget.status();
+  return std::optional<int64_t>(*budget);
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "kvpage plan: " << s.message() << "\n";
+  return 2;
+}
+
+std::string PlotScript() {
+  if (const char* env = std::getenv("KVPAGE_PLOT_SCRIPT")) return env;
+  return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_plan.py";
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs the planner over a power-of-two sweep and hands its JSON to the plotting script.
+int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
+  const std::string json_path = png + ".json";
+  {
+    std::ofstream out(json_path);
+    out << PlansToJson(plans);
+    if (!out) {
+      std::cerr << "kvpage plan: cannot write " << json_path << "\n";
+      return 1;
+    }
+  }
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = absl::StrCat(python, " ", ShellQuote(PlotScript()), " --input ",
+                                       ShellQuote(json_path), " --output ", ShellQuote(png));
+  const int rc = std::system(cmd.c_str());
+  std::error_code ec;
+  std::filesystem::remove(json_path, ec);
+  if (rc != 0) {
+    std::cerr << "kvpage plan: plotting failed (" << cmd << ")\n";
+    return 1;
+  }
+  std::cerr << "kvpage plan: wrote " << png << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int RunPlan(const std::vector<std::string>& args) {
+  PlanFlags f;
+  FlagSet fs(kPlanUsage);
+  RegisterPlanFlags(fs, f);
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return Fail(s);
+  if (help) {
+    std::cout << fs.Help();
+    return 0;
+  }
+  if (f.format != "table" && f.format != "json" && f.format != "csv") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format must be table, json or csv, got '", f.format, "'")));
+  }
+  if (f.compare && fs.WasSet("policy")) {
+    return Fail(absl::InvalidArgumentError("--compare and --policy exclude each other"));
+  }
+  std::vector<int64_t> contexts;
+  if (absl::Status s = ParseTokenCountList("context", f.context, &contexts); !s.ok()) return Fail(s);
+  auto models = LoadModels(f.model);
+  if (!models.ok()) return Fail(models.status());
+  auto base = ToOptions(f);
+  if (!base.ok()) return Fail(base.status());
+  std::vector<Policy> policies;
+  if (f.compare) {
+    policies = {Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp};
+  } else {
+    auto p = ParsePolicy(f.policy);
+    if (!p.ok()) return Fail(p.status());
+    policies = {*p};
+  }
+
+  std::vector<int64_t> sweep;
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
+  for (int64_t c = 1024; c <= longest; c *= 2) sweep.push_back(c);
+  if (sweep.empty() || sweep.back() != longest) sweep.push_back(longest);
+
+  std::vector<Plan> plans, plot_plans;
+  for (const ModelSpec& model : *models) {
+    auto budget = Budget(f, fs, model);
+    if (!budget.ok()) return Fail(budget.status());
+    for (Policy policy : policies) {
+      PlanOptions o = *base;
+      o.policy = policy;
+      auto plan = MakePlan(model, o, contexts, *budget);
+      if (!plan.ok()) {
+        return Fail(absl::Status(plan.status().code(),
+                                 absl::StrCat(model.name, " under ", PolicyName(policy), ": ",
+                                              plan.status().message())));
+      }
+      plans.push_back(*std::move(plan));
+      if (!f.plot.empty()) {
+        auto swept = MakePlan(model, o, sweep, *budget);
+        if (!swept.ok()) return Fail(swept.status());
+        plot_plans.push_back(*std::move(swept));
+      }
+    }
+  }
+
+  if (f.format == "json") {
+    std::cout << PlansToJson(plans);
+  } else if (f.format == "csv") {
+    std::cout << PlansToCsv(plans);
+  } else {
+    for (size_t i = 0; i < plans.size(); i += policies.size()) {
+      if (i > 0) std::cout << "\n";
+      if (f.compare) {
+        std::cout << CompareTable(absl::MakeConstSpan(plans).subspan(i, policies.size()));
+      } else {
+        std::cout << PlanToTable(plans[i]);
+      }
+    }
+  }
+  std::cout.flush();
+  if (!f.plot.empty()) return DrawPlot(plot_plans, f.plot);
+  return 0;
+}
+
+int RunModels(const std::vector<std::string>& args) {
+  std::string model_list = "all";
+  FlagSet fs("Usage: kvpage models [--model M[,M…]]\n\nLists models with their layer groups.");
+  fs.String("model", &model_list, "Bundled name(s), path(s) or 'all' (default).");
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) {
+    std::cerr << "kvpage models: " << s.message() << "\n";
+    return 2;
+  }
+  if (help) {
+    std::cout << fs.Help();
+    return 0;
+  }
+  auto models = LoadModels(model_list);
+  if (!models.ok()) {
+    std::cerr << "kvpage models: " << models.status().message() << "\n";
+    return 2;
+  }
+  for (const ModelSpec& m : *models) {
+    std::cout << absl::StrFormat("%-28s %-20s %3d layers  %s  %.2fB params  max_pos %d\n", m.name,
+                                 m.model_type, m.num_layers(), DTypeName(m.dtype),
+                                 m.num_params / 1e9, m.max_position_embeddings);
+    for (const LayerGroup& g : m.groups) {
+      const LayerSpec& s = g.spec;
+      std::string shape;
+      if (s.kind == LayerKind::kLinearAttention) {
+        shape = absl::StrFormat("conv %d values (%s) + recurrent %d values (%s)",
+                                s.linear.ConvValues(), DTypeName(s.linear.conv_dtype),
+                                s.linear.RecurrentValues(), DTypeName(s.linear.recurrent_dtype));
+      } else {
+        shape = absl::StrFormat("%d kv heads x (%d + %d)", s.attention.num_kv_heads,
+                                s.attention.head_dim_k, s.attention.head_dim_v);
+        if (s.kind == LayerKind::kSlidingWindow) {
+          absl::StrAppendFormat(&shape, ", window %d", s.sliding_window);
+        }
+      }
+      std::cout << absl::StrFormat("    %-17s x%-3d %s\n", LayerKindName(s.kind), g.num_layers(),
+                                   shape);
+    }
+  }
+  return 0;
+}
+
+}  // namespace kvpage::cli

@@ -1,0 +1,252 @@
+#include "kvpage/model_spec.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+#include "model/config_reader.h"
+#include "model/param_count.h"
+
+namespace kvpage {
+namespace {
+
+using internal::ConfigReader;
+
+absl::StatusOr<LayerKind> ParseLayerType(const ConfigReader& cfg, const nlohmann::json& value,
+                                         size_t index) {
+  const std::string field = absl::StrCat("layer_types[", index, "]");
+  if (!value.is_string()) {
+    return cfg.Error(field, absl::StrCat("must be a string, got ", value.dump()));
+  }
+  const std::string type = value.get<std::string>();
+  if (type == "full_attention" || type == "attention") return LayerKind::kFullAttention;
+  if (type == "sliding_attention" || type == "sliding_window") return LayerKind::kSlidingWindow;
+  if (type == "linear_attention") return LayerKind::kLinearAttention;
+  return cfg.Error(field, absl::StrCat("has unknown layer kind '", type,
+                                       "' (expected full_attention, sliding_attention or "
+                                       "linear_attention)"));
+}
+
+// Decides full / sliding / linear per layer from whichever convention the config uses.
+// MLA is decided later: it changes the cache shape, not the layer's reach.
+absl::StatusOr<std::vector<LayerKind>> ReadLayerKinds(const ConfigReader& cfg,
+                                                      int64_t num_layers) {
+  std::vector<LayerKind> kinds(num_layers, LayerKind::kFullAttention);
+  if (const nlohmann::json* types = cfg.Find("layer_types"); types != nullptr) {
+    if (!types->is_array()) return cfg.Error("layer_types", "must be an array");
+    if (static_cast<int64_t>(types->size()) != num_layers) {
+      return cfg.Error("layer_types", absl::StrCat("has ", types->size(),
+                                                   " entries but num_hidden_layers is ",
+                                                   num_layers));
+    }
+    for (size_t i = 0; i < types->size(); ++i) {
+      KVPAGE_ASSIGN_OR_RETURN(kinds[i], ParseLayerType(cfg, (*types)[i], i));
+    }
+    return kinds;
+  }
+  // Qwen3-Next: every k-th layer is full attention, the rest Gated DeltaNet.
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                          cfg.OptionalPositiveInt("full_attention_interval"));
+  if (interval.has_value()) {
+    for (int64_t i = 0; i < num_layers; ++i) {
+      kinds[i] = (i + 1) % *interval == 0 ? LayerKind::kFullAttention
+                                          : LayerKind::kLinearAttention;
+    }
+    return kinds;
+  }
+  KVPAGE_ASSIGN_OR_RETURN(bool use_sliding, cfg.BoolOr("use_sliding_window", true));
+  const bool has_window = cfg.Has("sliding_window") && use_sliding;
+  // Gemma 2/3: every p-th layer is global, the rest local (sliding).
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
+                          cfg.OptionalPositiveInt("sliding_window_pattern"));
+  if (pattern.has_value() && has_window) {
+    for (int64_t i = 0; i < num_layers; ++i) {
+      kinds[i] = (i + 1) % *pattern == 0 ? LayerKind::kFullAttention
+                                         : LayerKind::kSlidingWindow;
+    }
+    return kinds;
+  }
+  if (has_window) {
+    // Mistral v0.1 style: every layer slides. Qwen2 style: layers from max_window_layers on.
+    KVPAGE_ASSIGN_OR_RETURN(int64_t first_sliding, cfg.NonNegativeIntOr("max_window_layers", 0));
+    for (int64_t i = first_sliding; i < num_layers; ++i) kinds[i] = LayerKind::kSlidingWindow;
+  }
+  return kinds;
+}
+
+absl::StatusOr<LinearStateShape> ReadLinearShape(const ConfigReader& cfg, DType model_dtype) {
+  LinearStateShape s;
+  KVPAGE_ASSIGN_OR_RETURN(int64_t kernel, cfg.PositiveInt("linear_conv_kernel_dim"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t nk, cfg.PositiveInt("linear_num_key_heads"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t dk, cfg.PositiveInt("linear_key_head_dim"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t nv, cfg.PositiveInt("linear_num_value_heads"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t dv, cfg.PositiveInt("linear_value_head_dim"));
+  s.conv_kernel = static_cast<int32_t>(kernel);
+  s.num_k_heads = static_cast<int32_t>(nk);
+  s.k_head_dim = static_cast<int32_t>(dk);
+  s.num_v_heads = static_cast<int32_t>(nv);
+  s.v_head_dim = static_cast<int32_t>(dv);
+  s.conv_dtype = model_dtype;
+  s.recurrent_dtype = model_dtype;
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<std::string> ssm, cfg.OptionalString("mamba_ssm_dtype"));
+  if (ssm.has_value()) {
+    auto dtype = ParseDType(*ssm);
+    if (!dtype.ok()) return cfg.Error("mamba_ssm_dtype", dtype.status().message());
+    s.recurrent_dtype = *dtype;
+  }
+  return s;
+}
+
+absl::StatusOr<DType> ReadModelDType(const ConfigReader& cfg) {
+  for (const char* field : {"torch_dtype", "dtype"}) {
+    KVPAGE_ASSIGN_OR_RETURN(std::optional<std::string> text, cfg.OptionalString(field));
+    if (!text.has_value()) continue;
+    auto dtype = ParseDType(*text);
+    if (!dtype.ok()) return cfg.Error(field, dtype.status().message());
+    if (*dtype == DType::kQ8_0) return cfg.Error(field, "cannot be q8_0 for model weights");
+    return *dtype;
+  }
+  return DType::kBF16;  // Hugging Face checkpoints without the field are published in bf16.
+}
+
+int32_t Narrow(int64_t v) { return static_cast<int32_t>(v); }
+
+}  // namespace
+
+absl::string_view LayerKindName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kFullAttention: return "full_attention";
+    case LayerKind::kSlidingWindow: return "sliding_window";
+    case LayerKind::kMla: return "mla";
+    case LayerKind::kLinearAttention: return "linear_attention";
+  }
+  return "unknown";
+}
+
+int64_t LinearStateShape::NativeBytes() const {
+  // Both dtypes are byte-aligned (the loader rejects q8_0 state), so RowBytes cannot fail.
+  return ConvValues() * BytesPerValue(conv_dtype) +
+         RecurrentValues() * BytesPerValue(recurrent_dtype);
+}
+
+int32_t ModelSpec::NumLayersOfKind(LayerKind kind) const {
+  int32_t n = 0;
+  for (const LayerSpec& layer : layers) n += layer.kind == kind ? 1 : 0;
+  return n;
+}
+
+std::vector<LayerGroup> GroupLayers(const std::vector<LayerSpec>& layers) {
+  std::vector<LayerGroup> groups;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerGroup* match = nullptr;
+    for (LayerGroup& g : groups) {
+      if (g.spec == layers[i]) {
+        match = &g;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      groups.push_back(LayerGroup{layers[i], {}});
+      match = &groups.back();
+    }
+    match->layers.push_back(static_cast<int32_t>(i));
+  }
+  return groups;
+}
+
+absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::string_view name,
+                                         absl::string_view source) {
+  KVPAGE_ASSIGN_OR_RETURN(ConfigReader cfg, ConfigReader::Parse(json_text, source));
+  ModelSpec spec;
+  spec.name = std::string(name);
+  spec.source = std::string(source);
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<std::string> model_type,
+                          cfg.OptionalString("model_type"));
+  spec.model_type = model_type.value_or("");
+  KVPAGE_ASSIGN_OR_RETURN(spec.dtype, ReadModelDType(cfg));
+
+  KVPAGE_ASSIGN_OR_RETURN(int64_t num_layers, cfg.PositiveInt("num_hidden_layers"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t hidden, cfg.PositiveInt("hidden_size"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t num_heads, cfg.PositiveInt("num_attention_heads"));
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads,
+                          cfg.OptionalPositiveInt("num_key_value_heads"));
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, cfg.OptionalPositiveInt("head_dim"));
+  KVPAGE_ASSIGN_OR_RETURN(spec.vocab_size, cfg.PositiveInt("vocab_size"));
+  KVPAGE_ASSIGN_OR_RETURN(spec.max_position_embeddings,
+                          cfg.PositiveInt("max_position_embeddings"));
+  if (num_layers > 100000) return cfg.Error("num_hidden_layers", "is implausibly large");
+  if (!head_dim.has_value()) {
+    if (hidden % num_heads != 0) {
+      return cfg.Error("head_dim", absl::StrCat("is missing and hidden_size ", hidden,
+                                                " is not divisible by num_attention_heads ",
+                                                num_heads));
+    }
+    head_dim = hidden / num_heads;
+  }
+  spec.hidden_size = Narrow(hidden);
+
+  KVPAGE_ASSIGN_OR_RETURN(std::vector<LayerKind> kinds, ReadLayerKinds(cfg, num_layers));
+  bool any_sliding = false, any_linear = false;
+  for (LayerKind k : kinds) {
+    any_sliding |= k == LayerKind::kSlidingWindow;
+    any_linear |= k == LayerKind::kLinearAttention;
+  }
+  const bool is_mla = cfg.Has("kv_lora_rank");
+
+  AttentionShape attention{Narrow(kv_heads.value_or(num_heads)), Narrow(*head_dim),
+                           Narrow(*head_dim)};
+  if (attention.num_kv_heads > num_heads) {
+    return cfg.Error("num_key_value_heads",
+                     absl::StrCat("(", attention.num_kv_heads,
+                                  ") exceeds num_attention_heads (", num_heads, ")"));
+  }
+  if (is_mla) {
+    if (any_sliding) return cfg.Error("kv_lora_rank", "with sliding-window layers is unsupported");
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rope, cfg.PositiveInt("qk_rope_head_dim"));
+    attention = AttentionShape{1, Narrow(rank + rope), 0};
+  }
+  int32_t window = 0;
+  if (any_sliding) {
+    KVPAGE_ASSIGN_OR_RETURN(int64_t w, cfg.PositiveInt("sliding_window"));
+    window = Narrow(w);
+  }
+  LinearStateShape linear;
+  if (any_linear) {
+    KVPAGE_ASSIGN_OR_RETURN(linear, ReadLinearShape(cfg, spec.dtype));
+  }
+
+  spec.layers.reserve(num_layers);
+  for (LayerKind kind : kinds) {
+    LayerSpec layer;
+    layer.kind = (kind == LayerKind::kFullAttention && is_mla) ? LayerKind::kMla : kind;
+    if (layer.IsAttention()) layer.attention = attention;
+    if (kind == LayerKind::kSlidingWindow) layer.sliding_window = window;
+    if (kind == LayerKind::kLinearAttention) layer.linear = linear;
+    spec.layers.push_back(layer);
+  }
+  spec.groups = GroupLayers(spec.layers);
+  KVPAGE_ASSIGN_OR_RETURN(spec.num_params, internal::CountParameters(cfg, spec));
+  return spec;
+}
+
+absl::StatusOr<ModelSpec> LoadModelSpecFromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string name = path;
+  if (size_t slash = name.find_last_of('/'); slash != std::string::npos) name.erase(0, slash + 1);
+  if (name.size() > 5 && name.ends_with(".json")) name.resize(name.size() - 5);
+  if (name == "config") {  // a Hugging Face snapshot: name it after its directory
+    std::string dir = path.substr(0, path.find_last_of('/'));
+    if (size_t slash = dir.find_last_of('/'); slash != std::string::npos) dir.erase(0, slash + 1);
+    if (!dir.empty() && dir != path) name = dir;
+  }
+  return ParseModelSpec(text.str(), name, path);
+}
+
+}  // namespace kvpage

@@ -1,0 +1,110 @@
+// What `llama-server -c L --parallel N` allocates (llama.cpp build 4da6337 semantics; the
+// reference notes peers.md §A2–A4 quote the sizing code this follows).
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+
+namespace kvpage::internal {
+namespace {
+
+constexpr int64_t kCellPad = 256;             // GGML_PAD(n_ctx, 256)
+constexpr DType kRecurrentDType = DType::kF32;  // r_l and s_l are always f32
+
+struct Cells {
+  int64_t per_stream = 0;  // n_ctx_seq
+  int64_t streams = 0;     // n_stream
+  int64_t ubatch = 0;      // effective n_ubatch
+};
+
+Cells ContextCells(const PlanOptions& o, int64_t context) {
+  Cells c;
+  const int64_t n_ctx = RoundUp(context, kCellPad);
+  if (o.kv_unified) {
+    c.per_stream = n_ctx;
+    c.streams = 1;
+  } else {
+    c.per_stream = RoundUp(n_ctx / o.parallel, kCellPad);
+    c.streams = o.parallel;
+  }
+  const int64_t n_batch = std::min<int64_t>(c.per_stream * c.streams, o.batch);
+  c.ubatch = std::min<int64_t>(n_batch, o.ubatch);
+  return c;
+}
+
+// Fills the per-group rows and totals for `-c context --parallel options.parallel`.
+absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, int64_t context) {
+  const DType dtype = o.ResolvedKvDtype(model.dtype);
+  if (dtype == DType::kFP8) {
+    return absl::InvalidArgumentError(
+        "kv_cache_dtype fp8 has no llama.cpp cache type; use f16, bf16, f32 or q8_0");
+  }
+  const Cells cells = ContextCells(o, context);
+  PlanRow row;
+  row.context = context;
+  for (const LayerGroup& group : model.groups) {
+    const LayerSpec& spec = group.spec;
+    GroupReservation g;
+    g.kind = spec.kind;
+    g.num_layers = group.num_layers();
+    if (spec.kind == LayerKind::kLinearAttention) {
+      const int64_t per_layer =
+          (spec.linear.ConvValues() + spec.linear.RecurrentValues()) * BytesPerValue(kRecurrentDType);
+      g.blocks = std::max<int64_t>(1, o.parallel);  // one state row per sequence
+      g.reserved_bytes = per_layer * g.blocks * g.num_layers;
+      row.state_bytes += g.reserved_bytes;
+    } else {
+      // MLA stores the latent as K only (no V tensor), which AttentionTokenBytes already does.
+      KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, dtype));
+      int64_t per_stream = cells.per_stream;
+      if (spec.kind == LayerKind::kSlidingWindow && !o.swa_full) {
+        const int64_t window_cells =
+            int64_t{spec.sliding_window} * (o.kv_unified ? o.parallel : 1) + cells.ubatch;
+        per_stream = RoundUp(std::min(cells.per_stream, window_cells), kCellPad);
+      }
+      g.block_size = 1;
+      g.blocks = per_stream * cells.streams;
+      g.reserved_bytes = g.blocks * token_bytes * g.num_layers;
+    }
+    row.reserved_bytes += g.reserved_bytes;
+    row.groups.push_back(g);
+  }
+  return row;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanRow> PlanLlamaCppRow(const ModelSpec& model, const PlanOptions& options,
+                                        int64_t context, std::optional<int64_t> budget) {
+  KVPAGE_ASSIGN_OR_RETURN(PlanRow row, Allocate(model, options, context));
+  if (!budget.has_value()) return row;
+  // k requests of `context` tokens at once means `-c k·context --parallel k` (the other flags
+  // unchanged); find the largest k that fits. Allocation grows with k, so search.
+  PlanOptions k_opts = options;
+  auto fits = [&](int64_t k) -> absl::StatusOr<bool> {
+    if (k > (int64_t{1} << 40) / context) return false;  // beyond any real context
+    k_opts.parallel = static_cast<int32_t>(k);
+    KVPAGE_ASSIGN_OR_RETURN(PlanRow r, Allocate(model, k_opts, context * k));
+    return r.reserved_bytes <= *budget;
+  };
+  int64_t lo = 0, hi = 1;  // fits(lo) holds (k = 0 needs nothing); search for a failing hi
+  constexpr int64_t kMaxSlots = 65536;
+  while (hi <= kMaxSlots) {
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, fits(hi));
+    if (!ok) break;
+    lo = hi;
+    hi *= 2;
+  }
+  hi = std::min(hi, kMaxSlots + 1);
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, fits(mid));
+    (ok ? lo : hi) = mid;
+  }
+  row.max_concurrency = lo;
+  return row;
+}
+
+}  // namespace kvpage::internal

@@ -1,2 +1,129 @@
+// vLLM 0.29's reservation for one max-length request (vllm.md §1.3–1.8).
 #include <gtest/gtest.h>
-TEST(Placeholder, Builds) { SUCCEED(); }
+
+#include "testing/plan_checks.h"
+
+namespace kvpage {
+namespace {
+
+using testing::kGiB;
+using testing::kKiB;
+using testing::kMiB;
+using testing::PlanBundled;
+
+PlanOptions Vllm() { return testing::WithPolicy(Policy::kVllm); }
+
+TEST(VllmPolicyTest, Gemma3PadsItsSlidingGroupsAndChargesTwoBatchesInFlight) {
+  Plan plan = PlanBundled("gemma-3-4b-it", Vllm(), {32768});
+  const PlanRow& row = plan.rows[0];
+  // 29 sliding + 5 full layers → group size 5: 6 sliding groups (one padding layer) + 1 full.
+  ASSERT_EQ(row.groups.size(), 7u);
+  int padding = 0, sliding_groups = 0;
+  for (const GroupReservation& g : row.groups) {
+    EXPECT_EQ(g.num_layers + g.padding_layers, 5);
+    EXPECT_EQ(g.block_size, 16);
+    padding += g.padding_layers;
+    if (g.kind == LayerKind::kSlidingWindow) {
+      ++sliding_groups;
+      EXPECT_EQ(g.blocks, 1089);  // cdiv(min(1023 + 16384, 32768), 16) + 1
+    } else {
+      EXPECT_EQ(g.blocks, 2048);
+    }
+    EXPECT_EQ(g.reserved_bytes, g.blocks * 320 * kKiB);  // one block id = 5 × 64 KiB
+  }
+  EXPECT_EQ(padding, 1);
+  EXPECT_EQ(sliding_groups, 6);
+  // (2048 + 6 × 1089) × 320 KiB = 2,681.875 MiB (the measured post: 2,682).
+  EXPECT_EQ(row.reserved_bytes, 8582 * 320 * kKiB);
+  EXPECT_EQ(row.reserved_bytes * 8, 21455 * kMiB);
+}
+
+TEST(VllmPolicyTest, SlidingAllowanceFollowsBatchedTokensAndScheduling) {
+  PlanOptions serve = Vllm();
+  serve.max_num_batched_tokens = 2048;  // `vllm serve` on an A100
+  // SWA cdiv(1023 + 4096, 16) + 1 = 321 → 2048 + 6 × 321 = 3,974 blocks.
+  EXPECT_EQ(PlanBundled("gemma-3-4b-it", serve, {32768}).rows[0].reserved_bytes,
+            3974 * 320 * kKiB);
+  PlanOptions sync = Vllm();
+  sync.async_scheduling = false;
+  // SWA cdiv(1023 + 8192, 16) + 1 = 577 → 5,510 blocks.
+  EXPECT_EQ(PlanBundled("gemma-3-4b-it", sync, {32768}).rows[0].reserved_bytes,
+            5510 * 320 * kKiB);
+
+  // gpt-oss-20b: 12 + 12 layers, block id = 12 × 32 KiB; SWA cdiv(127 + 16384, 16) + 1 = 1,033.
+  EXPECT_EQ(PlanBundled("gpt-oss-20b", Vllm(), {32768}).rows[0].reserved_bytes,
+            (2048 + 1033) * 384 * kKiB);
+  EXPECT_EQ(PlanBundled("gpt-oss-20b", serve, {32768}).rows[0].reserved_bytes,
+            2313 * 384 * kKiB);
+  EXPECT_EQ(PlanBundled("gpt-oss-20b", sync, {32768}).rows[0].reserved_bytes,
+            (2048 + 521) * 384 * kKiB);
+}
+
+TEST(VllmPolicyTest, HybridModelUses528TokenBlocksAndPaddedStatePages) {
+  Plan plan = PlanBundled("qwen3.5-9b", Vllm(), {4096, 32768, 131072});
+  const PlanRow& row = plan.rows[1];
+  // 8 full + 24 GDN → group size 8: 1 full group + 3 GDN groups; block id = 8 × 2.0625 MiB.
+  ASSERT_EQ(row.groups.size(), 4u);
+  EXPECT_EQ(row.groups[0].kind, LayerKind::kLinearAttention);
+  EXPECT_EQ(row.groups[0].blocks, 2);
+  EXPECT_EQ(row.groups[3].kind, LayerKind::kFullAttention);
+  EXPECT_EQ(row.groups[3].block_size, 528);
+  EXPECT_EQ(row.groups[3].blocks, 63);  // cdiv(32768, 528)
+  // Fixed part: 3 groups × 2 blocks × 16.5 MiB = 99 MiB.
+  EXPECT_EQ(row.state_bytes, 99 * kMiB);
+  // (63 + 6) × 16.5 MiB / 32768 = 36,432 bytes per token (post: 36,444 incl. capacity rounding).
+  EXPECT_DOUBLE_EQ(row.bytes_per_token, 36432.0);
+
+  PlanOptions no_cache = Vllm();
+  no_cache.enable_prefix_caching = false;
+  Plan off = PlanBundled("qwen3.5-9b", no_cache, {4096, 32768, 131072});
+  EXPECT_EQ(off.rows[1].state_bytes, 99 * kMiB / 2);  // 49.5 MiB
+  EXPECT_DOUBLE_EQ(off.rows[0].bytes_per_token, 46464.0);
+  EXPECT_DOUBLE_EQ(off.rows[1].bytes_per_token, 34848.0);
+  EXPECT_DOUBLE_EQ(off.rows[2].bytes_per_token, 33264.0);
+}
+
+TEST(VllmPolicyTest, UniformModelsCostWhatTheyStore) {
+  Plan mla = PlanBundled("deepseek-v2-lite", Vllm(), {32768});
+  EXPECT_DOUBLE_EQ(mla.rows[0].bytes_per_token, 31104.0);
+  ASSERT_EQ(mla.rows[0].groups.size(), 1u);
+  EXPECT_EQ(mla.rows[0].groups[0].kind, LayerKind::kMla);
+  EXPECT_EQ(mla.rows[0].groups[0].num_layers, 27);
+  Plan qwen = PlanBundled("qwen3-8b", Vllm(), {32768});
+  EXPECT_DOUBLE_EQ(qwen.rows[0].bytes_per_token, 147456.0);
+  // A context that is not a block multiple rounds up to whole blocks: cdiv(1000, 16) = 63.
+  EXPECT_EQ(PlanBundled("qwen3-8b", Vllm(), {1000}).rows[0].reserved_bytes,
+            int64_t{63} * 16 * 147456);
+}
+
+TEST(VllmPolicyTest, MaxConcurrencyFloorsBlocksThenRequests) {
+  // Qwen3-8B: block id = 36 × 64 KiB = 2.25 MiB; 64 GiB → 29,127 blocks; 2,048 per request.
+  Plan plan = PlanBundled("qwen3-8b", Vllm(), {32768}, 64 * kGiB);
+  EXPECT_EQ(plan.rows[0].max_concurrency, 14);
+  // Gemma 3 at 32K: 16 GiB / 320 KiB = 52,428 blocks; 8,582 per request → 6.
+  EXPECT_EQ(PlanBundled("gemma-3-4b-it", Vllm(), {32768}, 16 * kGiB).rows[0].max_concurrency, 6);
+}
+
+TEST(VllmPolicyTest, Fp8HalvesPagesAndQ8_0IsRejected) {
+  PlanOptions fp8 = Vllm();
+  fp8.kv_cache_dtype = DType::kFP8;
+  EXPECT_EQ(PlanBundled("gemma-3-4b-it", fp8, {32768}).rows[0].reserved_bytes,
+            8582 * 160 * kKiB);
+  PlanOptions q8 = Vllm();
+  q8.kv_cache_dtype = DType::kQ8_0;
+  auto model = LoadModel("qwen3-8b");
+  ASSERT_TRUE(model.ok());
+  auto plan = MakePlan(*model, q8, std::vector<int64_t>{4096});
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
+  EXPECT_NE(plan.status().message().find("q8_0"), absl::string_view::npos);
+}
+
+TEST(VllmPolicyTest, LargerBlockSizeRoundsFullAttentionUp) {
+  PlanOptions bs32 = Vllm();
+  bs32.block_size = 32;
+  // cdiv(1000, 32) = 32 blocks of 32 tokens = 1,024 tokens.
+  EXPECT_EQ(PlanBundled("qwen3-8b", bs32, {1000}).rows[0].reserved_bytes, int64_t{1024} * 147456);
+}
+
+}  // namespace
+}  // namespace kvpage

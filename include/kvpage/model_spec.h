@@ -100,7 +100,10 @@ struct ModelSpec {
   int64_t max_position_embeddings = 0;
   int32_t hidden_size = 0;
   int64_t vocab_size = 0;
-  int64_t num_params = 0;  // language model only (vision towers excluded)
+  int64_t num_params = 0;  // language model only (vision towers and MTP layers excluded)
+  // Bytes of those parameters as published: model dtype, or the checkpoint's quantization
+  // (fp8 linear weights for DeepSeek-V3, mxfp4 experts for gpt-oss).
+  int64_t weight_bytes = 0;
 
   std::vector<LayerSpec> layers;   // one per decoder layer, index = layer id
   std::vector<LayerGroup> groups;  // partition of `layers`, ordered by first layer
@@ -108,8 +111,7 @@ struct ModelSpec {
   int32_t num_layers() const { return static_cast<int32_t>(layers.size()); }
   int32_t NumLayersOfKind(LayerKind kind) const;
   bool HasKind(LayerKind kind) const { return NumLayersOfKind(kind) > 0; }
-  // Bytes of the weights in the model dtype.
-  int64_t WeightBytes() const { return num_params * BytesPerValue(dtype); }
+  int64_t WeightBytes() const { return weight_bytes; }
 };
 
 // Parses config.json text. `name` names the model; `source` is used in error messages

@@ -302,9 +302,10 @@ int RunModels(const std::vector<std::string>& args) {
     return 2;
   }
   for (const ModelSpec& m : *models) {
-    std::cout << absl::StrFormat("%-28s %-20s %3d layers  %s  %.2fB params  max_pos %d\n", m.name,
-                                 m.model_type, m.num_layers(), DTypeName(m.dtype),
-                                 m.num_params / 1e9, m.max_position_embeddings);
+    std::cout << absl::StrFormat(
+        "%-28s %-18s %3d layers  %s  %7.2fB params  %7.2f GB weights  max_pos %d\n", m.name,
+        m.model_type, m.num_layers(), DTypeName(m.dtype), m.num_params / 1e9,
+        m.WeightBytes() / 1e9, m.max_position_embeddings);
     for (const LayerGroup& g : m.groups) {
       const LayerSpec& s = g.spec;
       std::string shape;

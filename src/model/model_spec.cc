@@ -229,7 +229,9 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     spec.layers.push_back(layer);
   }
   spec.groups = GroupLayers(spec.layers);
-  KVPAGE_ASSIGN_OR_RETURN(spec.num_params, internal::CountParameters(cfg, spec));
+  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts, internal::CountParameters(cfg, spec));
+  spec.num_params = counts.total;
+  KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
   return spec;
 }
 

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 
 namespace kvpage::internal {
@@ -60,8 +61,10 @@ int64_t GatedDeltaNetParams(const LinearStateShape& s, int64_t hidden) {
   return n;
 }
 
-// The feed-forward part of layer `layer`: dense SwiGLU or a mixture of experts.
-absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d, int64_t layer) {
+// The feed-forward part of layer `layer`: dense SwiGLU or a mixture of experts. Adds the
+// routed experts' weight matrices to *routed.
+absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d, int64_t layer,
+                                          int64_t* routed) {
   std::optional<int64_t> experts;
   for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
     KVPAGE_ASSIGN_OR_RETURN(experts, cfg.OptionalPositiveInt(field));
@@ -80,10 +83,12 @@ absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d
   if (d.model_type == "gpt_oss") {
     KVPAGE_ASSIGN_OR_RETURN(int64_t inter, cfg.PositiveInt("intermediate_size"));
     const int64_t per_expert = 3 * d.hidden * inter + 2 * inter + d.hidden;
+    *routed += *experts * 3 * d.hidden * inter;
     return *experts * per_expert + d.hidden * *experts + *experts;
   }
   KVPAGE_ASSIGN_OR_RETURN(int64_t moe_inter, cfg.PositiveInt("moe_intermediate_size"));
   int64_t n = *experts * 3 * d.hidden * moe_inter + d.hidden * *experts;  // experts + router
+  *routed += *experts * 3 * d.hidden * moe_inter;
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> shared_inter,
                           cfg.OptionalPositiveInt("shared_expert_intermediate_size"));
   KVPAGE_ASSIGN_OR_RETURN(int64_t n_shared, cfg.NonNegativeIntOr("n_shared_experts", 0));
@@ -95,7 +100,7 @@ absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d
 
 }  // namespace
 
-absl::StatusOr<int64_t> CountParameters(const ConfigReader& cfg, const ModelSpec& spec) {
+absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const ModelSpec& spec) {
   Dims d;
   d.hidden = spec.hidden_size;
   KVPAGE_ASSIGN_OR_RETURN(d.num_heads, cfg.PositiveInt("num_attention_heads"));
@@ -107,7 +112,9 @@ absl::StatusOr<int64_t> CountParameters(const ConfigReader& cfg, const ModelSpec
 
   // Hugging Face's PretrainedConfig ties the LM head to the embeddings unless told otherwise.
   KVPAGE_ASSIGN_OR_RETURN(bool tied, cfg.BoolOr("tie_word_embeddings", true));
-  int64_t total = spec.vocab_size * d.hidden * (tied ? 1 : 2) + d.hidden;  // + final norm
+  ParamCounts counts;
+  counts.embeddings = spec.vocab_size * d.hidden * (tied ? 1 : 2);
+  int64_t total = counts.embeddings + d.hidden;  // + final norm
 
   for (int64_t i = 0; i < spec.num_layers(); ++i) {
     const LayerSpec& layer = spec.layers[i];
@@ -128,10 +135,51 @@ absl::StatusOr<int64_t> CountParameters(const ConfigReader& cfg, const ModelSpec
         n += GatedDeltaNetParams(layer.linear, d.hidden);
         break;
     }
-    KVPAGE_ASSIGN_OR_RETURN(int64_t ff, FeedForwardParams(cfg, d, i));
+    KVPAGE_ASSIGN_OR_RETURN(int64_t ff, FeedForwardParams(cfg, d, i, &counts.routed_experts));
     total += n + ff;
   }
-  return total;
+  counts.total = total;
+  return counts;
+}
+
+absl::StatusOr<int64_t> WeightBytes(const ConfigReader& cfg, const ParamCounts& counts,
+                                    DType dtype) {
+  const int64_t bytes = BytesPerValue(dtype);
+  const nlohmann::json* quant = cfg.Find("quantization_config");
+  if (quant == nullptr) return counts.total * bytes;
+  if (!quant->is_object()) return cfg.Error("quantization_config", "must be an object");
+  auto method = quant->find("quant_method");
+  if (method == quant->end() || !method->is_string()) {
+    return cfg.Error("quantization_config.quant_method", "is missing");
+  }
+  const std::string m = method->get<std::string>();
+  if (m == "fp8") {
+    // Norms are a rounding error next to the matrices; count them as linear weights too.
+    const int64_t linear = counts.total - counts.embeddings;
+    return counts.embeddings * bytes + linear + linear * 4 / (128 * 128);
+  }
+  if (m == "mxfp4") {
+    // 32 four-bit values share one 8-bit scale: 17 bytes per 32 weights.
+    return (counts.total - counts.routed_experts) * bytes + counts.routed_experts * 17 / 32;
+  }
+  if (m == "gptq" || m == "awq") {
+    // Integer weights of `bits` bits with an f16 scale and a packed zero point per group.
+    auto bits = quant->find("bits");
+    if (bits == quant->end() || !bits->is_number_integer() || bits->get<int64_t>() <= 0 ||
+        bits->get<int64_t>() > 16) {
+      return cfg.Error("quantization_config.bits", "must be an integer in [1, 16]");
+    }
+    int64_t group = 128;
+    if (auto g = quant->find("group_size"); g != quant->end() && g->is_number_integer() &&
+                                            g->get<int64_t>() > 0) {
+      group = g->get<int64_t>();
+    }
+    const int64_t linear = counts.total - counts.embeddings;
+    const int64_t b = bits->get<int64_t>();
+    return counts.embeddings * bytes + linear * b / 8 + linear / group * (2 + b / 8);
+  }
+  return cfg.Error("quantization_config.quant_method",
+                   absl::StrCat("'", m, "' is not supported (fp8, mxfp4, gptq, awq)"));
 }
 
 }  // namespace kvpage::internal

@@ -15,7 +15,20 @@ namespace kvpage::internal {
 // MoE experts with shared experts and routers. Vision towers and MTP / next-token-prediction
 // layers are not counted: they are not resident in the decode path the planner sizes.
 // `spec.layers` must already be filled in. Errors name the missing field.
-absl::StatusOr<int64_t> CountParameters(const ConfigReader& cfg, const ModelSpec& spec);
+struct ParamCounts {
+  int64_t total = 0;
+  int64_t routed_experts = 0;  // weight matrices of routed MoE experts (subset of total)
+  int64_t embeddings = 0;      // input embeddings and LM head (subset of total)
+};
+absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const ModelSpec& spec);
+
+// Bytes of the weights as published: the model dtype, except what `quantization_config`
+// quantizes — "fp8" (DeepSeek-V3: every linear weight in 1 byte plus an f32 scale per 128×128
+// block), "mxfp4" (gpt-oss: routed experts in 4.25 bits per weight) and "gptq"/"awq" (`bits`
+// per linear weight plus an f16 scale and a packed zero point per `group_size` weights). Embeddings, LM head and
+// norms stay in the model dtype. Unknown quantization methods are an error naming the method.
+absl::StatusOr<int64_t> WeightBytes(const ConfigReader& cfg, const ParamCounts& counts,
+                                    DType dtype);
 
 }  // namespace kvpage::internal
 

@@ -105,3 +105,46 @@ TEST(PlannerTest, PlanCarriesModelPolicyDtypeAndBudget) {
 
 }  // namespace
 }  // namespace kvpage
+
+namespace kvpage {
+namespace {
+
+TEST(PlannerTest, QuantizedCheckpointsCountTheirPublishedWeightBytes) {
+  // gpt-oss-20b: 24 layers × 32 experts × 3 × 2880² = 19,110,297,600 routed-expert weights in
+  // MXFP4 (17 bytes per 32), the other 1,804,458,048 parameters in bf16 → 13.76 GB (the
+  // published checkpoint is 13.8 GB).
+  auto oss = LoadModel("gpt-oss-20b");
+  ASSERT_TRUE(oss.ok());
+  EXPECT_EQ(oss->num_params, 20'914'755'648);
+  EXPECT_EQ(oss->WeightBytes(), int64_t{19'110'297'600} * 17 / 32 + int64_t{1'804'458'048} * 2);
+  // A bf16 checkpoint costs two bytes per parameter.
+  auto qwen = LoadModel("qwen3-8b");
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(qwen->WeightBytes(), 2 * qwen->num_params);
+}
+
+TEST(PlannerTest, GptqWeightsCostTheirBitsPlusGroupScales) {
+  // 2 layers, hidden 64, MLP 128: linear = 2 × (4·64·64 + 3·64·128 + 2·64) = 82,176 parameters
+  // (attention, MLP, norms); embeddings 100 × 64 tied = 6,400 in bf16.
+  const char* config = R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "vocab_size": 100, "max_position_embeddings": 128, "intermediate_size": 128,
+      "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}})";
+  auto spec = ParseModelSpec(config, "tiny", "tiny.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->num_params, 6'400 + 82'176 + 64);
+  const int64_t linear = 82'176 + 64;  // the final norm is counted with the linear weights
+  EXPECT_EQ(spec->WeightBytes(), 6'400 * 2 + linear / 2 + linear / 128 * 2);
+}
+
+TEST(PlannerTest, UnknownQuantizationMethodIsAnError) {
+  const char* config = R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "vocab_size": 100, "max_position_embeddings": 128, "intermediate_size": 128,
+      "quantization_config": {"quant_method": "bitsandbytes"}})";
+  auto spec = ParseModelSpec(config, "tiny", "tiny.json");
+  EXPECT_TRUE(absl::IsInvalidArgument(spec.status()));
+  EXPECT_NE(spec.status().message().find("bitsandbytes"), absl::string_view::npos);
+  EXPECT_NE(spec.status().message().find("tiny.json"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace kvpage

@@ -58,7 +58,8 @@ struct PlanOptions {
   bool kv_unified = false;
   bool swa_full = false;
 
-  // InvalidArgument naming the offending field (non-positive sizes, ubatch > batch, …).
+  // InvalidArgument naming the offending field (non-positive or absurdly large sizes). An
+  // ubatch above batch is legal: llama.cpp clamps it, and so does the llamacpp policy.
   absl::Status Validate() const;
   // The dtype actually used for attention KV under `policy` for a model stored in `model`.
   DType ResolvedKvDtype(DType model) const;

@@ -51,6 +51,9 @@ absl::StatusOr<std::optional<int64_t>> ConfigReader::OptionalPositiveInt(
   }
   const int64_t value = v->get<int64_t>();
   if (value <= 0) return Error(field, absl::StrCat("must be positive, got ", value));
+  if (value > kMaxConfigInt) {
+    return Error(field, absl::StrCat("is implausibly large (", value, " > ", kMaxConfigInt, ")"));
+  }
   return std::optional<int64_t>(value);
 }
 
@@ -70,6 +73,9 @@ absl::StatusOr<int64_t> ConfigReader::NonNegativeIntOr(absl::string_view field,
   }
   const int64_t value = v->get<int64_t>();
   if (value < 0) return Error(field, absl::StrCat("must be >= 0, got ", value));
+  if (value > kMaxConfigInt) {
+    return Error(field, absl::StrCat("is implausibly large (", value, " > ", kMaxConfigInt, ")"));
+  }
   return value;
 }
 

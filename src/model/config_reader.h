@@ -17,6 +17,10 @@
 
 namespace kvpage::internal {
 
+// Every integer a config holds (sizes, counts, positions) fits in int32; larger values are
+// rejected so shapes can be stored as int32_t without silent truncation.
+inline constexpr int64_t kMaxConfigInt = 2147483647;
+
 class ConfigReader {
  public:
   // Parses `text`; InvalidArgument naming `source` if it is not a JSON object.
@@ -24,7 +28,7 @@ class ConfigReader {
 
   bool Has(absl::string_view field) const;  // present and not null
 
-  // Required positive integer. Errors: missing, null, not an integer, or <= 0.
+  // Required positive integer. Errors: missing, null, not an integer, <= 0 or > kMaxConfigInt.
   absl::StatusOr<int64_t> PositiveInt(absl::string_view field) const;
   // Optional integer that must be positive when present (and not null).
   absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(absl::string_view field) const;

@@ -28,7 +28,8 @@ absl::StatusOr<int64_t> ReadCount(const nlohmann::json& obj, absl::string_view s
   }
   const int64_t v = it->get<int64_t>();
   if (v < 0 || (v == 0 && !allow_zero)) {
-    return FieldError(source, field, absl::StrCat("must be positive, got ", v));
+    return FieldError(source, field,
+                      absl::StrCat(allow_zero ? "must be >= 0" : "must be positive", ", got ", v));
   }
   return v;
 }
@@ -42,7 +43,8 @@ absl::StatusOr<GpuSpec> ParseGpuSpec(absl::string_view json_text, absl::string_v
   }
   GpuSpec gpu;
   auto name = root.find("name");
-  if (name == root.end() || !name->is_string()) return FieldError(source, "name", "is missing");
+  if (name == root.end() || name->is_null()) return FieldError(source, "name", "is missing");
+  if (!name->is_string()) return FieldError(source, "name", "must be a string");
   gpu.name = name->get<std::string>();
   if (auto aliases = root.find("aliases"); aliases != root.end()) {
     if (!aliases->is_array()) return FieldError(source, "aliases", "must be an array");

@@ -1,5 +1,6 @@
 #include "kvpage/model_spec.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -95,6 +96,7 @@ absl::StatusOr<LinearStateShape> ReadLinearShape(const ConfigReader& cfg, DType 
   if (ssm.has_value()) {
     auto dtype = ParseDType(*ssm);
     if (!dtype.ok()) return cfg.Error("mamba_ssm_dtype", dtype.status().message());
+    if (*dtype == DType::kQ8_0) return cfg.Error("mamba_ssm_dtype", "cannot be q8_0");
     s.recurrent_dtype = *dtype;
   }
   return s;
@@ -236,8 +238,11 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
 }
 
 absl::StatusOr<ModelSpec> LoadModelSpecFromFile(const std::string& path) {
+  std::error_code ec;
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
+  if (!std::filesystem::is_regular_file(path, ec) || !in) {
+    return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
+  }
   std::stringstream text;
   text << in.rdbuf();
   std::string name = path;

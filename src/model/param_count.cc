@@ -8,24 +8,33 @@
 
 namespace kvpage::internal {
 namespace {
+template <typename T>
+struct Counts {
+  T total = 0;
+  T routed_experts = 0;
+  T embeddings = 0;
+};
 
+
+template <typename T>
 struct Dims {
-  int64_t hidden = 0;
-  int64_t num_heads = 0;
-  int64_t head_dim = 0;
-  int64_t kv_heads = 0;
+  T hidden = 0;
+  T num_heads = 0;
+  T head_dim = 0;
+  T kv_heads = 0;
   std::string model_type;
 };
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // q, k, v, o projections of a GQA/MHA layer, with the optional biases and per-head norms.
-absl::StatusOr<int64_t> AttentionParams(const ConfigReader& cfg, const Dims& d) {
-  const int64_t q_out = d.num_heads * d.head_dim;
-  const int64_t kv_out = d.kv_heads * d.head_dim;
+template <typename T>
+absl::StatusOr<T> AttentionParams(const ConfigReader& cfg, const Dims<T>& d) {
+  const T q_out = d.num_heads * d.head_dim;
+  const T kv_out = d.kv_heads * d.head_dim;
   // Qwen3-Next and Qwen3.5 gate the attention output: q_proj also emits the gate.
   const bool gated = StartsWith(d.model_type, "qwen3_next") || StartsWith(d.model_type, "qwen3_5");
-  int64_t n = d.hidden * q_out * (gated ? 2 : 1) + 2 * d.hidden * kv_out + q_out * d.hidden;
+  T n = d.hidden * q_out * (gated ? 2 : 1) + 2 * d.hidden * kv_out + q_out * d.hidden;
   KVPAGE_ASSIGN_OR_RETURN(bool bias, cfg.BoolOr("attention_bias", false));
   if (bias) n += q_out * (gated ? 2 : 1) + 2 * kv_out + d.hidden;
   if (StartsWith(d.model_type, "qwen3") || StartsWith(d.model_type, "gemma3")) {
@@ -34,26 +43,28 @@ absl::StatusOr<int64_t> AttentionParams(const ConfigReader& cfg, const Dims& d) 
   return n;
 }
 
-absl::StatusOr<int64_t> MlaParams(const ConfigReader& cfg, const Dims& d) {
-  KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));
-  KVPAGE_ASSIGN_OR_RETURN(int64_t rope, cfg.PositiveInt("qk_rope_head_dim"));
-  KVPAGE_ASSIGN_OR_RETURN(int64_t nope, cfg.PositiveInt("qk_nope_head_dim"));
-  KVPAGE_ASSIGN_OR_RETURN(int64_t v_dim, cfg.PositiveInt("v_head_dim"));
+template <typename T>
+absl::StatusOr<T> MlaParams(const ConfigReader& cfg, const Dims<T>& d) {
+  KVPAGE_ASSIGN_OR_RETURN(T rank, cfg.PositiveInt("kv_lora_rank"));
+  KVPAGE_ASSIGN_OR_RETURN(T rope, cfg.PositiveInt("qk_rope_head_dim"));
+  KVPAGE_ASSIGN_OR_RETURN(T nope, cfg.PositiveInt("qk_nope_head_dim"));
+  KVPAGE_ASSIGN_OR_RETURN(T v_dim, cfg.PositiveInt("v_head_dim"));
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> q_rank, cfg.OptionalPositiveInt("q_lora_rank"));
-  const int64_t q_out = d.num_heads * (nope + rope);
-  int64_t n = q_rank.has_value() ? d.hidden * *q_rank + *q_rank + *q_rank * q_out
-                                 : d.hidden * q_out;
+  const T q_out = d.num_heads * (nope + rope);
+  T n = q_rank.has_value() ? d.hidden * T(*q_rank) + T(*q_rank) + T(*q_rank) * q_out
+                           : d.hidden * q_out;
   n += d.hidden * (rank + rope) + rank;      // kv_a_proj_with_mqa + kv_a_layernorm
   n += rank * d.num_heads * (nope + v_dim);  // kv_b_proj
   n += d.num_heads * v_dim * d.hidden;       // o_proj
   return n;
 }
 
-int64_t GatedDeltaNetParams(const LinearStateShape& s, int64_t hidden) {
-  const int64_t key_dim = int64_t{s.num_k_heads} * s.k_head_dim;
-  const int64_t value_dim = int64_t{s.num_v_heads} * s.v_head_dim;
-  const int64_t conv_channels = 2 * key_dim + value_dim;
-  int64_t n = hidden * (2 * key_dim + 2 * value_dim);  // in_proj_qkvz
+template <typename T>
+T GatedDeltaNetParams(const LinearStateShape& s, T hidden) {
+  const T key_dim = T(s.num_k_heads) * s.k_head_dim;
+  const T value_dim = T(s.num_v_heads) * s.v_head_dim;
+  const T conv_channels = 2 * key_dim + value_dim;
+  T n = hidden * (2 * key_dim + 2 * value_dim);  // in_proj_qkvz
   n += hidden * 2 * s.num_v_heads;                     // in_proj_ba
   n += conv_channels * s.conv_kernel;                  // depthwise conv1d
   n += 2 * s.num_v_heads + s.v_head_dim;               // dt_bias, A_log, gated norm
@@ -63,8 +74,9 @@ int64_t GatedDeltaNetParams(const LinearStateShape& s, int64_t hidden) {
 
 // The feed-forward part of layer `layer`: dense SwiGLU or a mixture of experts. Adds the
 // routed experts' weight matrices to *routed.
-absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d, int64_t layer,
-                                          int64_t* routed) {
+template <typename T>
+absl::StatusOr<T> FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d, int64_t layer,
+                                    T* routed) {
   std::optional<int64_t> experts;
   for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
     KVPAGE_ASSIGN_OR_RETURN(experts, cfg.OptionalPositiveInt(field));
@@ -76,71 +88,87 @@ absl::StatusOr<int64_t> FeedForwardParams(const ConfigReader& cfg, const Dims& d
     for (const auto& v : *only) dense |= v.is_number_integer() && v.get<int64_t>() == layer;
   }
   if (dense) {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t inter, cfg.PositiveInt("intermediate_size"));
+    KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("intermediate_size"));
     return 3 * d.hidden * inter;
   }
   // gpt-oss names the per-expert width intermediate_size and adds biases to every projection.
   if (d.model_type == "gpt_oss") {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t inter, cfg.PositiveInt("intermediate_size"));
-    const int64_t per_expert = 3 * d.hidden * inter + 2 * inter + d.hidden;
-    *routed += *experts * 3 * d.hidden * inter;
-    return *experts * per_expert + d.hidden * *experts + *experts;
+    KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("intermediate_size"));
+    const T per_expert = 3 * d.hidden * inter + 2 * inter + d.hidden;
+    *routed += T(*experts) * 3 * d.hidden * inter;
+    return T(*experts) * per_expert + d.hidden * T(*experts) + T(*experts);
   }
-  KVPAGE_ASSIGN_OR_RETURN(int64_t moe_inter, cfg.PositiveInt("moe_intermediate_size"));
-  int64_t n = *experts * 3 * d.hidden * moe_inter + d.hidden * *experts;  // experts + router
-  *routed += *experts * 3 * d.hidden * moe_inter;
+  KVPAGE_ASSIGN_OR_RETURN(T moe_inter, cfg.PositiveInt("moe_intermediate_size"));
+  T n = T(*experts) * 3 * d.hidden * moe_inter + d.hidden * T(*experts);  // experts + router
+  *routed += T(*experts) * 3 * d.hidden * moe_inter;
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> shared_inter,
                           cfg.OptionalPositiveInt("shared_expert_intermediate_size"));
-  KVPAGE_ASSIGN_OR_RETURN(int64_t n_shared, cfg.NonNegativeIntOr("n_shared_experts", 0));
-  if (shared_inter.has_value()) n += 3 * d.hidden * *shared_inter + d.hidden;  // + its gate
+  KVPAGE_ASSIGN_OR_RETURN(T n_shared, cfg.NonNegativeIntOr("n_shared_experts", 0));
+  if (shared_inter.has_value()) n += 3 * d.hidden * T(*shared_inter) + d.hidden;  // + its gate
   n += n_shared * 3 * d.hidden * moe_inter;
-  if (d.model_type == "deepseek_v3") n += *experts;  // e_score_correction_bias
+  if (d.model_type == "deepseek_v3") n += T(*experts);  // e_score_correction_bias
   return n;
 }
 
-}  // namespace
-
-absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const ModelSpec& spec) {
-  Dims d;
-  d.hidden = spec.hidden_size;
-  KVPAGE_ASSIGN_OR_RETURN(d.num_heads, cfg.PositiveInt("num_attention_heads"));
+template <typename T>
+absl::StatusOr<Counts<T>> Count(const ConfigReader& cfg, const ModelSpec& spec) {
+  Dims<T> d;
+  d.hidden = T(spec.hidden_size);
+  KVPAGE_ASSIGN_OR_RETURN(int64_t heads, cfg.PositiveInt("num_attention_heads"));
+  d.num_heads = T(heads);
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, cfg.OptionalPositiveInt("head_dim"));
-  d.head_dim = head_dim.value_or(d.hidden / d.num_heads);
+  d.head_dim = T(head_dim.value_or(int64_t{spec.hidden_size} / heads));
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> kv, cfg.OptionalPositiveInt("num_key_value_heads"));
-  d.kv_heads = kv.value_or(d.num_heads);
+  d.kv_heads = T(kv.value_or(heads));
   d.model_type = spec.model_type;
 
   // Hugging Face's PretrainedConfig ties the LM head to the embeddings unless told otherwise.
   KVPAGE_ASSIGN_OR_RETURN(bool tied, cfg.BoolOr("tie_word_embeddings", true));
-  ParamCounts counts;
-  counts.embeddings = spec.vocab_size * d.hidden * (tied ? 1 : 2);
-  int64_t total = counts.embeddings + d.hidden;  // + final norm
+  Counts<T> counts;
+  counts.embeddings = T(spec.vocab_size) * d.hidden * (tied ? 1 : 2);
+  T total = counts.embeddings + d.hidden;  // + final norm
 
   for (int64_t i = 0; i < spec.num_layers(); ++i) {
     const LayerSpec& layer = spec.layers[i];
-    int64_t n = 2 * d.hidden;  // input and post-attention norms
+    T n = 2 * d.hidden;  // input and post-attention norms
     switch (layer.kind) {
       case LayerKind::kFullAttention:
       case LayerKind::kSlidingWindow: {
-        KVPAGE_ASSIGN_OR_RETURN(int64_t a, AttentionParams(cfg, d));
+        KVPAGE_ASSIGN_OR_RETURN(T a, AttentionParams<T>(cfg, d));
         n += a;
         break;
       }
       case LayerKind::kMla: {
-        KVPAGE_ASSIGN_OR_RETURN(int64_t a, MlaParams(cfg, d));
+        KVPAGE_ASSIGN_OR_RETURN(T a, MlaParams<T>(cfg, d));
         n += a;
         break;
       }
       case LayerKind::kLinearAttention:
-        n += GatedDeltaNetParams(layer.linear, d.hidden);
+        n += GatedDeltaNetParams<T>(layer.linear, d.hidden);
         break;
     }
-    KVPAGE_ASSIGN_OR_RETURN(int64_t ff, FeedForwardParams(cfg, d, i, &counts.routed_experts));
+    KVPAGE_ASSIGN_OR_RETURN(T ff, FeedForwardParams<T>(cfg, d, i, &counts.routed_experts));
     total += n + ff;
   }
   counts.total = total;
   return counts;
 }
+
+}  // namespace
+
+absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const ModelSpec& spec) {
+  // Count once in floating point first: every field may be up to 2^31, and their products must
+  // not overflow int64 in the exact count below.
+  KVPAGE_ASSIGN_OR_RETURN(Counts<double> estimate, Count<double>(cfg, spec));
+  constexpr double kMaxParams = 1e16;  // ~10,000× the largest published models
+  if (!(estimate.total < kMaxParams)) {
+    return cfg.Error("num_hidden_layers", absl::StrCat("and the layer shapes give an implausible ",
+                                                       estimate.total, " parameters"));
+  }
+  KVPAGE_ASSIGN_OR_RETURN(Counts<int64_t> exact, Count<int64_t>(cfg, spec));
+  return ParamCounts{exact.total, exact.routed_experts, exact.embeddings};
+}
+
 
 absl::StatusOr<int64_t> WeightBytes(const ConfigReader& cfg, const ParamCounts& counts,
                                     DType dtype) {

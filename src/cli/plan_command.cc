@@ -156,8 +156,16 @@ absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet&
   }
   auto gpu = LoadGpu(f.gpu);
   if (!gpu.ok()) return gpu.status();
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
+  }
   auto budget = KvBudgetFromGpu(model, gpu->memory_bytes, f.gpu_memory_utilization);
-  if (!budget.ok()) return budget.status();
+  if (!budget.ok()) {
+    // The weights alone do not fit: no request fits either. Say so, and plan with nothing.
+    std::cerr << "kvpage plan: warning: " << budget.status().message() << "; KV budget is 0\n";
+    return std::optional<int64_t>(0);
+  }
   return std::optional<int64_t>(*budget);
 }
 

@@ -32,7 +32,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD_DIR)/bin/planner_benchmark
+	$(BUILD_DIR)/bin/kvpage_benchmarks
 
 clean:
 	rm -rf $(BUILD_DIR)

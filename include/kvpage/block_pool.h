@@ -1,0 +1,185 @@
+// BlockPool: the pages of one pool, their reference counts, the prefix-cache map, and the
+// free structures that decide which page is handed out next.
+//
+// A pool owns block ids 1..capacity(); id 0 is the null block (kNullBlock), which stands for
+// positions a request no longer holds and is never allocated, freed or cached. Pages come in
+// chunks of `blocks_per_chunk` consecutive ids: chunk c holds ids [1 + c·bpc, 1 + (c+1)·bpc).
+// A chunk is either mapped (its memory is taken from the shared MemoryBudget) or not; only
+// blocks of mapped chunks exist for allocation.
+//
+// Every block of a mapped chunk is in exactly one state:
+//   * used         ref_count > 0; held by at least one request;
+//   * cached-free  ref_count == 0 and it carries a hash: it still serves prefix hits and sits
+//                  in the pool's LRU list, oldest first, evicted lazily when its page is reused;
+//   * clean        ref_count == 0 and no hash: on its chunk's clean stack.
+// Allocation takes clean blocks first, from the fullest chunk (so lightly used chunks drain and
+// can be returned to the budget), then maps a new chunk if the budget allows, then evicts the
+// least recently freed cached block. With a single chunk this reproduces vLLM's free-queue
+// order exactly: hash-less frees are reused first (LIFO), untouched blocks in id order, then
+// cached blocks least recently freed first.
+//
+// The prefix-cache map is keyed by (block hash, group id). It does not de-duplicate: two blocks
+// may carry the same key (a request that did not read the cache), so tables stay append-only.
+//
+// Not thread-safe: one scheduler thread owns a pool. Capacity queries are exact and cheap; an
+// allocation that passed CanAllocate cannot fail. Misuse (freeing an unused block, touching a
+// clean block) is a programmer error checked with KVPAGE_DCHECK and by CheckInvariants().
+#ifndef KVPAGE_BLOCK_POOL_H_
+#define KVPAGE_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kvpage/kv_events.h"
+#include "kvpage/memory_budget.h"
+#include "kvpage/types.h"
+
+namespace kvpage {
+
+struct BlockPoolConfig {
+  int32_t pool_index = 0;        // this pool's index in its MemoryBudget
+  int64_t block_bytes = 0;       // bytes of one block id across all layers of the pool
+  int32_t blocks_per_chunk = 1;  // ids per chunk
+  int32_t max_chunks = 0;        // virtual capacity: chunks this pool may ever map
+  bool enable_caching = true;    // keep hashes and serve hits
+
+  absl::Status Validate() const;
+};
+
+class BlockPool {
+ public:
+  // REQUIRES: config.Validate().ok(); budget outlives the pool.
+  BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEventLog* events);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  // ---- Capacity -------------------------------------------------------------------------
+  int32_t capacity() const { return max_chunks_ * bpc_; }  // ids 1..capacity()
+  int32_t blocks_per_chunk() const { return bpc_; }
+  int64_t block_bytes() const { return block_bytes_; }
+  int64_t chunk_bytes() const { return int64_t{bpc_} * block_bytes_; }
+  int32_t num_mapped_chunks() const { return num_mapped_chunks_; }
+  int32_t num_used_blocks() const { return num_used_; }
+  int32_t num_cached_free_blocks() const { return num_cached_free_; }
+  int32_t num_clean_blocks() const { return num_clean_; }
+  // Blocks this pool can hand out without mapping a chunk: clean + cached-free.
+  int32_t num_free_blocks() const { return num_clean_ + num_cached_free_; }
+  // Mapped chunks with no used block: their memory can go back to the budget.
+  int32_t num_idle_chunks() const { return num_idle_chunks_; }
+  // Chunks not yet mapped that this pool could still map.
+  int32_t num_unmapped_chunks() const { return max_chunks_ - num_mapped_chunks_; }
+
+  // ---- Allocation ------------------------------------------------------------------------
+  // Takes `n` blocks (ref 0 -> 1), mapping chunks from the budget when the pool runs out of
+  // clean blocks and the budget has room, and evicting cached-free blocks (LRU) otherwise.
+  // Appends the ids to *out. REQUIRES: n <= num_free_blocks() + what the budget can map.
+  void Allocate(int32_t n, std::vector<BlockId>* out);
+  // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
+  int64_t AllocatableNow() const;
+
+  // Takes one reference on each block (a prefix hit). A cached-free block leaves the LRU list.
+  // REQUIRES: every id is used or cached-free (not clean, not null).
+  void Touch(absl::Span<const BlockId> blocks);
+  // Drops one reference on each block, in the given order. Blocks reaching 0 become clean
+  // (pushed so they are reused first) when they carry no hash, or cached-free (appended to the
+  // LRU tail, evicted last) when they do. Pass a request's blocks last-to-first so the tail of a
+  // prefix chain is evicted before its head. Null ids are skipped.
+  void Free(absl::Span<const BlockId> blocks);
+
+  // ---- Prefix cache ------------------------------------------------------------------------
+  // Registers a full block under (hash, group). No-op when caching is off or the block already
+  // carries a hash. REQUIRES: the block is used.
+  void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
+  // A block cached under (hash, group), or kNullBlock. Does not take a reference.
+  BlockId Lookup(BlockHash hash, GroupId group) const;
+  // Drops every hash. FailedPrecondition if any block is used.
+  absl::Status ResetPrefixCache();
+
+  // ---- Chunks ------------------------------------------------------------------------------
+  // Gives back one idle chunk (evicting its cached blocks), preferring the idle chunk with the
+  // fewest cached blocks. Returns false if there is none. `allow_cache_loss` = false only
+  // releases chunks whose blocks are all clean.
+  bool ReleaseIdleChunk(bool allow_cache_loss);
+  int32_t NumCleanIdleChunks() const;
+
+  // ---- Introspection ------------------------------------------------------------------------
+  int32_t ref_count(BlockId block) const { return ref_[block.value]; }
+  bool is_cached(BlockId block) const { return has_hash_[block.value]; }
+  BlockHash block_hash(BlockId block) const { return hash_[block.value]; }
+  bool is_mapped(BlockId block) const;
+  // Clean blocks in the order Allocate would hand them out, then cached-free blocks in
+  // eviction order. For tests; O(capacity).
+  std::vector<BlockId> FreeOrder() const;
+  // free + used = mapped, states disjoint, LRU and clean stacks consistent with ref counts and
+  // hashes, hash map entries point at hashed blocks, chunk counters add up.
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Chunk {
+    bool mapped = false;
+    int32_t used = 0;        // blocks with ref > 0
+    int32_t cached = 0;      // cached-free blocks
+    int32_t clean_top = -1;  // head of the clean stack (a block id), -1 when empty
+    int32_t clean = 0;       // clean blocks
+    int32_t prev = -1;       // links in bucket_[used] while clean > 0
+    int32_t next = -1;
+  };
+  struct HashKey {
+    BlockHash hash;
+    int32_t group = 0;
+    friend bool operator==(const HashKey&, const HashKey&) = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const HashKey& k) {
+      return H::combine(std::move(h), k.hash.lo, k.hash.hi, k.group);
+    }
+  };
+
+  int32_t ChunkOf(int32_t block) const { return (block - 1) / bpc_; }
+  void MapChunk(int32_t chunk);
+  void UnmapChunk(int32_t chunk);
+  BlockId PopClean();
+  void PushClean(int32_t block);
+  void BucketInsert(int32_t chunk);
+  void BucketRemove(int32_t chunk);
+  void OnUsedChange(int32_t chunk, int32_t delta);
+  void LruAppend(int32_t block);
+  void LruRemove(int32_t block);
+  void DropHash(int32_t block);  // removes the block's map entry and emits BlockRemoved
+  void TakeBlock(int32_t block);  // a free block becomes used (ref 1)
+
+  const int32_t pool_index_;
+  const int64_t block_bytes_;
+  const int32_t bpc_;
+  const int32_t max_chunks_;
+  const bool enable_caching_;
+  MemoryBudget* const budget_;
+  KvEventLog* const events_;
+
+  // Per block, indexed by id (index 0 = the null block).
+  std::vector<int32_t> ref_;
+  std::vector<uint8_t> has_hash_;
+  std::vector<BlockHash> hash_;
+  std::vector<int32_t> hash_group_;
+  std::vector<int32_t> next_;      // clean stack link, or LRU next
+  std::vector<int32_t> prev_;      // LRU prev
+  std::vector<int32_t> dup_next_;  // next block with the same HashKey, -1 at the end
+
+  std::vector<Chunk> chunks_;
+  std::vector<int32_t> bucket_head_;  // by used count; chunks with clean > 0
+  int32_t max_bucket_ = -1;           // highest non-empty bucket (or lower bound)
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  absl::flat_hash_map<HashKey, int32_t> cached_;  // key -> first block in the dup chain
+
+  int32_t num_mapped_chunks_ = 0;
+  int32_t num_idle_chunks_ = 0;
+  int32_t num_used_ = 0;
+  int32_t num_cached_free_ = 0;
+  int32_t num_clean_ = 0;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_BLOCK_POOL_H_

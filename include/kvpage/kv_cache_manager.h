@@ -1,0 +1,232 @@
+// KvCacheManager: where every token's K/V and every request's recurrent state lives.
+//
+// The manager owns one pool per layer group of a model (kvpage mode) — growing pages for full
+// attention and MLA, window-bounded pages for sliding-window attention, fixed state slots for
+// linear attention — all drawing chunks from one byte budget. It tracks each request's tokens
+// and block hashes, serves prefix-cache hits across all groups at once, hands out slots for the
+// tokens of a step all-or-nothing, and frees what a request no longer needs.
+//
+// A server (or kvpage's scheduler) drives it once per step:
+//
+//   manager.NewStep();                                  // commits last step's state snapshots
+//   manager.AddRequest({id, prompt, extras});           // once per request
+//   auto hit = manager.GetComputedBlocks(id);           // before the first allocation only
+//   bool ok = *manager.AllocateSlots(id, {.num_computed_tokens = hit->num_tokens,
+//                                         .num_new_tokens = n, .hit = &*hit});
+//   ... block tables, slot mappings and state slots for the kernels ...
+//   manager.AppendTokens(id, sampled);                  // after the step
+//   manager.Free(id);                                   // finished, aborted or preempted
+//
+// Accounting modes:
+//   * kKvpage — per-group pools, nothing padded, chunks shared through one budget, sliding
+//     windows hold only the blocks they can reach, recurrent state in native dtypes with
+//     prefix-cache snapshots cached separately.
+//   * kVllm   — reserves what vLLM 0.29 would: one block-id space shared by vLLM's equal-size
+//     groups (padding layers and page padding included), hybrid block alignment, two state
+//     blocks per linear-attention group with prefix caching. For replaying one trace under both.
+//
+// Error handling: API misuse (unknown or duplicate request ids, tokens past max_model_len,
+// inconsistent token counts) returns an absl::Status naming the value and changes nothing. Not
+// having enough memory is not an error: AllocateSlots returns false and changes nothing.
+// Not thread-safe: one scheduler thread owns the manager.
+#ifndef KVPAGE_KV_CACHE_MANAGER_H_
+#define KVPAGE_KV_CACHE_MANAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvpage/block_hash.h"
+#include "kvpage/dtype.h"
+#include "kvpage/kv_events.h"
+#include "kvpage/memory_budget.h"
+#include "kvpage/model_spec.h"
+#include "kvpage/types.h"
+
+namespace kvpage {
+
+enum class AccountingMode : uint8_t { kKvpage, kVllm };
+
+struct KvCacheConfig {
+  AccountingMode mode = AccountingMode::kKvpage;
+  int64_t kv_budget_bytes = 0;   // memory for KV and state; required (> 0)
+  int32_t block_size = 16;       // tokens per block (kvpage mode; vllm mode may enlarge it)
+  std::optional<DType> kv_cache_dtype;  // attention KV; unset = the model dtype
+  int64_t max_model_len = 0;     // 0 = the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
+  std::optional<uint64_t> hash_seed;  // unset = random root
+  // Token budget of one step. kvpage: sizes the sliding-window pools' shared in-flight
+  // allowance; vllm: the per-request sliding-window cap (doubled with async scheduling).
+  int32_t max_num_batched_tokens = 8192;
+  bool async_scheduling = true;  // vllm mode only
+  // kvpage mode: bytes a pool takes from the budget at a time (rounded to whole blocks, at
+  // least one block).
+  int64_t chunk_bytes = int64_t{64} << 20;
+  // Recurrent groups with prefix caching: snapshot the state whenever a step ends on a
+  // multiple of this many blocks after the prompt (prefill chunks ending on any block boundary
+  // are always snapshotted). 0 = no snapshots during decode.
+  int32_t decode_snapshot_interval_blocks = 32;
+  bool enable_kv_events = false;
+  MemoryBacking* backing = nullptr;  // GPU backing; null = CPU accounting only
+
+  absl::Status Validate() const;
+};
+
+struct KvRequestSpec {
+  RequestId id;
+  std::vector<int32_t> prompt_tokens;
+  BlockHashExtras extras;  // LoRA id, cache salt, multimodal items
+  // Never read the prefix cache (e.g. prompt logprobs need every position computed); the
+  // request's blocks are still cached for others.
+  bool skip_prefix_cache_read = false;
+};
+
+// A prefix-cache hit: the first `num_tokens` tokens are already computed, in these blocks.
+struct CacheHit {
+  int64_t num_tokens = 0;
+  // Per group, the hit's block-table prefix: null blocks where a sliding window does not need
+  // the block; for a recurrent group, one entry: the state snapshot slot.
+  std::vector<std::vector<BlockId>> blocks;
+};
+
+struct AllocationRequest {
+  int64_t num_computed_tokens = 0;  // tokens whose K/V is computed (or hit) before this step
+  int64_t num_new_tokens = 0;       // tokens this step computes, drafts included (> 0)
+  int64_t num_lookahead_tokens = 0; // extra slots for draft tokens proposed this step
+  // Tokens whose step has finished on the device; sliding-window blocks before the window of
+  // the first unprocessed token are freed. -1 = num_computed_tokens (synchronous scheduling).
+  int64_t num_processed_tokens = -1;
+  const CacheHit* hit = nullptr;    // from GetComputedBlocks; first allocation only
+};
+
+// Recurrent-state slots of one request in one linear-attention group for the current step.
+struct StateSlots {
+  int32_t read_slot = -1;   // where the kernel reads the state before the step
+  int32_t write_slot = -1;  // where it writes the state after the step (may equal read_slot)
+};
+
+struct StateCopy {
+  GroupId group;
+  int32_t src_slot = -1;
+  int32_t dst_slot = -1;
+};
+
+struct SlotToZero {
+  GroupId group;
+  int32_t slot = -1;
+};
+
+struct PoolUsage {
+  GroupId group;
+  LayerKind kind = LayerKind::kFullAttention;
+  int64_t block_bytes = 0;
+  int32_t used_blocks = 0;
+  int32_t cached_free_blocks = 0;
+  int32_t clean_blocks = 0;
+  int32_t mapped_chunks = 0;
+};
+
+struct KvCacheUsage {
+  int64_t budget_bytes = 0;
+  int64_t mapped_bytes = 0;  // taken by pools (in chunks)
+  int64_t used_bytes = 0;    // in blocks held by requests
+  double usage = 0;          // used_bytes / budget_bytes
+  std::vector<PoolUsage> pools;
+};
+
+struct PrefixCacheStats {
+  int64_t queries = 0;          // requests that asked GetComputedBlocks
+  int64_t queried_tokens = 0;   // their prompt tokens
+  int64_t hit_tokens = 0;       // tokens served from the cache
+};
+
+class KvCacheManager {
+ public:
+  // Builds the pools for `model` under `config`. InvalidArgument naming the field for a bad
+  // config; ResourceExhausted when the budget cannot hold one block of every pool.
+  static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(const ModelSpec& model,
+                                                                const KvCacheConfig& config);
+  ~KvCacheManager();
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  // ---- Requests --------------------------------------------------------------------------
+  // AlreadyExists for a live id; InvalidArgument for an empty prompt or a negative token id;
+  // OutOfRange if the prompt exceeds max_model_len.
+  absl::Status AddRequest(KvRequestSpec spec);
+  // Appends sampled (accepted) tokens. OutOfRange past max_model_len; NotFound for an unknown id.
+  absl::Status AppendTokens(RequestId id, absl::Span<const int32_t> tokens);
+  // Drops the last `num_tokens` tokens (rejected speculative tokens) and the hashes of blocks
+  // they completed. Their blocks stay allocated for the next step.
+  absl::Status RollbackTokens(RequestId id, int64_t num_tokens);
+  // Frees every block and slot of the request, last block first. NotFound for an unknown id.
+  absl::Status Free(RequestId id);
+  bool HasRequest(RequestId id) const;
+  int64_t num_requests() const;
+
+  // ---- Steps -------------------------------------------------------------------------------
+  // Marks the start of a scheduling step: state snapshots written by the previous step become
+  // visible to prefix-cache lookups.
+  void NewStep();
+  // The longest prefix every group can serve, capped so the last token is recomputed.
+  // FailedPrecondition once the request holds blocks; NotFound for an unknown id.
+  absl::StatusOr<CacheHit> GetComputedBlocks(RequestId id);
+  // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
+  // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
+  absl::StatusOr<bool> AllocateSlots(RequestId id, const AllocationRequest& request);
+  // Blocks (all pools together) AllocateSlots would need to take from the pools for this
+  // step. Same arguments; does not change anything.
+  absl::StatusOr<int64_t> BlocksNeeded(RequestId id, const AllocationRequest& request) const;
+  // Frees sliding-window blocks that no token from `num_processed_tokens` on can reach.
+  absl::Status RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens);
+
+  // ---- What the kernels read ---------------------------------------------------------------
+  int32_t num_groups() const;
+  LayerKind group_kind(GroupId group) const;
+  int32_t group_block_size(GroupId group) const;
+  // The request's block table in an attention group (null blocks included).
+  absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group) const;
+  // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b
+  // expands to b·r … b·r + r − 1 with r = group_block_size / kernel_block_size.
+  // InvalidArgument if kernel_block_size does not divide the block size or the row is short.
+  absl::Status FillBlockTableRow(RequestId id, GroupId group, int32_t kernel_block_size,
+                                 absl::Span<int32_t> row) const;
+  // slot = block_table[pos / bs] · bs + pos % bs for positions [start, start + out.size()).
+  // InvalidArgument if a position has no block (or only the null block).
+  absl::Status FillSlotMapping(RequestId id, GroupId group, int64_t start,
+                               absl::Span<int64_t> out) const;
+  // Read and write state slots of a linear-attention group for the current step.
+  absl::StatusOr<StateSlots> GetStateSlots(RequestId id, GroupId group) const;
+  // State copies to run before the next forward pass, and newly allocated slots to zero.
+  std::vector<StateCopy> TakeStateCopies();
+  std::vector<SlotToZero> TakeSlotsToZero();
+
+  // ---- Accounting --------------------------------------------------------------------------
+  KvCacheUsage Usage() const;
+  PrefixCacheStats prefix_cache_stats() const;
+  std::vector<KvEvent> DrainEvents();
+  // FailedPrecondition while a request holds blocks.
+  absl::Status ResetPrefixCache();
+  // The order in which the pool behind `group` would hand out its free blocks: clean blocks
+  // first (fullest chunk first), then cached blocks least recently freed first. For tests and
+  // debugging; O(pool size).
+  std::vector<BlockId> FreeBlockOrder(GroupId group) const;
+  // Checks every pool and every request's tables against the pools' reference counts.
+  absl::Status CheckInvariants() const;
+  const KvCacheConfig& config() const;
+
+  class Impl;
+
+ private:
+  explicit KvCacheManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_KV_CACHE_MANAGER_H_

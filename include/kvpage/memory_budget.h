@@ -1,0 +1,70 @@
+// MemoryBudget: the one byte budget every pool of a block manager draws its chunks from, and
+// the interface a GPU memory backing implements.
+//
+// Pools take whole chunks (a fixed number of their pages) from the budget and give them back
+// when every page in them is free, so memory is never stranded in one pool while another runs
+// dry. On the CPU the budget is exact accounting and the backing does nothing; on a GPU the
+// backing reserves one virtual range per layer at start-up (sized for the whole budget) and
+// maps physical memory behind a chunk's pages when the chunk is taken (CUDA virtual memory:
+// cuMemCreate / cuMemMap), unmapping it when the chunk goes back. A backing must not fail for
+// chunks within the budget: the block manager's capacity checks rely on it.
+//
+// Not thread-safe; owned by one block manager.
+#ifndef KVPAGE_MEMORY_BUDGET_H_
+#define KVPAGE_MEMORY_BUDGET_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace kvpage {
+
+class MemoryBacking {
+ public:
+  virtual ~MemoryBacking() = default;
+  // Makes the pages of chunk `chunk` of pool `pool` usable. Called before any of its blocks is
+  // handed out.
+  virtual absl::Status MapChunk(int32_t pool, int32_t chunk) = 0;
+  // Releases the memory behind the chunk. None of its blocks is referenced any more.
+  virtual absl::Status UnmapChunk(int32_t pool, int32_t chunk) = 0;
+};
+
+// The CPU backing: accounting only.
+class NoopMemoryBacking final : public MemoryBacking {
+ public:
+  absl::Status MapChunk(int32_t, int32_t) override { return absl::OkStatus(); }
+  absl::Status UnmapChunk(int32_t, int32_t) override { return absl::OkStatus(); }
+};
+
+class MemoryBudget {
+ public:
+  // REQUIRES: total_bytes >= 0. `backing` may be null (no-op); it must outlive the budget.
+  explicit MemoryBudget(int64_t total_bytes, MemoryBacking* backing = nullptr)
+      : total_bytes_(total_bytes), backing_(backing) {}
+
+  int64_t total_bytes() const { return total_bytes_; }
+  int64_t used_bytes() const { return used_bytes_; }
+  int64_t free_bytes() const { return total_bytes_ - used_bytes_; }
+
+  // Takes `bytes` for chunk `chunk` of pool `pool` and maps it. False (and nothing taken) when
+  // the budget lacks the bytes or the backing refuses.
+  bool TakeChunk(int32_t pool, int32_t chunk, int64_t bytes) {
+    if (bytes > free_bytes()) return false;
+    if (backing_ != nullptr && !backing_->MapChunk(pool, chunk).ok()) return false;
+    used_bytes_ += bytes;
+    return true;
+  }
+  void GiveChunk(int32_t pool, int32_t chunk, int64_t bytes) {
+    if (backing_ != nullptr) backing_->UnmapChunk(pool, chunk).IgnoreError();
+    used_bytes_ -= bytes;
+  }
+
+ private:
+  int64_t total_bytes_;
+  int64_t used_bytes_ = 0;
+  MemoryBacking* backing_;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_MEMORY_BUDGET_H_

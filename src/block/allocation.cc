@@ -1,0 +1,383 @@
+// AllocateSlots and everything it touches: sliding-window frees, recurrent state slots and
+// snapshots, and moving chunks between pools through the shared budget.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "block/manager_impl.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+
+namespace kvpage {
+
+using internal::CeilDiv;
+using internal::GroupLayout;
+using internal::GroupState;
+using internal::RequestState;
+
+namespace {
+
+// Where a linear-attention group writes this step's state.
+struct StatePlan {
+  int32_t fresh_slots = 0;        // slots to take from the pool (write slot, vllm reserve)
+  bool write_in_place = false;    // write into the request's own scratch `cur`
+  int64_t snapshot_block = -1;    // register the written state under this block's hash
+  bool hit_needs_touch = false;   // the hit snapshot is cached-free and must leave the LRU
+};
+
+}  // namespace
+
+// ---- Chunk moves between pools ----
+
+bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need) const {
+  int64_t bytes_needed = 0;
+  int64_t bytes_available = budget->free_bytes();
+  for (size_t p = 0; p < pools.size(); ++p) {
+    const BlockPool& pool = *pools[p];
+    const int64_t avail = pool.num_free_blocks();
+    if (need[p] > avail) {
+      const int64_t chunks = CeilDiv(need[p] - avail, pool.blocks_per_chunk());
+      if (chunks > pool.num_unmapped_chunks()) return false;
+      bytes_needed += chunks * pool.chunk_bytes();
+    } else {
+      // Idle chunks this pool can give up and still serve its own need.
+      const int64_t spare = (avail - need[p]) / pool.blocks_per_chunk();
+      bytes_available += std::min<int64_t>(spare, pool.num_idle_chunks()) * pool.chunk_bytes();
+    }
+  }
+  return bytes_needed <= bytes_available;
+}
+
+void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, std::vector<int64_t>& need,
+                                        std::vector<BlockId>* out) {
+  BlockPool& pool = *pools[p];
+  need[p] = 0;
+  // Releases one idle chunk of another pool that it can spare; false if none can.
+  auto release_from_others = [&](bool allow_cache_loss) {
+    for (size_t q = 0; q < pools.size(); ++q) {
+      if (static_cast<int32_t>(q) == p) continue;
+      BlockPool& other = *pools[q];
+      if (other.num_free_blocks() - need[q] < other.blocks_per_chunk()) continue;
+      if (other.ReleaseIdleChunk(allow_cache_loss)) return true;
+    }
+    return false;
+  };
+  // Prefer fresh memory over evicting this pool's cache: free other pools' clean idle chunks.
+  const int64_t want_chunks = CeilDiv(std::max<int64_t>(0, n - pool.num_clean_blocks()),
+                                      pool.blocks_per_chunk());
+  const int64_t want_bytes = std::min<int64_t>(want_chunks, pool.num_unmapped_chunks()) *
+                             pool.chunk_bytes();
+  while (budget->free_bytes() < want_bytes && release_from_others(/*allow_cache_loss=*/false)) {
+  }
+  // Still short even after evicting our own cache: take other pools' idle chunks with theirs.
+  while (pool.AllocatableNow() < n && release_from_others(/*allow_cache_loss=*/true)) {
+  }
+  KVPAGE_DCHECK(pool.AllocatableNow() >= n);
+  pool.Allocate(static_cast<int32_t>(n), out);
+}
+
+// ---- Sliding windows ----
+
+void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed) {
+  for (const GroupLayout& g : groups) {
+    if (g.kind != LayerKind::kSlidingWindow) continue;
+    GroupState& gs = st.groups[g.id.value];
+    // The first unprocessed token attends to [p − W + 1, p]; blocks wholly before are dead.
+    const int64_t skipped = std::max<int64_t>(0, num_processed - g.window + 1);
+    const int64_t dead = std::min<int64_t>(skipped / g.block_size,
+                                           static_cast<int64_t>(gs.blocks.size()));
+    // Last-to-first, so the later blocks of the prefix are evicted first; stop at the first
+    // block already released.
+    for (int64_t i = dead - 1; i >= 0 && gs.blocks[i] != kNullBlock; --i) {
+      pools[g.pool]->Free({gs.blocks[i]});
+      gs.blocks[i] = kNullBlock;
+    }
+  }
+}
+
+// ---- Recurrent state ----
+
+void KvCacheManager::Impl::CommitStep(RequestState& st) {
+  for (const GroupLayout& g : groups) {
+    if (g.kind != LayerKind::kLinearAttention) continue;
+    GroupState& gs = st.groups[g.id.value];
+    if (!gs.step_pending) continue;
+    BlockPool& pool = *pools[g.pool];
+    if (gs.write != gs.cur && gs.cur >= 0) pool.Free({BlockId(gs.cur)});
+    gs.cur = gs.write;
+    gs.cur_is_snapshot = false;
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    if (gs.snapshot_block >= 0 && gs.snapshot_block < static_cast<int64_t>(hashes.size())) {
+      const int64_t i = gs.snapshot_block;
+      pool.CacheBlock(BlockId(gs.cur), hashes[i], g.id, i > 0 ? hashes[i - 1] : hasher->root());
+      gs.cur_is_snapshot = pool.is_cached(BlockId(gs.cur));
+    }
+    gs.step_pending = false;
+    gs.snapshot_block = -1;
+    gs.read = gs.write = gs.cur;
+  }
+}
+
+// ---- Validation and counting ----
+
+absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
+                                                      const AllocationRequest& req) const {
+  const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
+  const int64_t known = static_cast<int64_t>(st.tokens.size());
+  if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("num_new_tokens must be > 0, got ", n));
+  if (c < 0 || c >= known + n || c > known) {
+    return absl::InvalidArgumentError(absl::StrCat("num_computed_tokens ", c, " is outside [0, ",
+                                                   known, "] for request ", st.id.value));
+  }
+  if (req.num_lookahead_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_lookahead_tokens must be >= 0, got ", req.num_lookahead_tokens));
+  }
+  if (c + n + req.num_lookahead_tokens > max_model_len) {
+    return absl::OutOfRangeError(absl::StrCat("request ", st.id.value, " would hold ",
+                                              c + n + req.num_lookahead_tokens,
+                                              " tokens, past max_model_len ", max_model_len));
+  }
+  if (req.num_processed_tokens > c) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens ", req.num_processed_tokens,
+                                                   " exceeds num_computed_tokens ", c));
+  }
+  if (req.hit != nullptr) {
+    if (st.allocated) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request ", st.id.value, " already holds blocks; a hit is only for its first allocation"));
+    }
+    if (req.hit->num_tokens != c || req.hit->blocks.size() != groups.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the hit covers ", req.hit->num_tokens, " tokens but num_computed_tokens is ", c));
+    }
+    // The hit must still be in the cache: nothing may have evicted it since the lookup.
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    for (const GroupLayout& g : groups) {
+      const std::vector<BlockId>& blocks = req.hit->blocks[g.id.value];
+      const BlockPool& pool = *pools[g.pool];
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        if (blocks[i] == kNullBlock) continue;
+        const size_t h = g.kind == LayerKind::kLinearAttention ? c / block_size - 1 : i;
+        if (blocks[i].value > pool.capacity() || !pool.is_cached(blocks[i]) ||
+            h >= hashes.size() || !(pool.block_hash(blocks[i]) == hashes[h])) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "hit block ", blocks[i].value, " of group ", g.id.value,
+              " is no longer cached; ask GetComputedBlocks again"));
+        }
+      }
+    }
+  } else if (!st.allocated && c > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request ", st.id.value, " holds no blocks, so num_computed_tokens must be 0 or come "
+        "from a hit, got ", c));
+  } else if (st.allocated) {
+    for (const GroupLayout& g : groups) {
+      if (!g.IsAttention()) continue;
+      const int64_t held = static_cast<int64_t>(st.groups[g.id.value].blocks.size());
+      if (CeilDiv(c, g.block_size) > held) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "num_computed_tokens ", c, " exceeds the ", held * g.block_size,
+            " tokens request ", st.id.value, " holds blocks for"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The recurrent-group plan of one step (no side effects).
+StatePlan PlanState(const KvCacheManager::Impl& m, const RequestState& st, const GroupLayout& g,
+                    const AllocationRequest& req) {
+  const GroupState& gs = st.groups[g.id.value];
+  StatePlan plan;
+  const int64_t end = req.num_computed_tokens + req.num_new_tokens;
+  const int64_t bs = m.block_size;
+  const int64_t known_blocks = static_cast<int64_t>(st.hashes.hashes().size());
+  if (m.config.enable_prefix_caching && end % bs == 0 && end / bs <= known_blocks) {
+    const int64_t interval = int64_t{m.config.decode_snapshot_interval_blocks} * bs;
+    if (end <= st.prompt_len || (interval > 0 && end % interval == 0)) {
+      plan.snapshot_block = end / bs - 1;
+    }
+  }
+  // A committed step left `cur`; a pending one (async scheduling) will leave `write`.
+  const bool has_state = st.allocated || req.hit != nullptr;
+  int32_t cur = gs.step_pending ? gs.write : gs.cur;
+  bool cur_shared = gs.step_pending ? gs.snapshot_block >= 0 : gs.cur_is_snapshot;
+  if (req.hit != nullptr) {
+    const BlockId slot = req.hit->blocks[g.id.value][0];
+    cur = slot.value;
+    cur_shared = true;
+    plan.hit_needs_touch = m.pools[g.pool]->ref_count(slot) == 0;
+  }
+  plan.write_in_place = has_state && cur >= 0 && !cur_shared && plan.snapshot_block < 0;
+  plan.fresh_slots = plan.write_in_place ? 0 : 1;
+  // vllm accounting keeps a second state block per group while prefix caching is on.
+  if (m.config.mode == AccountingMode::kVllm && m.config.enable_prefix_caching && !st.allocated) {
+    plan.fresh_slots += 1;
+  }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st,
+                                                          const AllocationRequest& req) const {
+  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
+  const int64_t total = req.num_computed_tokens + req.num_new_tokens + req.num_lookahead_tokens;
+  int64_t needed = 0;
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) {
+      const StatePlan plan = PlanState(*this, st, g, req);
+      needed += plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
+      continue;
+    }
+    // Tables keep their length when a window releases blocks (nulls stand in), so the count
+    // does not depend on what RemoveSkippedBlocks frees first.
+    const std::vector<BlockId>& held =
+        req.hit != nullptr ? req.hit->blocks[g.id.value] : st.groups[g.id.value].blocks;
+    if (req.hit != nullptr) {
+      for (BlockId b : held) {
+        if (b != kNullBlock && pools[g.pool]->ref_count(b) == 0) ++needed;
+      }
+    }
+    needed += std::max<int64_t>(0, CeilDiv(total, g.block_size) - static_cast<int64_t>(held.size()));
+  }
+  return needed;
+}
+
+// ---- AllocateSlots ----
+
+absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
+  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
+  const int64_t c = req.num_computed_tokens;
+  const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
+  const int64_t total = c + req.num_new_tokens + req.num_lookahead_tokens;
+
+  // Free what no unprocessed token can reach before asking for more (done even if the
+  // allocation then fails, as vLLM does: those blocks are dead either way).
+  if (st.allocated) RemoveSkipped(st, processed);
+
+  // 1. Count what each pool must hand out, including hit blocks now sitting free.
+  std::vector<int64_t> need(pools.size(), 0);
+  std::vector<StatePlan> plans(groups.size());
+  for (const GroupLayout& g : groups) {
+    const GroupState& gs = st.groups[g.id.value];
+    if (!g.IsAttention()) {
+      plans[g.id.value] = PlanState(*this, st, g, req);
+      need[g.pool] += plans[g.id.value].fresh_slots + (plans[g.id.value].hit_needs_touch ? 1 : 0);
+      continue;
+    }
+    int64_t held = static_cast<int64_t>(gs.blocks.size());
+    if (req.hit != nullptr) {
+      const std::vector<BlockId>& hit = req.hit->blocks[g.id.value];
+      held = static_cast<int64_t>(hit.size());
+      for (BlockId b : hit) {
+        if (b != kNullBlock && pools[g.pool]->ref_count(b) == 0) ++need[g.pool];
+      }
+    }
+    need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - held);
+  }
+  if (!CanTake(need)) return false;
+
+  // 2. Take the hits in every group before allocating anything, so one group's allocation
+  // cannot evict another group's hit.
+  if (req.hit != nullptr) {
+    for (const GroupLayout& g : groups) {
+      const std::vector<BlockId>& hit = req.hit->blocks[g.id.value];
+      std::vector<BlockId> live;
+      for (BlockId b : hit) {
+        if (b != kNullBlock) live.push_back(b);
+      }
+      pools[g.pool]->Touch(live);
+      GroupState& gs = st.groups[g.id.value];
+      if (g.IsAttention()) {
+        gs.blocks = hit;
+        gs.num_cached_blocks = static_cast<int64_t>(hit.size());
+      } else {
+        gs.cur = hit[0].value;
+        gs.cur_is_snapshot = true;
+      }
+    }
+  }
+  // What is left to take: new blocks and slots only.
+  std::fill(need.begin(), need.end(), 0);
+  for (const GroupLayout& g : groups) {
+    const GroupState& gs = st.groups[g.id.value];
+    need[g.pool] += g.IsAttention()
+                        ? std::max<int64_t>(0, CeilDiv(total, g.block_size) -
+                                                   static_cast<int64_t>(gs.blocks.size()))
+                        : plans[g.id.value].fresh_slots;
+  }
+
+  // 3. New blocks and slots.
+  std::vector<BlockId> fresh;
+  for (const GroupLayout& g : groups) {
+    GroupState& gs = st.groups[g.id.value];
+    fresh.clear();
+    if (g.IsAttention()) {
+      const int64_t n = std::max<int64_t>(0, CeilDiv(total, g.block_size) -
+                                                 static_cast<int64_t>(gs.blocks.size()));
+      if (n > 0) TakeFromPool(g.pool, n, need, &fresh);
+      gs.blocks.insert(gs.blocks.end(), fresh.begin(), fresh.end());
+      continue;
+    }
+    const StatePlan& plan = plans[g.id.value];
+    if (plan.fresh_slots > 0) TakeFromPool(g.pool, plan.fresh_slots, need, &fresh);
+    if (gs.step_pending) CommitStep(st);  // async: the previous step's write is the state now
+    const int32_t read = gs.cur;
+    gs.read = read;
+    gs.write = plan.write_in_place ? gs.cur : fresh[0].value;
+    if (read < 0) {
+      gs.read = gs.write;  // no state yet: start from zeros
+      slots_to_zero.push_back(SlotToZero{g.id, gs.write});
+    }
+    if (fresh.size() > 1) gs.extra.push_back(fresh[1].value);
+    gs.snapshot_block = plan.snapshot_block;
+    gs.step_pending = true;
+  }
+
+  // 4. Offer newly full blocks of verified tokens to the prefix cache (so a second identical
+  // prompt in the same step already hits).
+  if (config.enable_prefix_caching) {
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    const int64_t full = std::min<int64_t>(
+        std::min<int64_t>(c + req.num_new_tokens, static_cast<int64_t>(st.tokens.size())) /
+            block_size,
+        static_cast<int64_t>(hashes.size()));
+    for (const GroupLayout& g : groups) {
+      if (!g.IsAttention()) continue;
+      GroupState& gs = st.groups[g.id.value];
+      for (int64_t i = gs.num_cached_blocks; i < full; ++i) {
+        if (gs.blocks[i] == kNullBlock) continue;
+        pools[g.pool]->CacheBlock(gs.blocks[i], hashes[i], g.id, i > 0 ? hashes[i - 1] : hasher->root());
+      }
+      gs.num_cached_blocks = std::max(gs.num_cached_blocks, full);
+    }
+  }
+  bool has_state_groups = false;
+  for (const GroupLayout& g : groups) has_state_groups |= !g.IsAttention();
+  if (has_state_groups) pending_commits.push_back(&st);
+  st.allocated = true;
+  return true;
+}
+
+void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
+  if (st.allocated) CommitStep(st);
+  for (const GroupLayout& g : groups) {
+    GroupState& gs = st.groups[g.id.value];
+    BlockPool& pool = *pools[g.pool];
+    if (g.IsAttention()) {
+      std::vector<BlockId> reversed(gs.blocks.rbegin(), gs.blocks.rend());
+      pool.Free(reversed);
+      gs.blocks.clear();
+      continue;
+    }
+    if (gs.cur >= 0) pool.Free({BlockId(gs.cur)});
+    for (int32_t slot : gs.extra) pool.Free({BlockId(slot)});
+    gs = GroupState{};
+  }
+  st.allocated = false;
+}
+
+}  // namespace kvpage

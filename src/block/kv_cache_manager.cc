@@ -1,0 +1,351 @@
+#include "kvpage/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "block/manager_impl.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+
+namespace kvpage {
+
+using internal::GroupLayout;
+using internal::GroupState;
+using internal::RequestState;
+
+namespace {
+
+absl::Status UnknownRequest(RequestId id) {
+  return absl::NotFoundError(absl::StrCat("unknown request ", id.value));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
+    const ModelSpec& model, const KvCacheConfig& config) {
+  KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Build(model, config));
+  return std::unique_ptr<KvCacheManager>(new KvCacheManager(std::move(impl)));
+}
+
+KvCacheManager::KvCacheManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KvCacheManager::~KvCacheManager() = default;
+
+const KvCacheConfig& KvCacheManager::config() const { return impl_->config; }
+int32_t KvCacheManager::num_groups() const { return static_cast<int32_t>(impl_->groups.size()); }
+int64_t KvCacheManager::num_requests() const { return static_cast<int64_t>(impl_->requests.size()); }
+bool KvCacheManager::HasRequest(RequestId id) const { return impl_->requests.contains(id); }
+
+LayerKind KvCacheManager::group_kind(GroupId group) const {
+  return impl_->groups.at(group.value).kind;
+}
+int32_t KvCacheManager::group_block_size(GroupId group) const {
+  return impl_->groups.at(group.value).block_size;
+}
+
+// ---- Requests ----
+
+absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
+  Impl& m = *impl_;
+  if (!spec.id.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("request id must be >= 0, got ", spec.id.value));
+  }
+  if (m.requests.contains(spec.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
+  }
+  if (spec.prompt_tokens.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " has an empty prompt"));
+  }
+  if (static_cast<int64_t>(spec.prompt_tokens.size()) > m.max_model_len) {
+    return absl::OutOfRangeError(absl::StrCat("request ", spec.id.value, " has ",
+                                              spec.prompt_tokens.size(),
+                                              " prompt tokens, more than max_model_len ",
+                                              m.max_model_len));
+  }
+  for (size_t i = 0; i < spec.prompt_tokens.size(); ++i) {
+    if (spec.prompt_tokens[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " token ", i,
+                                                     " is negative (", spec.prompt_tokens[i], ")"));
+    }
+  }
+  for (size_t i = 1; i < spec.extras.mm_items.size(); ++i) {
+    if (spec.extras.mm_items[i].offset < spec.extras.mm_items[i - 1].offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", spec.id.value, " multimodal items are not sorted by offset"));
+    }
+  }
+  auto st = std::make_unique<RequestState>(spec.id, m.hasher.get(), m.block_size,
+                                           std::move(spec.extras));
+  st->tokens = std::move(spec.prompt_tokens);
+  st->prompt_len = static_cast<int64_t>(st->tokens.size());
+  st->skip_prefix_cache_read = spec.skip_prefix_cache_read;
+  st->groups.resize(m.groups.size());
+  st->hashes.Update(st->tokens);
+  m.requests.emplace(spec.id, std::move(st));
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t> tokens) {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  RequestState& st = *it->second;
+  if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {
+    return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ",
+                                              st.tokens.size() + tokens.size(),
+                                              " tokens, more than max_model_len ",
+                                              impl_->max_model_len));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is negative"));
+  }
+  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+  st.hashes.Update(st.tokens);
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  RequestState& st = *it->second;
+  const int64_t keep = static_cast<int64_t>(st.tokens.size()) - num_tokens;
+  if (num_tokens < 0 || keep < st.prompt_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot roll back ", num_tokens, " tokens of request ", id.value, ": it has ",
+        st.tokens.size() - st.prompt_len, " generated tokens"));
+  }
+  st.tokens.resize(keep);
+  st.hashes.Truncate(keep);
+  for (GroupState& gs : st.groups) {
+    gs.num_cached_blocks = std::min<int64_t>(gs.num_cached_blocks, keep / impl_->block_size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Free(RequestId id) {
+  Impl& m = *impl_;
+  auto it = m.requests.find(id);
+  if (it == m.requests.end()) return UnknownRequest(id);
+  m.FreeRequestBlocks(*it->second);
+  std::erase(m.pending_commits, it->second.get());
+  m.requests.erase(it);
+  return absl::OkStatus();
+}
+
+// ---- Steps ----
+
+void KvCacheManager::NewStep() {
+  Impl& m = *impl_;
+  for (RequestState* st : m.pending_commits) m.CommitStep(*st);
+  m.pending_commits.clear();
+}
+
+absl::StatusOr<CacheHit> KvCacheManager::GetComputedBlocks(RequestId id) {
+  Impl& m = *impl_;
+  auto it = m.requests.find(id);
+  if (it == m.requests.end()) return UnknownRequest(id);
+  const RequestState& st = *it->second;
+  if (st.allocated) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request ", id.value, " already holds blocks"));
+  }
+  CacheHit hit = m.FindLongestHit(st);
+  if (m.config.enable_prefix_caching && !st.skip_prefix_cache_read) {
+    ++m.stats.queries;
+    m.stats.queried_tokens += static_cast<int64_t>(st.tokens.size());
+    m.stats.hit_tokens += hit.num_tokens;
+  }
+  return hit;
+}
+
+absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const AllocationRequest& request) {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  return impl_->Allocate(*it->second, request);
+}
+
+absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
+                                                     const AllocationRequest& request) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  return impl_->CountNeeded(*it->second, request);
+}
+
+absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens) {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  if (num_processed_tokens < 0 ||
+      num_processed_tokens > static_cast<int64_t>(it->second->tokens.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens ", num_processed_tokens,
+                                                   " is outside [0, ", it->second->tokens.size(),
+                                                   "]"));
+  }
+  impl_->RemoveSkipped(*it->second, num_processed_tokens);
+  return absl::OkStatus();
+}
+
+// ---- Tables ----
+
+absl::StatusOr<absl::Span<const BlockId>> KvCacheManager::BlockTable(RequestId id,
+                                                                     GroupId group) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  if (group.value < 0 || group.value >= num_groups() || !impl_->groups[group.value].IsAttention()) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group.value, " is not an attention group"));
+  }
+  return absl::Span<const BlockId>(it->second->groups[group.value].blocks);
+}
+
+absl::Status KvCacheManager::FillBlockTableRow(RequestId id, GroupId group,
+                                               int32_t kernel_block_size,
+                                               absl::Span<int32_t> row) const {
+  KVPAGE_ASSIGN_OR_RETURN(absl::Span<const BlockId> table, BlockTable(id, group));
+  const int32_t bs = impl_->groups[group.value].block_size;
+  if (kernel_block_size <= 0 || bs % kernel_block_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel block size ", kernel_block_size,
+                                                   " does not divide block size ", bs));
+  }
+  const int64_t ratio = bs / kernel_block_size;
+  if (static_cast<int64_t>(table.size()) * ratio > static_cast<int64_t>(row.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("row of ", row.size(), " entries cannot hold ",
+                                                   table.size() * ratio, " kernel blocks"));
+  }
+  size_t k = 0;
+  for (BlockId b : table) {
+    for (int64_t j = 0; j < ratio; ++j) row[k++] = static_cast<int32_t>(b.value * ratio + j);
+  }
+  std::fill(row.begin() + k, row.end(), 0);
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::FillSlotMapping(RequestId id, GroupId group, int64_t start,
+                                             absl::Span<int64_t> out) const {
+  KVPAGE_ASSIGN_OR_RETURN(absl::Span<const BlockId> table, BlockTable(id, group));
+  const int64_t bs = impl_->groups[group.value].block_size;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t pos = start + static_cast<int64_t>(i);
+    const int64_t index = pos / bs;
+    if (pos < 0 || index >= static_cast<int64_t>(table.size()) || table[index] == kNullBlock) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", id.value, " holds no block for position ",
+                                                     pos, " in group ", group.value));
+    }
+    out[i] = int64_t{table[index].value} * bs + pos % bs;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StateSlots> KvCacheManager::GetStateSlots(RequestId id, GroupId group) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  if (group.value < 0 || group.value >= num_groups() ||
+      impl_->groups[group.value].kind != LayerKind::kLinearAttention) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", group.value, " is not a linear-attention group"));
+  }
+  const GroupState& gs = it->second->groups[group.value];
+  return StateSlots{gs.read, gs.write};
+}
+
+std::vector<StateCopy> KvCacheManager::TakeStateCopies() {
+  std::vector<StateCopy> out;
+  out.swap(impl_->state_copies);
+  return out;
+}
+
+std::vector<SlotToZero> KvCacheManager::TakeSlotsToZero() {
+  std::vector<SlotToZero> out;
+  out.swap(impl_->slots_to_zero);
+  return out;
+}
+
+// ---- Accounting ----
+
+KvCacheUsage KvCacheManager::Usage() const {
+  const Impl& m = *impl_;
+  KvCacheUsage u;
+  u.budget_bytes = m.budget->total_bytes();
+  u.mapped_bytes = m.budget->used_bytes();
+  for (const GroupLayout& g : m.groups) {
+    const BlockPool& pool = *m.pools[g.pool];
+    PoolUsage p;
+    p.group = g.id;
+    p.kind = g.kind;
+    p.block_bytes = pool.block_bytes();
+    p.used_blocks = pool.num_used_blocks();
+    p.cached_free_blocks = pool.num_cached_free_blocks();
+    p.clean_blocks = pool.num_clean_blocks();
+    p.mapped_chunks = pool.num_mapped_chunks();
+    u.pools.push_back(p);
+  }
+  for (const auto& pool : m.pools) u.used_bytes += int64_t{pool->num_used_blocks()} * pool->block_bytes();
+  u.usage = u.budget_bytes > 0 ? static_cast<double>(u.used_bytes) / u.budget_bytes : 0.0;
+  return u;
+}
+
+std::vector<BlockId> KvCacheManager::FreeBlockOrder(GroupId group) const {
+  return impl_->pools[impl_->groups.at(group.value).pool]->FreeOrder();
+}
+
+PrefixCacheStats KvCacheManager::prefix_cache_stats() const { return impl_->stats; }
+std::vector<KvEvent> KvCacheManager::DrainEvents() { return impl_->events.Drain(); }
+
+absl::Status KvCacheManager::ResetPrefixCache() {
+  for (const auto& pool : impl_->pools) {
+    if (pool->num_used_blocks() > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot reset the prefix cache while ", pool->num_used_blocks(), " blocks are in use"));
+    }
+  }
+  for (const auto& pool : impl_->pools) KVPAGE_RETURN_IF_ERROR(pool->ResetPrefixCache());
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::CheckInvariants() const {
+  const Impl& m = *impl_;
+  int64_t mapped_bytes = 0;
+  std::vector<std::vector<int32_t>> refs(m.pools.size());
+  for (size_t p = 0; p < m.pools.size(); ++p) {
+    KVPAGE_RETURN_IF_ERROR(m.pools[p]->CheckInvariants());
+    mapped_bytes += int64_t{m.pools[p]->num_mapped_chunks()} * m.pools[p]->chunk_bytes();
+    refs[p].assign(m.pools[p]->capacity() + 1, 0);
+  }
+  if (mapped_bytes != m.budget->used_bytes()) {
+    return absl::InternalError(absl::StrCat("pools map ", mapped_bytes, " bytes but the budget lent ",
+                                            m.budget->used_bytes()));
+  }
+  for (const auto& [id, st] : m.requests) {
+    const int64_t full_blocks = static_cast<int64_t>(st->tokens.size()) / m.block_size;
+    if (static_cast<int64_t>(st->hashes.hashes().size()) != full_blocks) {
+      return absl::InternalError(absl::StrCat("request ", id.value, " has ", st->hashes.hashes().size(),
+                                              " block hashes for ", full_blocks, " full blocks"));
+    }
+    for (const GroupLayout& g : m.groups) {
+      const GroupState& gs = st->groups[g.id.value];
+      std::vector<int32_t>& r = refs[g.pool];
+      auto count = [&](int32_t b) -> absl::Status {
+        if (b < 0) return absl::OkStatus();
+        if (b == 0 || b >= static_cast<int32_t>(r.size()) || !m.pools[g.pool]->is_mapped(BlockId(b))) {
+          return absl::InternalError(absl::StrCat("request ", id.value, " group ", g.id.value,
+                                                  " holds invalid block ", b));
+        }
+        ++r[b];
+        return absl::OkStatus();
+      };
+      for (BlockId b : gs.blocks) {
+        if (b != kNullBlock) KVPAGE_RETURN_IF_ERROR(count(b.value));
+      }
+      KVPAGE_RETURN_IF_ERROR(count(gs.cur));
+      if (gs.step_pending && gs.write != gs.cur) KVPAGE_RETURN_IF_ERROR(count(gs.write));
+      for (int32_t slot : gs.extra) KVPAGE_RETURN_IF_ERROR(count(slot));
+    }
+  }
+  for (size_t p = 0; p < m.pools.size(); ++p) {
+    for (int32_t b = 1; b < static_cast<int32_t>(refs[p].size()); ++b) {
+      if (refs[p][b] != m.pools[p]->ref_count(BlockId(b))) {
+        return absl::InternalError(absl::StrCat("pool ", p, " block ", b, " has ref count ",
+                                                m.pools[p]->ref_count(BlockId(b)), " but requests hold ",
+                                                refs[p][b], " references"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvpage

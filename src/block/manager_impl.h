@@ -1,0 +1,68 @@
+// KvCacheManager::Impl, shared by the manager's source files (internal).
+//
+//   kv_cache_manager.cc  public API, requests, tables, accounting, invariants
+//   manager_layout.cc    groups and pools for kvpage and vllm accounting
+//   prefix_hit.cc        the longest prefix every group can serve (fixed point)
+//   allocation.cc        AllocateSlots, sliding-window frees, state slots, chunk moves
+#ifndef KVPAGE_BLOCK_MANAGER_IMPL_H_
+#define KVPAGE_BLOCK_MANAGER_IMPL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "block/request_state.h"
+#include "kvpage/block_hash.h"
+#include "kvpage/block_pool.h"
+#include "kvpage/kv_cache_manager.h"
+#include "kvpage/kv_events.h"
+#include "kvpage/memory_budget.h"
+
+namespace kvpage {
+
+class KvCacheManager::Impl {
+ public:
+  // ---- Construction (manager_layout.cc) ----
+  static absl::StatusOr<std::unique_ptr<Impl>> Build(const ModelSpec& model,
+                                                     const KvCacheConfig& config);
+
+  // ---- Prefix hits (prefix_hit.cc) ----
+  CacheHit FindLongestHit(const internal::RequestState& st) const;
+  // Blocks of the hit in group g covering `num_blocks` blocks (nulls outside a window).
+  int64_t GroupHitLength(const internal::GroupLayout& g, absl::Span<const BlockHash> hashes,
+                         int64_t max_blocks) const;
+
+  // ---- Allocation (allocation.cc) ----
+  absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
+  absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
+                                      const AllocationRequest& req) const;
+  absl::Status ValidateAllocation(const internal::RequestState& st,
+                                  const AllocationRequest& req) const;
+  void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
+  void CommitStep(internal::RequestState& st);
+  void FreeRequestBlocks(internal::RequestState& st);
+  // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
+  bool CanTake(absl::Span<const int64_t> need) const;
+  // Takes need[p] blocks from pool p (after CanTake); `need` is consumed as pools are served.
+  void TakeFromPool(int32_t p, int64_t n, std::vector<int64_t>& need, std::vector<BlockId>* out);
+
+  // ---- State ----
+  KvCacheConfig config;
+  int64_t max_model_len = 0;
+  int32_t block_size = 0;  // hash block size: every attention group's block size
+  std::vector<internal::GroupLayout> groups;
+  KvEventLog events;
+  std::unique_ptr<MemoryBudget> budget;
+  std::vector<std::unique_ptr<BlockPool>> pools;
+  std::unique_ptr<BlockHasher> hasher;
+  absl::flat_hash_map<RequestId, std::unique_ptr<internal::RequestState>> requests;
+  std::vector<internal::RequestState*> pending_commits;
+  std::vector<StateCopy> state_copies;
+  std::vector<SlotToZero> slots_to_zero;
+  PrefixCacheStats stats;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_BLOCK_MANAGER_IMPL_H_

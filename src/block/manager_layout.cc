@@ -1,0 +1,164 @@
+// Groups and pools of a KvCacheManager, for kvpage and vllm accounting.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "block/manager_impl.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+#include "planner/vllm_layout.h"
+
+namespace kvpage {
+namespace {
+
+using internal::GroupLayout;
+
+// Largest id count a pool may have (ids are int32 and id 0 is the null block).
+constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
+
+absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t blocks_per_chunk,
+                     int64_t max_chunks) {
+  BlockPoolConfig pc;
+  pc.pool_index = static_cast<int32_t>(m.pools.size());
+  pc.block_bytes = block_bytes;
+  pc.blocks_per_chunk = static_cast<int32_t>(blocks_per_chunk);
+  pc.max_chunks = static_cast<int32_t>(max_chunks);
+  pc.enable_caching = m.config.enable_prefix_caching;
+  KVPAGE_RETURN_IF_ERROR(pc.Validate());
+  m.pools.push_back(std::make_unique<BlockPool>(pc, m.budget.get(), &m.events));
+  return absl::OkStatus();
+}
+
+// kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes.
+absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype) {
+  const int64_t budget = m.config.kv_budget_bytes;
+  m.block_size = m.config.block_size;
+  for (size_t i = 0; i < model.groups.size(); ++i) {
+    const LayerGroup& group = model.groups[i];
+    GroupLayout g;
+    g.id = GroupId(static_cast<int32_t>(i));
+    g.kind = group.spec.kind;
+    g.num_layers = group.num_layers();
+    g.window = group.spec.sliding_window;
+    g.pool = static_cast<int32_t>(i);
+    if (g.IsAttention()) {
+      g.block_size = m.block_size;
+      KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
+                              internal::AttentionTokenBytes(group.spec.attention, dtype));
+      g.block_bytes = int64_t{m.block_size} * token_bytes * g.num_layers;
+    } else {
+      g.block_bytes = group.spec.linear.NativeBytes() * g.num_layers;
+    }
+    if (g.block_bytes > budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "kv_budget_bytes ", budget, " cannot hold one ", LayerKindName(g.kind), " block of ",
+          g.block_bytes, " bytes"));
+    }
+    const int64_t per_chunk = std::clamp<int64_t>(m.config.chunk_bytes / g.block_bytes, 1,
+                                                  budget / g.block_bytes);
+    const int64_t chunks = std::min(budget / (per_chunk * g.block_bytes), kMaxPoolBlocks / per_chunk);
+    KVPAGE_RETURN_IF_ERROR(AddPool(m, g.block_bytes, per_chunk, chunks));
+    m.groups.push_back(g);
+  }
+  return absl::OkStatus();
+}
+
+// vllm: vLLM's equal-size groups sharing one block-id space; a block id costs
+// group_size × page whichever group holds it.
+absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype) {
+  KVPAGE_ASSIGN_OR_RETURN(internal::VllmLayout layout,
+                          internal::BuildVllmLayout(model, m.config.block_size, dtype));
+  const int64_t block_id_bytes = layout.uniform_single_group
+                                     ? layout.uniform_block_bytes
+                                     : layout.group_size * layout.page_bytes;
+  int64_t attention_block = 0;
+  for (const internal::VllmBucket& b : layout.buckets) {
+    if (b.block_size == 0) continue;
+    if (attention_block != 0 && attention_block != b.block_size) {
+      return absl::UnimplementedError(
+          "vllm accounting with different block sizes per group is not supported");
+    }
+    attention_block = b.block_size;
+  }
+  m.block_size = attention_block > 0 ? static_cast<int32_t>(attention_block) : m.config.block_size;
+  const int64_t num_blocks = std::min(m.config.kv_budget_bytes / block_id_bytes, kMaxPoolBlocks);
+  if (num_blocks < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat("kv_budget_bytes ", m.config.kv_budget_bytes,
+                                                     " cannot hold one vLLM block of ",
+                                                     block_id_bytes, " bytes"));
+  }
+  auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
+    GroupLayout g;
+    g.id = GroupId(static_cast<int32_t>(m.groups.size()));
+    g.kind = spec.kind;
+    g.num_layers = layers;
+    g.padding_layers = padding;
+    g.block_size = spec.IsAttention() ? m.block_size : 0;
+    g.window = spec.sliding_window;
+    g.pool = 0;
+    g.block_bytes = block_id_bytes;
+    m.groups.push_back(g);
+  };
+  if (layout.uniform_single_group) {
+    add_group(model.groups[0].spec, model.num_layers(), 0);
+  } else {
+    for (const internal::VllmBucket& b : layout.buckets) {
+      const int64_t n = b.group->num_layers();
+      const int64_t num_groups = internal::CeilDiv(n, layout.group_size);
+      for (int64_t i = 0; i < num_groups; ++i) {
+        const int64_t real = n / num_groups + (i < n % num_groups ? 1 : 0);
+        add_group(b.group->spec, static_cast<int32_t>(real),
+                  static_cast<int32_t>(layout.group_size - real));
+      }
+    }
+  }
+  // One chunk holding every block: vLLM allocates the whole pool at start-up.
+  return AddPool(m, block_id_bytes, num_blocks, 1);
+}
+
+}  // namespace
+
+absl::Status KvCacheConfig::Validate() const {
+  auto positive = [](const char* name, int64_t v) -> absl::Status {
+    if (v > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", v));
+  };
+  KVPAGE_RETURN_IF_ERROR(positive("kv_budget_bytes", kv_budget_bytes));
+  KVPAGE_RETURN_IF_ERROR(positive("block_size", block_size));
+  KVPAGE_RETURN_IF_ERROR(positive("max_num_batched_tokens", max_num_batched_tokens));
+  KVPAGE_RETURN_IF_ERROR(positive("chunk_bytes", chunk_bytes));
+  if (block_size > (1 << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
+  }
+  if (max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_model_len must be >= 0, got ", max_model_len));
+  }
+  if (decode_snapshot_interval_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode_snapshot_interval_blocks must be >= 0, got ", decode_snapshot_interval_blocks));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Build(
+    const ModelSpec& model, const KvCacheConfig& config) {
+  KVPAGE_RETURN_IF_ERROR(config.Validate());
+  if (model.groups.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has no layers"));
+  }
+  auto m = std::make_unique<Impl>();
+  m->config = config;
+  m->max_model_len = config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
+  m->events.set_enabled(config.enable_kv_events);
+  m->budget = std::make_unique<MemoryBudget>(config.kv_budget_bytes, config.backing);
+  m->hasher = std::make_unique<BlockHasher>(config.hash_algorithm, config.hash_seed);
+  const DType dtype = config.kv_cache_dtype.value_or(model.dtype);
+  if (config.mode == AccountingMode::kKvpage) {
+    KVPAGE_RETURN_IF_ERROR(BuildKvpageLayout(*m, model, dtype));
+  } else {
+    KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
+  }
+  return m;
+}
+
+}  // namespace kvpage

@@ -1,0 +1,65 @@
+// Per-request and per-group bookkeeping of the KvCacheManager (internal).
+#ifndef KVPAGE_BLOCK_REQUEST_STATE_H_
+#define KVPAGE_BLOCK_REQUEST_STATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kvpage/block_hash.h"
+#include "kvpage/model_spec.h"
+#include "kvpage/types.h"
+
+namespace kvpage::internal {
+
+// How one layer group is laid out in the manager.
+struct GroupLayout {
+  GroupId id;
+  LayerKind kind = LayerKind::kFullAttention;
+  int32_t num_layers = 0;
+  int32_t padding_layers = 0;  // vllm mode
+  int32_t block_size = 0;      // tokens per block (attention groups)
+  int32_t window = 0;          // sliding window, in tokens
+  int32_t pool = 0;            // index into the manager's pools
+  int64_t block_bytes = 0;     // bytes one block id of this group costs
+
+  bool IsAttention() const { return kind != LayerKind::kLinearAttention; }
+};
+
+// A request's holdings in one group.
+struct GroupState {
+  // Attention: the block table, one entry per block of tokens, kNullBlock where a sliding
+  // window released the block.
+  std::vector<BlockId> blocks;
+  int64_t num_cached_blocks = 0;  // blocks [0, n) have been offered to the prefix cache
+
+  // Linear attention. `cur` holds the state after the last committed step (-1: none yet, the
+  // state is zero). A snapshot `cur` is shared with the prefix cache; a scratch `cur` is the
+  // request's own and is updated in place.
+  int32_t cur = -1;
+  bool cur_is_snapshot = false;
+  // The step in flight: read `read`, write `write`; `snapshot_block` >= 0 registers `write`
+  // under that block's hash when the step commits.
+  bool step_pending = false;
+  int32_t read = -1;
+  int32_t write = -1;
+  int64_t snapshot_block = -1;
+  std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps per group
+};
+
+struct RequestState {
+  RequestState(RequestId request_id, const BlockHasher* hasher, int32_t block_size,
+               BlockHashExtras extras)
+      : id(request_id), hashes(hasher, block_size, std::move(extras)) {}
+
+  RequestId id;
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  bool skip_prefix_cache_read = false;
+  bool allocated = false;  // has been through AllocateSlots
+  RequestBlockHashes hashes;
+  std::vector<GroupState> groups;
+};
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_BLOCK_REQUEST_STATE_H_

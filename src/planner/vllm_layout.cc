@@ -1,0 +1,95 @@
+#include "planner/vllm_layout.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+
+namespace kvpage::internal {
+
+absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
+                                           DType dtype) {
+  if (dtype == DType::kQ8_0) {
+    return absl::InvalidArgumentError(
+        "kv_cache_dtype q8_0 is a llama.cpp format; vllm supports auto, bf16, f16, f32, fp8");
+  }
+  VllmLayout layout;
+  int64_t block_size = requested_block_size;
+  // Hybrid attention + linear attention: grow the attention block until its page holds a
+  // whole linear-attention state (Platform._align_hybrid_block_size, "align"/"none" modes).
+  int64_t attn_token_bytes = 0, state_page = 0;
+  for (const LayerGroup& g : model.groups) {
+    if (g.spec.kind == LayerKind::kLinearAttention) {
+      state_page = std::max(state_page, g.spec.linear.NativeBytes());
+    } else if (attn_token_bytes == 0) {
+      KVPAGE_ASSIGN_OR_RETURN(attn_token_bytes, AttentionTokenBytes(g.spec.attention, dtype));
+    }
+  }
+  if (state_page > 0 && attn_token_bytes > 0) {
+    const int64_t align = std::max<int64_t>(kKernelBlockAlignment, block_size);
+    const int64_t attn_block = align * CeilDiv(state_page, align * attn_token_bytes);
+    block_size = std::max(block_size, attn_block);
+  }
+
+  int64_t max_page = 0;
+  for (const LayerGroup& g : model.groups) {
+    VllmBucket b{&g, 0, 0};
+    if (g.spec.kind == LayerKind::kLinearAttention) {
+      b.page_bytes = g.spec.linear.NativeBytes();
+    } else {
+      KVPAGE_ASSIGN_OR_RETURN(int64_t tok, AttentionTokenBytes(g.spec.attention, dtype));
+      b.block_size = block_size;
+      b.page_bytes = block_size * tok;
+    }
+    max_page = std::max(max_page, b.page_bytes);
+    layout.buckets.push_back(b);
+  }
+
+  // One group when every layer has the same kind (and window): vLLM's uniform specs.
+  bool same_kind = true;
+  for (const VllmBucket& b : layout.buckets) {
+    same_kind &= b.group->spec.kind == layout.buckets[0].group->spec.kind &&
+                 b.group->spec.sliding_window == layout.buckets[0].group->spec.sliding_window &&
+                 b.group->spec.IsAttention();
+  }
+  if (same_kind) {
+    layout.uniform_single_group = true;
+    for (const VllmBucket& b : layout.buckets) {
+      layout.uniform_block_bytes += b.page_bytes * b.group->num_layers();
+    }
+    layout.group_size = model.num_layers();
+    layout.page_bytes = layout.uniform_block_bytes / std::max(1, model.num_layers());
+    return layout;
+  }
+
+  // unify_kv_cache_spec_page_size: smaller attention pages grow their block size by the page
+  // ratio; linear-attention pages are padded.
+  for (VllmBucket& b : layout.buckets) {
+    if (b.page_bytes == max_page) continue;
+    if (b.group->spec.kind == LayerKind::kLinearAttention) {
+      b.page_bytes = max_page;
+    } else if (max_page % b.page_bytes == 0) {
+      b.block_size *= max_page / b.page_bytes;
+      b.page_bytes = max_page;
+    } else {
+      return absl::UnimplementedError(absl::StrCat(
+          "vllm cannot unify a ", b.page_bytes, "-byte attention page with the ", max_page,
+          "-byte page of another layer group (vLLM raises NotImplementedError here)"));
+    }
+  }
+  layout.page_bytes = max_page;
+
+  // _get_kv_cache_groups_uniform_page_size: group size = smallest bucket, unless the largest
+  // bucket is under 1.5× the smallest, in which case the largest (fewer padding layers).
+  int64_t min_layers = model.num_layers(), max_layers = 0;
+  for (const VllmBucket& b : layout.buckets) {
+    min_layers = std::min<int64_t>(min_layers, b.group->num_layers());
+    max_layers = std::max<int64_t>(max_layers, b.group->num_layers());
+  }
+  layout.group_size = (2 * max_layers < 3 * min_layers) ? max_layers : min_layers;
+  return layout;
+}
+
+}  // namespace kvpage::internal

@@ -1,0 +1,40 @@
+// vLLM 0.29's KV cache layout for a model: hybrid block alignment, page unification and
+// equal-size grouping (internal; used by the vllm planner policy and the vllm accounting mode
+// of the block manager). Sources: vllm.md §1.4–1.6.
+#ifndef KVPAGE_PLANNER_VLLM_LAYOUT_H_
+#define KVPAGE_PLANNER_VLLM_LAYOUT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvpage/dtype.h"
+#include "kvpage/model_spec.h"
+
+namespace kvpage::internal {
+
+// FlashAttention's kernel block alignment in vLLM on Hopper/Ampere.
+inline constexpr int64_t kKernelBlockAlignment = 16;
+
+// Layers of one identical spec ("bucket" before grouping), with their unified page.
+struct VllmBucket {
+  const LayerGroup* group = nullptr;
+  int64_t block_size = 0;  // tokens per block (attention only)
+  int64_t page_bytes = 0;  // one layer, one block (after unification / padding)
+};
+
+struct VllmLayout {
+  std::vector<VllmBucket> buckets;
+  int64_t group_size = 0;
+  int64_t page_bytes = 0;  // the common page every bucket was unified to
+  bool uniform_single_group = false;
+  int64_t uniform_block_bytes = 0;  // Σ pages when every layer is in one group
+};
+
+// InvalidArgument for q8_0; Unimplemented when pages cannot be unified (as vLLM).
+absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
+                                           DType dtype);
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_PLANNER_VLLM_LAYOUT_H_

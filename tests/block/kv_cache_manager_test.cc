@@ -1,0 +1,446 @@
+// The block manager against vLLM's acceptance scenarios (vllm.md §6.1–6.3), with exact block
+// ids, plus kvpage's own pools (recurrent snapshots, chunks) and bad input.
+#include "kvpage/kv_cache_manager.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "block/manager_test_util.h"
+
+namespace kvpage {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Concat;
+using testing::Ids;
+using testing::Tokens;
+using testing::TinyModel;
+
+constexpr GroupId kG0{0};
+constexpr GroupId kG1{1};
+constexpr GroupId kG2{2};
+
+// kvpage mode over one chunk of `blocks` usable blocks (vLLM's pool of blocks + 1).
+std::unique_ptr<KvCacheManager> FullManager(int32_t blocks, bool caching = true,
+                                            int32_t block_size = 16) {
+  KvCacheConfig c;
+  c.block_size = block_size;
+  c.kv_budget_bytes = int64_t{blocks} * block_size * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.enable_prefix_caching = caching;
+  c.hash_seed = 7;
+  auto m = KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+// Adds a request, looks up its hit, allocates its whole prompt; returns the hit length.
+int64_t AddAndPrefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) {
+  EXPECT_TRUE(m.AddRequest({RequestId(id), prompt}).ok());
+  auto hit = m.GetComputedBlocks(RequestId(id));
+  EXPECT_TRUE(hit.ok()) << hit.status();
+  AllocationRequest req;
+  req.num_computed_tokens = hit->num_tokens;
+  req.num_new_tokens = static_cast<int64_t>(prompt.size()) - hit->num_tokens;
+  req.hit = &*hit;
+  auto ok = m.AllocateSlots(RequestId(id), req);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(*ok);
+  KVPAGE_EXPECT_INVARIANTS(m);
+  return hit->num_tokens;
+}
+
+std::vector<int32_t> Table(const KvCacheManager& m, int64_t id, GroupId g = kG0) {
+  auto t = m.BlockTable(RequestId(id), g);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? Ids(*t) : std::vector<int32_t>{};
+}
+
+// T1: prefill, hit, free order, eviction order.
+TEST(KvCacheManagerTest, PrefillHitAndFreeOrder) {
+  auto m = FullManager(10);
+  const std::vector<int32_t> common = Tokens(48);
+  EXPECT_EQ(AddAndPrefill(*m, 1, Concat(common, Tokens(7, 1000))), 0);
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ(AddAndPrefill(*m, 2, Concat(common, Tokens(5, 2000))), 48);
+  EXPECT_THAT(Table(*m, 2), ElementsAre(1, 2, 3, 5));
+  EXPECT_EQ(m->Usage().pools[0].used_blocks, 5);
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(5, 4, 6, 7, 8, 9, 10, 3, 2, 1));
+
+  EXPECT_EQ(AddAndPrefill(*m, 3, Concat(common, Tokens(6, 3000))), 48);
+  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 3, 5));
+  EXPECT_EQ(m->Usage().pools[0].used_blocks, 4);
+  ASSERT_TRUE(m->Free(RequestId(3)).ok());
+  // 160 tokens with no hit take every block, in eviction order.
+  EXPECT_EQ(AddAndPrefill(*m, 4, Tokens(160, 5000)), 0);
+  EXPECT_THAT(Table(*m, 4), ElementsAre(5, 4, 6, 7, 8, 9, 10, 3, 2, 1));
+  EXPECT_TRUE(m->FreeBlockOrder(kG0).empty());
+}
+
+// T2: decode growth caches blocks as they fill.
+TEST(KvCacheManagerTest, DecodeGrowth) {
+  auto m = FullManager(10);
+  AddAndPrefill(*m, 1, Tokens(55));
+  AllocationRequest step{.num_computed_tokens = 55, .num_new_tokens = 4};
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(4, 100)).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), step));
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4));  // 59 tokens fit in 4 blocks
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(19, 200)).ok());
+  step = {.num_computed_tokens = 59, .num_new_tokens = 19};
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), step));
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4, 5));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // Block 4 (tokens 48–63) became full and is now a hit for the same 64 tokens.
+  std::vector<int32_t> seq = Concat(Concat(Tokens(55), Tokens(4, 100)), Tokens(19, 200));
+  seq.resize(65);
+  ASSERT_TRUE(m->AddRequest({RequestId(2), seq}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 64);
+}
+
+// T3: LRU eviction order after freeing two requests.
+TEST(KvCacheManagerTest, LruEvictionOrder) {
+  auto m = FullManager(10);
+  const std::vector<int32_t> a = Tokens(87);
+  AddAndPrefill(*m, 1, a);
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4, 5, 6));
+  AddAndPrefill(*m, 2, Tokens(48, 1000));
+  EXPECT_THAT(Table(*m, 2), ElementsAre(7, 8, 9));
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(6, 10, 5, 4, 3, 2, 1));
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(6, 10, 5, 4, 3, 2, 1, 9, 8, 7));
+  EXPECT_EQ(AddAndPrefill(*m, 3, std::vector<int32_t>(a.begin(), a.begin() + 35)), 32);
+  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 6));
+  EXPECT_EQ(m->Usage().pools[0].used_blocks, 3);
+}
+
+// T4: a reused page loses its old hash.
+TEST(KvCacheManagerTest, ReusedBlockDropsItsHash) {
+  auto m = FullManager(1);
+  m->DrainEvents();
+  AddAndPrefill(*m, 1, Tokens(16));  // one full block, cached at allocation
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  AddAndPrefill(*m, 2, Tokens(15, 100));  // takes the same page
+  EXPECT_THAT(Table(*m, 2), ElementsAre(1));
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(17)}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 0);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// T5: a hit block is not the one evicted for the new block.
+TEST(KvCacheManagerTest, HitBlocksAreNotEvictedForTheirOwnRequest) {
+  auto m = FullManager(2);
+  const std::vector<int32_t> a = Tokens(16);
+  AddAndPrefill(*m, 1, Concat(a, {7}));  // needs 2 blocks: [1, 2]
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  AddAndPrefill(*m, 2, Concat(Tokens(16, 500), {7}));  // evicts 2 (unhashed) then 1? no: [2, 1]
+  EXPECT_THAT(Table(*m, 2), ElementsAre(2, 1));
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// T6: caching disabled: no hits, and the pool runs out.
+TEST(KvCacheManagerTest, CachingDisabled) {
+  auto m = FullManager(4, /*caching=*/false, /*block_size=*/4);
+  AddAndPrefill(*m, 1, Tokens(10));
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  EXPECT_EQ(AddAndPrefill(*m, 2, Tokens(16)), 0);
+  EXPECT_EQ(Table(*m, 2).size(), 4u);
+  ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(4, 900)}).ok());
+  auto ok = m->AllocateSlots(RequestId(3), {.num_new_tokens = 4});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_FALSE(*ok);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// T7: a failed allocation touches nothing.
+TEST(KvCacheManagerTest, FailedAllocationHasNoSideEffects) {
+  auto m = FullManager(10);
+  const std::vector<int32_t> prefix = Tokens(144);
+  AddAndPrefill(*m, 1, std::vector<int32_t>(prefix.begin(), prefix.begin() + 48));  // [1,2,3]
+  AddAndPrefill(*m, 2, std::vector<int32_t>(prefix.begin(), prefix.begin() + 96));  // +[4,5,6]
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  AddAndPrefill(*m, 3, Tokens(32, 5000));  // 2 blocks → 5 free
+  EXPECT_EQ(m->Usage().pools[0].clean_blocks + m->Usage().pools[0].cached_free_blocks, 5);
+  ASSERT_TRUE(m->AddRequest({RequestId(4), prefix}).ok());
+  auto hit = m->GetComputedBlocks(RequestId(4));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->num_tokens, 96);
+  const std::vector<BlockId> before = m->FreeBlockOrder(kG0);
+  AllocationRequest req{.num_computed_tokens = 96, .num_new_tokens = 48, .hit = &*hit};
+  EXPECT_EQ(*m->BlocksNeeded(RequestId(4), req), 6);  // 3 new + 3 hit blocks now free
+  auto ok = m->AllocateSlots(RequestId(4), req);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_FALSE(*ok);
+  EXPECT_EQ(m->FreeBlockOrder(kG0), before);
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
+  EXPECT_TRUE(Table(*m, 4).empty());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// T8: cache salts separate otherwise identical prompts.
+TEST(KvCacheManagerTest, CacheSaltSeparatesPrompts) {
+  auto m = FullManager(20);
+  const std::vector<int32_t> p = Tokens(55);
+  KvRequestSpec a{RequestId(1), p};
+  a.extras.cache_salt = "salt1";
+  ASSERT_TRUE(m->AddRequest(a).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 55}));
+  KvRequestSpec same = a;
+  same.id = RequestId(2);
+  ASSERT_TRUE(m->AddRequest(same).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 48);
+  KvRequestSpec other = a;
+  other.id = RequestId(3);
+  other.extras.cache_salt = "salt2";
+  ASSERT_TRUE(m->AddRequest(other).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 0);
+  ASSERT_TRUE(m->AddRequest({RequestId(4), p}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(4))->num_tokens, 0);
+}
+
+// T10: a request that skips reading still writes; no de-duplication of equal hashes.
+TEST(KvCacheManagerTest, SkipReadStillWritesWithoutDedup) {
+  auto m = FullManager(20);
+  AddAndPrefill(*m, 1, Tokens(40));
+  KvRequestSpec plp{RequestId(2), Tokens(40)};
+  plp.skip_prefix_cache_read = true;
+  ASSERT_TRUE(m->AddRequest(plp).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 0);
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_new_tokens = 40}));
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Table(*m, 2), ElementsAre(4, 5, 6));
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // Blocks 1 and 2 were evictable, but 4 and 5 still serve the same hashes.
+  ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(40)}).ok());
+  auto hit = m->GetComputedBlocks(RequestId(3));
+  EXPECT_EQ(hit->num_tokens, 32);
+}
+
+// T16: two identical prompts in one step: the second reuses what the first just allocated.
+TEST(KvCacheManagerTest, SameStepDedup) {
+  auto m = FullManager(40);
+  EXPECT_EQ(AddAndPrefill(*m, 1, Tokens(100)), 0);
+  EXPECT_EQ(AddAndPrefill(*m, 2, Tokens(100)), 96);  // schedules 100 mod 16 = 4 tokens
+  // Multi-turn: the next turn is the prompt plus 200 generated tokens: 300 % 16 = 12 new.
+  std::vector<int32_t> turn2 = Concat(Tokens(100), Tokens(200, 7000));
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(200, 7000)).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 100, .num_new_tokens = 200}));
+  EXPECT_EQ(AddAndPrefill(*m, 3, turn2), 288);
+}
+
+// T14: lookahead slots for draft tokens.
+TEST(KvCacheManagerTest, LookaheadSlots) {
+  auto m = FullManager(10, true, 4);
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(3)}).ok());
+  AllocationRequest req{.num_new_tokens = 3, .num_lookahead_tokens = 2};
+  EXPECT_EQ(*m->BlocksNeeded(RequestId(1), req), 2);
+  req.num_lookahead_tokens = 4;
+  EXPECT_EQ(*m->BlocksNeeded(RequestId(1), req), 2);
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), req));
+  EXPECT_EQ(Table(*m, 1).size(), 2u);
+}
+
+// ---- Hybrid full + sliding window -----------------------------------------------------
+
+std::unique_ptr<KvCacheManager> HybridManager(AccountingMode mode, int32_t blocks) {
+  KvCacheConfig c;
+  c.mode = mode;
+  c.kv_budget_bytes = int64_t{blocks} * 512 * (mode == AccountingMode::kVllm ? 1 : 3);
+  // kvpage: 8 KiB chunks = 16 full-attention blocks or 8 sliding-window blocks (2 layers).
+  c.chunk_bytes = mode == AccountingMode::kVllm ? c.kv_budget_bytes : 8192;
+  c.hash_seed = 1;
+  auto m = KvCacheManager::Create(TinyModel(testing::kTinyHybridSwa), c);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+// H1 under vllm accounting: three groups share one block-id space.
+TEST(KvCacheManagerTest, VllmHybridSlidingWindowHitsWithNullBlocks) {
+  auto m = HybridManager(AccountingMode::kVllm, 20);
+  ASSERT_EQ(m->num_groups(), 3);
+  const std::vector<int32_t> common = Tokens(48);
+  AddAndPrefill(*m, 1, Concat(common, Tokens(7, 900)));
+  EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(5, 6, 7, 8));
+  EXPECT_THAT(Table(*m, 1, kG2), ElementsAre(9, 10, 11, 12));
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(common, Tokens(5, 800))}).ok());
+  auto hit = m->GetComputedBlocks(RequestId(2));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->num_tokens, 48);
+  EXPECT_THAT(Ids(hit->blocks[0]), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Ids(hit->blocks[1]), ElementsAre(0, 6, 7));
+  EXPECT_THAT(Ids(hit->blocks[2]), ElementsAre(0, 10, 11));
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_computed_tokens = 48, .num_new_tokens = 5,
+                                               .hit = &*hit}));
+  EXPECT_THAT(Table(*m, 2, kG0), ElementsAre(1, 2, 3, 13));
+  EXPECT_THAT(Table(*m, 2, kG1), ElementsAre(0, 6, 7, 14));
+  EXPECT_THAT(Table(*m, 2, kG2), ElementsAre(0, 10, 11, 15));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// The same scenario in kvpage mode: one pool per layer group, ids per pool.
+TEST(KvCacheManagerTest, KvpageHybridSlidingWindowHits) {
+  auto m = HybridManager(AccountingMode::kKvpage, 20);
+  ASSERT_EQ(m->num_groups(), 2);
+  const std::vector<int32_t> common = Tokens(48);
+  AddAndPrefill(*m, 1, Concat(common, Tokens(7, 900)));
+  EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ(AddAndPrefill(*m, 2, Concat(common, Tokens(5, 800))), 48);
+  EXPECT_THAT(Table(*m, 2, kG0), ElementsAre(1, 2, 3, 5));
+  EXPECT_THAT(Table(*m, 2, kG1), ElementsAre(0, 2, 3, 5));
+}
+
+// S3-style removal: blocks wholly before the window of the first unprocessed token go.
+TEST(KvCacheManagerTest, SlidingWindowFreesOutOfWindowBlocks) {
+  auto m = HybridManager(AccountingMode::kKvpage, 40);
+  AddAndPrefill(*m, 1, Tokens(100));  // 7 blocks in each group
+  EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(1, 2, 3, 4, 5, 6, 7));
+  // Processed 100: the next token (100) reaches back to 69 → blocks 0–3 (tokens 0–63) are dead.
+  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(1), 100).ok());
+  EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
+  EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4, 5, 6, 7));
+  // Freed last-to-first: block 4 is evicted before 3, 2, 1.
+  const std::vector<int32_t> order = Ids(m->FreeBlockOrder(kG1));
+  ASSERT_GE(order.size(), 4u);
+  EXPECT_THAT(std::vector<int32_t>(order.end() - 4, order.end()), ElementsAre(4, 3, 2, 1));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // A decode step frees on the processed basis too.
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), {5}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 100, .num_new_tokens = 1}));
+  EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// ---- Linear attention: live slots and snapshots ----------------------------------------
+
+std::unique_ptr<KvCacheManager> GdnManager(int64_t budget = 1 << 20) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = budget;
+  c.chunk_bytes = 64 << 10;
+  c.hash_seed = 3;
+  c.decode_snapshot_interval_blocks = 0;
+  auto m = KvCacheManager::Create(TinyModel(testing::kTinyGdn), c);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+TEST(KvCacheManagerTest, RecurrentStateSnapshotsServeHits) {
+  auto m = GdnManager();
+  ASSERT_EQ(m->num_groups(), 2);
+  const GroupId state_group = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;
+  const GroupId attn_group = state_group == kG0 ? kG1 : kG0;
+  // 3 × (144·2 + 128·4) = 2,400 bytes per state slot.
+  EXPECT_EQ(m->Usage().pools[state_group.value].block_bytes, 2400);
+
+  // A 40-token prompt in chunks of 32 + 8: the first chunk ends on a block boundary (32) and
+  // is snapshotted.
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(40)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 32}));
+  StateSlots s = *m->GetStateSlots(RequestId(1), state_group);
+  EXPECT_EQ(s.read_slot, s.write_slot);  // fresh state, zeroed
+  ASSERT_EQ(m->TakeSlotsToZero().size(), 1u);
+  const int32_t snapshot = s.write_slot;
+  m->NewStep();
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 32, .num_new_tokens = 8}));
+  s = *m->GetStateSlots(RequestId(1), state_group);
+  EXPECT_EQ(s.read_slot, snapshot);      // continue from the snapshot …
+  EXPECT_NE(s.write_slot, snapshot);     // … without writing over it
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  m->NewStep();
+
+  // Same first 32 tokens: the hit stops at the snapshot (2 blocks), not at 2 blocks of KV.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(Tokens(32), Tokens(20, 500))}).ok());
+  auto hit = m->GetComputedBlocks(RequestId(2));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->num_tokens, 32);
+  EXPECT_THAT(Ids(hit->blocks[state_group.value]), ElementsAre(snapshot));
+  EXPECT_EQ(hit->blocks[attn_group.value].size(), 2u);
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_computed_tokens = 32, .num_new_tokens = 20,
+                                               .hit = &*hit}));
+  s = *m->GetStateSlots(RequestId(2), state_group);
+  EXPECT_EQ(s.read_slot, snapshot);
+  EXPECT_NE(s.write_slot, snapshot);
+  EXPECT_TRUE(m->TakeSlotsToZero().empty());  // a hit starts from the snapshot, not zeros
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(m->Usage().used_bytes, 0);
+}
+
+TEST(KvCacheManagerTest, RecurrentRequestHoldsOneSlotBetweenSnapshots) {
+  auto m = GdnManager();
+  const GroupId state_group = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(20)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 20}));
+  m->NewStep();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(m->AppendTokens(RequestId(1), {1}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20 + i, .num_new_tokens = 1}));
+    const StateSlots s = *m->GetStateSlots(RequestId(1), state_group);
+    EXPECT_EQ(s.read_slot, s.write_slot);  // decode updates the request's own slot in place
+    EXPECT_EQ(m->Usage().pools[state_group.value].used_blocks, 1);
+    m->NewStep();
+    KVPAGE_EXPECT_INVARIANTS(*m);
+  }
+}
+
+// ---- Bad input ----------------------------------------------------------------------------
+
+TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
+  auto m = FullManager(10);
+  EXPECT_TRUE(absl::IsNotFound(m->Free(RequestId(9))));
+  EXPECT_TRUE(absl::IsNotFound(m->AllocateSlots(RequestId(9), {.num_new_tokens = 1}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {}})));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {1, -2}})));
+  EXPECT_TRUE(absl::IsOutOfRange(m->AddRequest({RequestId(1), Tokens(4097)})));
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(10)}).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(m->AddRequest({RequestId(1), Tokens(10)})));
+  // Computed tokens without blocks, zero new tokens, past max_model_len.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 5, .num_new_tokens = 5}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateSlots(RequestId(1), {.num_new_tokens = 0}).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(
+      m->AllocateSlots(RequestId(1), {.num_new_tokens = 10, .num_lookahead_tokens = 4090}).status()));
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 10}));
+  // A hit after the first allocation; a double free.
+  CacheHit hit;
+  hit.blocks.resize(1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 0, .num_new_tokens = 1, .hit = &hit})
+          .status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->GetComputedBlocks(RequestId(1)).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->AppendTokens(RequestId(1), Tokens(5000))));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->RollbackTokens(RequestId(1), 1)));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  EXPECT_TRUE(absl::IsNotFound(m->Free(RequestId(1))));
+  EXPECT_EQ(m->Usage().used_bytes, 0);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+TEST(KvCacheManagerTest, SlotMappingAndKernelBlockRows) {
+  auto m = FullManager(10);
+  AddAndPrefill(*m, 1, Tokens(40));  // blocks 1, 2, 3
+  std::vector<int64_t> slots(3);
+  ASSERT_TRUE(m->FillSlotMapping(RequestId(1), kG0, 15, absl::MakeSpan(slots)).ok());
+  EXPECT_THAT(slots, ElementsAre(1 * 16 + 15, 2 * 16 + 0, 2 * 16 + 1));
+  std::vector<int32_t> row(8, -1);
+  ASSERT_TRUE(m->FillBlockTableRow(RequestId(1), kG0, 8, absl::MakeSpan(row)).ok());
+  EXPECT_THAT(row, ElementsAre(2, 3, 4, 5, 6, 7, 0, 0));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->FillBlockTableRow(RequestId(1), kG0, 5, absl::MakeSpan(row))));
+  std::vector<int64_t> past(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(m->FillSlotMapping(RequestId(1), kG0, 48, absl::MakeSpan(past))));
+}
+
+}  // namespace
+}  // namespace kvpage

@@ -1,0 +1,70 @@
+// Small models and helpers for block-manager tests.
+#ifndef KVPAGE_TESTS_BLOCK_MANAGER_TEST_UTIL_H_
+#define KVPAGE_TESTS_BLOCK_MANAGER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kvpage/kv_cache_manager.h"
+#include "kvpage/model_spec.h"
+
+namespace kvpage::testing {
+
+// One full-attention layer, 1 KV head × 8, bf16: 32 bytes per token, 512 bytes per 16-token block.
+inline constexpr const char* kTinyFull = R"({"num_hidden_layers": 1, "hidden_size": 64,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "intermediate_size": 128})";
+
+// Layer 0 full attention, layers 1–2 sliding (window 32): the vLLM H1 model shape.
+inline constexpr const char* kTinyHybridSwa = R"({"num_hidden_layers": 3, "hidden_size": 64,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "sliding_window": 32,
+    "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]})";
+
+// Layers 0–2 Gated DeltaNet, layer 3 full attention (Qwen3.5 in miniature). State per linear
+// layer: conv 3 × (2·2·8 + 2·8) = 144 bf16 values, recurrent 2·8·8 = 128 f32 values.
+inline constexpr const char* kTinyGdn = R"({"num_hidden_layers": 4, "hidden_size": 64,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "torch_dtype": "bfloat16",
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    "linear_conv_kernel_dim": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 8,
+    "linear_num_value_heads": 2, "linear_value_head_dim": 8, "mamba_ssm_dtype": "float32"})";
+
+inline ModelSpec TinyModel(const char* json) {
+  auto spec = ParseModelSpec(json, "tiny", "tiny.json");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+inline std::vector<int32_t> Tokens(int64_t n, int32_t first = 0) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+inline std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+inline std::vector<int32_t> Ids(absl::Span<const BlockId> blocks) {
+  std::vector<int32_t> ids;
+  for (BlockId b : blocks) ids.push_back(b.value);
+  return ids;
+}
+
+// Runs CheckInvariants and fails the test with its message.
+#define KVPAGE_EXPECT_INVARIANTS(manager)                 \
+  do {                                                    \
+    absl::Status s_ = (manager).CheckInvariants();        \
+    EXPECT_TRUE(s_.ok()) << s_;                           \
+  } while (false)
+
+}  // namespace kvpage::testing
+
+#endif  // KVPAGE_TESTS_BLOCK_MANAGER_TEST_UTIL_H_

@@ -1,46 +1,123 @@
-// kvpage's own reservation: one pool per layer group, nothing padded.
+// kvpage's own reservation, measured by a dry run of the real block manager.
 //
-// This is the formula the block manager is designed to meet; once the manager lands, the
-// planner must take these numbers from a dry run of it instead (see docs/capacity_planning.md).
+// One request of context L is driven through a KvCacheManager the way the scheduler drives
+// it: its prompt (L − 1 tokens) prefilled in chunks of max_num_batched_tokens, then one decode
+// step that computes token L. What the pools hold for it at that point is `reserved_bytes`;
+// what the sliding-window pools held on top of that at the peak of the prefill — blocks for a
+// chunk in flight beyond the window — is the pool-wide allowance `shared_bytes`.
 
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "kvpage/kv_cache_manager.h"
 #include "planner/policies.h"
 
 namespace kvpage::internal {
+namespace {
+
+// Large enough for every real context; bounds the dry run's memory (a few MiB of tables).
+constexpr int64_t kMaxDryRunContext = int64_t{1} << 24;
+
+struct DryRun {
+  std::vector<int64_t> held_blocks;  // per group, after the decode step
+  std::vector<int64_t> peak_blocks;  // per group, the most held at any point
+  std::vector<int64_t> block_bytes;  // per group
+};
+
+absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& options,
+                                     int64_t context) {
+  KvCacheConfig config;
+  config.mode = AccountingMode::kKvpage;
+  config.block_size = options.block_size;
+  config.kv_cache_dtype = options.ResolvedKvDtype(model.dtype);
+  config.enable_prefix_caching = false;  // snapshots are cache, not reservation
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
+  config.max_model_len = context;
+  // Room for the whole context plus one step in flight in every pool, one block per chunk so
+  // the count is in blocks, not chunks.
+  const int64_t bs = options.block_size;
+  int64_t budget = 0, smallest_block = 0;
+  for (const LayerGroup& g : model.groups) {
+    int64_t block_bytes = g.spec.linear.NativeBytes() * g.num_layers();
+    if (g.spec.IsAttention()) {
+      KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
+                              AttentionTokenBytes(g.spec.attention, *config.kv_cache_dtype));
+      block_bytes = bs * token_bytes * g.num_layers();
+    }
+    budget += (CeilDiv(context + options.max_num_batched_tokens, bs) + 4) * block_bytes;
+    smallest_block = smallest_block == 0 ? block_bytes : std::min(smallest_block, block_bytes);
+  }
+  config.kv_budget_bytes = budget;
+  config.chunk_bytes = smallest_block;
+  KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheManager> manager,
+                          KvCacheManager::Create(model, config));
+
+  DryRun run;
+  const int32_t groups = manager->num_groups();
+  run.peak_blocks.assign(groups, 0);
+  run.held_blocks.assign(groups, 0);
+  auto observe = [&](std::vector<int64_t>* into) {
+    const KvCacheUsage usage = manager->Usage();
+    for (int32_t g = 0; g < groups; ++g) {
+      (*into)[g] = usage.pools[g].used_blocks;
+      run.peak_blocks[g] = std::max<int64_t>(run.peak_blocks[g], usage.pools[g].used_blocks);
+    }
+  };
+  const RequestId id(0);
+  const int64_t prompt = std::max<int64_t>(1, context - 1);
+  KVPAGE_RETURN_IF_ERROR(manager->AddRequest({id, std::vector<int32_t>(prompt, 0)}));
+  std::vector<int64_t> scratch(groups);
+  for (int64_t done = 0; done < prompt;) {
+    const int64_t chunk = std::min<int64_t>(options.max_num_batched_tokens, prompt - done);
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, manager->AllocateSlots(
+                                         id, {.num_computed_tokens = done, .num_new_tokens = chunk}));
+    if (!ok) return absl::InternalError("dry run ran out of memory during prefill");
+    observe(&scratch);
+    done += chunk;
+    manager->NewStep();
+  }
+  if (context > prompt) {
+    KVPAGE_RETURN_IF_ERROR(manager->AppendTokens(id, {0}));
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, manager->AllocateSlots(
+                                         id, {.num_computed_tokens = prompt, .num_new_tokens = 1}));
+    if (!ok) return absl::InternalError("dry run ran out of memory during decode");
+  }
+  observe(&run.held_blocks);
+  for (int32_t g = 0; g < groups; ++g) {
+    run.block_bytes.push_back(manager->Usage().pools[g].block_bytes);
+  }
+  return run;
+}
+
+}  // namespace
 
 absl::StatusOr<PlanRow> PlanKvpageRow(const ModelSpec& model, const PlanOptions& options,
                                       int64_t context, std::optional<int64_t> budget) {
-  const DType dtype = options.ResolvedKvDtype(model.dtype);
-  const int64_t bs = options.block_size;
+  if (context > kMaxDryRunContext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the kvpage policy dry-runs the block manager for contexts up to ", kMaxDryRunContext,
+        " tokens, got ", context));
+  }
+  KVPAGE_ASSIGN_OR_RETURN(DryRun run, RunOneRequest(model, options, context));
   PlanRow row;
   row.context = context;
-  for (const LayerGroup& group : model.groups) {
-    const LayerSpec& spec = group.spec;
+  for (size_t i = 0; i < model.groups.size(); ++i) {
+    const LayerGroup& group = model.groups[i];
     GroupReservation g;
-    g.kind = spec.kind;
+    g.kind = group.spec.kind;
     g.num_layers = group.num_layers();
-    if (spec.kind == LayerKind::kLinearAttention) {
-      // One live state per request in its native dtypes. A prefix-cache snapshot is a copy of
-      // it, held by the cache (and evictable), not by the request.
-      const int64_t state = spec.linear.NativeBytes() * g.num_layers;
-      g.blocks = 1;
-      g.reserved_bytes = state;
-      row.state_bytes += state;
-      if (options.enable_prefix_caching) row.snapshot_bytes += state;
-    } else {
-      KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, dtype));
-      const int64_t block_bytes = bs * token_bytes * g.num_layers;  // one block id, all layers
-      g.block_size = static_cast<int32_t>(bs);
-      if (spec.kind == LayerKind::kSlidingWindow) {
-        g.blocks = SlidingWindowBlocks(context, spec.sliding_window, bs);
-        // Tokens being computed in a step may sit beyond the window's blocks until the step
-        // ends; their blocks come from an allowance shared by every request of the pool,
-        // bounded by the step's token budget.
-        row.shared_bytes += CeilDiv(options.max_num_batched_tokens, bs) * block_bytes;
-      } else {
-        g.blocks = CeilDiv(context, bs);
-      }
-      g.reserved_bytes = g.blocks * block_bytes;
+    g.block_size = group.spec.IsAttention() ? options.block_size : 0;
+    g.blocks = run.held_blocks[i];
+    g.reserved_bytes = g.blocks * run.block_bytes[i];
+    if (g.kind == LayerKind::kLinearAttention) {
+      row.state_bytes += g.reserved_bytes;
+      // A prefix-cache snapshot is one more slot, held by the cache rather than the request.
+      if (options.enable_prefix_caching) row.snapshot_bytes += run.block_bytes[i];
+    }
+    if (g.kind == LayerKind::kSlidingWindow) {
+      row.shared_bytes += (run.peak_blocks[i] - run.held_blocks[i]) * run.block_bytes[i];
     }
     row.reserved_bytes += g.reserved_bytes;
     row.groups.push_back(g);

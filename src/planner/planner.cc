@@ -110,9 +110,5 @@ absl::StatusOr<int64_t> AttentionTokenBytes(const AttentionShape& shape, DType d
   return k + v;
 }
 
-int64_t SlidingWindowBlocks(int64_t context, int64_t window, int64_t block_size) {
-  return std::min(CeilDiv(context, block_size), CeilDiv(window - 1, block_size) + 1);
-}
-
 }  // namespace internal
 }  // namespace kvpage

@@ -25,11 +25,6 @@ absl::StatusOr<PlanRow> PlanVllmRow(const ModelSpec& model, const PlanOptions& o
 absl::StatusOr<PlanRow> PlanLlamaCppRow(const ModelSpec& model, const PlanOptions& options,
                                         int64_t context, std::optional<int64_t> budget);
 
-// Blocks a sliding-window request of `context` tokens can ever hold for its window: the last
-// `window` tokens (the newest token's window, itself included) span at most
-// cdiv(window − 1, block_size) + 1 blocks, and never more than the context has.
-int64_t SlidingWindowBlocks(int64_t context, int64_t window, int64_t block_size);
-
 }  // namespace kvpage::internal
 
 #endif  // KVPAGE_PLANNER_POLICIES_H_

@@ -1,7 +1,6 @@
-// kvpage's own reservation: per-group pools, nothing padded (docs/capacity_planning.md).
+// kvpage's own reservation, from a dry run of the block manager (docs/capacity_planning.md).
 #include <gtest/gtest.h>
 
-#include "planner/policies.h"
 #include "testing/plan_checks.h"
 
 namespace kvpage {
@@ -12,19 +11,6 @@ using testing::kMiB;
 using testing::PlanBundled;
 
 PlanOptions Kvpage() { return testing::WithPolicy(Policy::kKvpage); }
-
-TEST(KvpagePolicyTest, SlidingWindowBlocksCoverTheNewestTokensWindow) {
-  using internal::SlidingWindowBlocks;
-  EXPECT_EQ(SlidingWindowBlocks(1, 1024, 16), 1);
-  EXPECT_EQ(SlidingWindowBlocks(100, 1024, 16), 7);      // shorter than the window: all of it
-  EXPECT_EQ(SlidingWindowBlocks(1024, 1024, 16), 64);    // exactly the window, aligned
-  EXPECT_EQ(SlidingWindowBlocks(1025, 1024, 16), 65);    // 1,024 tokens from offset 1 span 65
-  EXPECT_EQ(SlidingWindowBlocks(32768, 1024, 16), 65);   // cdiv(1023, 16) + 1
-  EXPECT_EQ(SlidingWindowBlocks(32768, 128, 16), 9);     // cdiv(127, 16) + 1
-  EXPECT_EQ(SlidingWindowBlocks(32768, 17, 16), 2);
-  EXPECT_EQ(SlidingWindowBlocks(32768, 18, 16), 3);
-  EXPECT_EQ(SlidingWindowBlocks(32768, 1024, 64), 17);   // cdiv(1023, 64) + 1
-}
 
 TEST(KvpagePolicyTest, FullAttentionMatchesTheOthersExactly) {
   Plan plan = PlanBundled("qwen3-8b", Kvpage(), {4096, 32768, 131072});
@@ -43,14 +29,18 @@ TEST(KvpagePolicyTest, Gemma3HoldsOnlyTheWindowAndSharesTheInFlightAllowance) {
   EXPECT_EQ(row.groups[0].kind, LayerKind::kSlidingWindow);
   EXPECT_EQ(row.groups[0].num_layers, 29);
   EXPECT_EQ(row.groups[0].padding_layers, 0);
-  EXPECT_EQ(row.groups[0].blocks, 65);
-  // Full: 5 layers × 32,768 tokens × 4 KiB = 640 MiB. Sliding: 29 × 65 blocks × 64 KiB.
+  // Decoding token 32,768: it attends to tokens 31,745–32,767, which sit in blocks
+  // 1,984–2,047: 64 blocks. Everything before was freed as the window moved.
+  EXPECT_EQ(row.groups[0].blocks, 64);
+  EXPECT_EQ(row.groups[1].blocks, 2048);
+  // Exactly the window-exact bound: 5 layers × 32K tokens + 29 layers × 1,024 tokens, 4 KiB each.
   EXPECT_EQ(row.groups[1].reserved_bytes, 640 * kMiB);
-  EXPECT_EQ(row.groups[0].reserved_bytes, int64_t{29} * 65 * 64 * 1024);
-  EXPECT_EQ(row.reserved_bytes * 16, 12125 * kMiB);  // 757.8125 MiB
-  // Once per pool: cdiv(8192, 16) = 512 blocks in each of the 29 sliding layers = 928 MiB.
+  EXPECT_EQ(row.groups[0].reserved_bytes, 116 * kMiB);
+  EXPECT_EQ(row.reserved_bytes, 756 * kMiB);
+  // At the peak of the prefill an 8,192-token chunk was in flight beyond the window:
+  // 512 blocks in each of the 29 sliding layers = 928 MiB, kept once per pool.
   EXPECT_EQ(row.shared_bytes, 928 * kMiB);
-  // 16 GiB: (16,384 − 928) MiB / 757.8125 MiB = 20.4 → 20.
+  // 16 GiB: (16,384 − 928) MiB / 756 MiB = 20.4 → 20.
   EXPECT_EQ(PlanBundled("gemma-3-4b-it", Kvpage(), {32768}, 16 * kGiB).rows[0].max_concurrency,
             20);
   // A budget smaller than the shared allowance admits nothing.
@@ -58,11 +48,30 @@ TEST(KvpagePolicyTest, Gemma3HoldsOnlyTheWindowAndSharesTheInFlightAllowance) {
             0);
 }
 
+TEST(KvpagePolicyTest, ShortContextsHoldTheirWholePromptWhileItIsInFlight) {
+  // 4,095 prompt tokens go in one step: 256 blocks per sliding layer at the peak, 64 once
+  // decoding, so the allowance is 192 blocks × 29 layers × 64 KiB = 348 MiB.
+  Plan plan = PlanBundled("gemma-3-4b-it", Kvpage(), {4096});
+  EXPECT_EQ(plan.rows[0].groups[0].blocks, 64);
+  EXPECT_EQ(plan.rows[0].shared_bytes, 348 * kMiB);
+  // A context inside the window keeps all of it: 100 tokens → 7 blocks in every layer.
+  Plan tiny = PlanBundled("gemma-3-4b-it", Kvpage(), {100});
+  EXPECT_EQ(tiny.rows[0].groups[0].blocks, 7);
+  EXPECT_EQ(tiny.rows[0].shared_bytes, 0);
+  EXPECT_EQ(tiny.rows[0].reserved_bytes, int64_t{34} * 7 * 64 * 1024);
+  // gpt-oss-20b, window 128: 8 blocks per sliding layer while decoding at 32K.
+  Plan oss = PlanBundled("gpt-oss-20b", Kvpage(), {32768});
+  EXPECT_EQ(oss.rows[0].groups[0].blocks, 8);
+  EXPECT_EQ(oss.rows[0].reserved_bytes, 771 * kMiB);
+}
+
 TEST(KvpagePolicyTest, HybridStateIsUnpaddedAndSnapshotsAreNotReserved) {
   Plan plan = PlanBundled("qwen3.5-9b", Kvpage(), {32768});
   const PlanRow& row = plan.rows[0];
-  // 24 GDN layers × 2,146,304 bytes (bf16 conv + f32 recurrent) = 49.125 MiB.
+  // 24 GDN layers × 2,146,304 bytes (bf16 conv + f32 recurrent) = 49.125 MiB: one live
+  // state, unpadded — half of vLLM's 99 MiB fixed part.
   EXPECT_EQ(row.state_bytes, 24 * 2146304);
+  EXPECT_LT(row.state_bytes, 99 * kMiB / 2);
   EXPECT_EQ(row.state_bytes * 8, 393 * kMiB);
   EXPECT_EQ(row.kv_bytes, 1024 * kMiB);
   EXPECT_EQ(row.snapshot_bytes, row.state_bytes);

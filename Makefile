@@ -7,7 +7,9 @@ CMAKE_FLAGS ?=
 RUN_MODELS ?= qwen3-8b,mistral-7b-v0.3,llama-3.1-8b,gemma-3-4b-it,gpt-oss-20b,deepseek-v2-lite,qwen3.5-9b,qwen3.5-0.8b
 RUN_CONTEXTS ?= 4K,32K,128K
 
-.PHONY: all bootstrap configure build run test bench clean
+ASAN_BUILD_DIR ?= build-asan
+
+.PHONY: all bootstrap configure build run test test-sanitize bench clean
 
 all: build
 
@@ -31,8 +33,16 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer (CI runs both).
+test-sanitize: bootstrap
+	cmake -S . -B $(ASAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=Debug -DKVPAGE_SANITIZE=ON \
+	  -DKVPAGE_BUILD_CUDA=OFF -DKVPAGE_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
 bench: build
 	$(BUILD_DIR)/bin/kvpage_benchmarks
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

@@ -2,6 +2,7 @@
 // snapshots, and moving chunks between pools through the shared budget.
 #include <algorithm>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
@@ -47,7 +48,7 @@ bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need) const {
   return bytes_needed <= bytes_available;
 }
 
-void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, std::vector<int64_t>& need,
+void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need,
                                         std::vector<BlockId>* out) {
   BlockPool& pool = *pools[p];
   need[p] = 0;
@@ -259,8 +260,8 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   if (st.allocated) RemoveSkipped(st, processed);
 
   // 1. Count what each pool must hand out, including hit blocks now sitting free.
-  std::vector<int64_t> need(pools.size(), 0);
-  std::vector<StatePlan> plans(groups.size());
+  absl::InlinedVector<int64_t, 8> need(pools.size(), 0);
+  absl::InlinedVector<StatePlan, 8> plans(groups.size());
   for (const GroupLayout& g : groups) {
     const GroupState& gs = st.groups[g.id.value];
     if (!g.IsAttention()) {
@@ -278,7 +279,9 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
     }
     need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - held);
   }
-  if (!CanTake(need)) return false;
+  bool any_need = false;
+  for (int64_t n : need) any_need |= n > 0;
+  if (any_need && !CanTake(need)) return false;
 
   // 2. Take the hits in every group before allocating anything, so one group's allocation
   // cannot evict another group's hit.
@@ -311,19 +314,19 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   }
 
   // 3. New blocks and slots.
-  std::vector<BlockId> fresh;
+  std::vector<BlockId>& fresh = scratch_blocks;
   for (const GroupLayout& g : groups) {
     GroupState& gs = st.groups[g.id.value];
     fresh.clear();
     if (g.IsAttention()) {
       const int64_t n = std::max<int64_t>(0, CeilDiv(total, g.block_size) -
                                                  static_cast<int64_t>(gs.blocks.size()));
-      if (n > 0) TakeFromPool(g.pool, n, need, &fresh);
+      if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), &fresh);
       gs.blocks.insert(gs.blocks.end(), fresh.begin(), fresh.end());
       continue;
     }
     const StatePlan& plan = plans[g.id.value];
-    if (plan.fresh_slots > 0) TakeFromPool(g.pool, plan.fresh_slots, need, &fresh);
+    if (plan.fresh_slots > 0) TakeFromPool(g.pool, plan.fresh_slots, absl::MakeSpan(need), &fresh);
     if (gs.step_pending) CommitStep(st);  // async: the previous step's write is the state now
     const int32_t read = gs.cur;
     gs.read = read;
@@ -355,8 +358,6 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       gs.num_cached_blocks = std::max(gs.num_cached_blocks, full);
     }
   }
-  bool has_state_groups = false;
-  for (const GroupLayout& g : groups) has_state_groups |= !g.IsAttention();
   if (has_state_groups) pending_commits.push_back(&st);
   st.allocated = true;
   return true;

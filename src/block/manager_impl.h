@@ -45,7 +45,7 @@ class KvCacheManager::Impl {
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
   bool CanTake(absl::Span<const int64_t> need) const;
   // Takes need[p] blocks from pool p (after CanTake); `need` is consumed as pools are served.
-  void TakeFromPool(int32_t p, int64_t n, std::vector<int64_t>& need, std::vector<BlockId>* out);
+  void TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need, std::vector<BlockId>* out);
 
   // ---- State ----
   KvCacheConfig config;
@@ -61,6 +61,8 @@ class KvCacheManager::Impl {
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
+  bool has_state_groups = false;        // any linear-attention group
+  std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
 };
 
 }  // namespace kvpage

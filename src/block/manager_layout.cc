@@ -158,6 +158,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   } else {
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
   }
+  for (const GroupLayout& g : m->groups) m->has_state_groups |= !g.IsAttention();
   return m;
 }
 

@@ -45,6 +45,7 @@ absl::Span<const int32_t> Block(const std::vector<int32_t>& tokens, int64_t inde
                                              kBlockSize);
 }
 
+// One hash per full block of `tokens`, from a fresh RequestBlockHashes.
 std::vector<BlockHash> RequestHashes(const BlockHasher& hasher, const std::vector<int32_t>& tokens,
                                      const BlockHashExtras& extras = {}) {
   RequestBlockHashes hashes(&hasher, kBlockSize, extras);
@@ -169,7 +170,11 @@ TEST(BlockHasherTest, DifferentSeedsGiveDifferentRootsAndHashes) {
     const BlockHasher b(algorithm, 2);
     EXPECT_NE(a.root(), b.root());
     const std::vector<int32_t> tokens = Tokens(16);
-    EXPECT_NE(RequestHashes(a, tokens)[0], RequestHashes(b, tokens)[0]);
+    const std::vector<BlockHash> from_a = RequestHashes(a, tokens);
+    const std::vector<BlockHash> from_b = RequestHashes(b, tokens);
+    ASSERT_EQ(from_a.size(), 1u);
+    ASSERT_EQ(from_b.size(), 1u);
+    EXPECT_NE(from_a[0], from_b[0]);
   }
 }
 
@@ -302,6 +307,8 @@ TEST(ChainingTest, ChangingBlockZeroChangesEveryHash) {
   const std::vector<BlockHash> before = RequestHashes(hasher, tokens);
   tokens[3] += 1;
   const std::vector<BlockHash> after = RequestHashes(hasher, tokens);
+  ASSERT_EQ(before.size(), 4u);
+  ASSERT_EQ(after.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_NE(before[i], after[i]) << "block " << i;
 }
 
@@ -311,6 +318,8 @@ TEST(ChainingTest, ChangingBlockTwoKeepsEarlierHashes) {
   const std::vector<BlockHash> before = RequestHashes(hasher, tokens);
   tokens[40] += 1;
   const std::vector<BlockHash> after = RequestHashes(hasher, tokens);
+  ASSERT_EQ(before.size(), 4u);
+  ASSERT_EQ(after.size(), 4u);
   EXPECT_EQ(before[0], after[0]);
   EXPECT_EQ(before[1], after[1]);
   EXPECT_NE(before[2], after[2]);
@@ -375,6 +384,7 @@ TEST(RequestBlockHashesTest, TruncateThenUpdateRestoresTheSameHashes) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   const std::vector<int32_t> tokens = Tokens(64);
   const std::vector<BlockHash> full = RequestHashes(hasher, tokens);
+  ASSERT_EQ(full.size(), 4u);
   RequestBlockHashes hashes(&hasher, kBlockSize, {});
   hashes.Update(tokens);
   hashes.Truncate(40);
@@ -429,6 +439,9 @@ TEST(CacheSaltTest, SaltChangesEveryHashOfTheRequest) {
   const std::vector<BlockHash> none = RequestHashes(hasher, tokens);
   const std::vector<BlockHash> a = RequestHashes(hasher, tokens, salt_a);
   const std::vector<BlockHash> b = RequestHashes(hasher, tokens, salt_b);
+  ASSERT_EQ(none.size(), 4u);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_NE(none[i], a[i]) << "block " << i;
     EXPECT_NE(a[i], b[i]) << "block " << i;
@@ -468,6 +481,8 @@ TEST(LoraTest, LoraChangesEveryHashOfTheRequest) {
   lora.lora_id = 5;
   const std::vector<BlockHash> none = RequestHashes(hasher, tokens);
   const std::vector<BlockHash> with_lora = RequestHashes(hasher, tokens, lora);
+  ASSERT_EQ(none.size(), 4u);
+  ASSERT_EQ(with_lora.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_NE(none[i], with_lora[i]) << "block " << i;
 }
 
@@ -519,6 +534,8 @@ TEST(MultimodalTest, SameImagesDifferentTailShareLeadingBlocks) {
   for (size_t i = 55; i < 64; ++i) question_b[i] = 99;  // the text after ccc differs
   const std::vector<BlockHash> a = RequestHashes(hasher, question_a, ThreeImages());
   const std::vector<BlockHash> b = RequestHashes(hasher, question_b, ThreeImages());
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
   EXPECT_EQ(a[0], b[0]);
   EXPECT_EQ(a[1], b[1]);
   EXPECT_EQ(a[2], b[2]);
@@ -533,6 +550,8 @@ TEST(MultimodalTest, DifferentImageSplitsFromItsFirstBlock) {
   other.mm_items[1].identifier = "bbb2";
   const std::vector<BlockHash> a = RequestHashes(hasher, tokens, ThreeImages());
   const std::vector<BlockHash> b = RequestHashes(hasher, tokens, other);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
   EXPECT_EQ(a[0], b[0]);
   for (int i = 1; i < 4; ++i) EXPECT_NE(a[i], b[i]) << "block " << i;
 }

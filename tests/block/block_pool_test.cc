@@ -1,0 +1,678 @@
+// BlockPool and MemoryBudget with exact block ids, counts and events: vLLM's free-queue order
+// within one chunk (vllm.md T11, T12), kvpage's chunks (lazy mapping, fullest-chunk-first,
+// idle-chunk release) and two pools trading chunks through one budget.
+#include "kvpage/block_pool.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+#include "kvpage/kv_events.h"
+#include "kvpage/memory_budget.h"
+#include "kvpage/types.h"
+
+namespace kvpage {
+
+// Readable failure messages.
+template <typename Tag, typename Int>
+void PrintTo(const StrongId<Tag, Int>& id, std::ostream* os) {
+  *os << "#" << id.value;
+}
+void PrintTo(const BlockHash& h, std::ostream* os) { *os << "H{" << h.lo << "," << h.hi << "}"; }
+void PrintTo(const KvEvent& e, std::ostream* os) {
+  static constexpr const char* kNames[] = {"stored", "removed", "all_cleared"};
+  *os << kNames[static_cast<int>(e.type)] << "(g" << e.group.value << ", ";
+  PrintTo(e.hash, os);
+  *os << ", parent ";
+  PrintTo(e.parent, os);
+  *os << ")";
+}
+
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr GroupId kG0{0};
+constexpr GroupId kG1{1};
+
+// Distinct, recognisable hashes: H(i) for the i-th block of a chain.
+constexpr BlockHash H(uint64_t i) { return BlockHash{i, 0xABCD0000 + i}; }
+constexpr BlockHash kRoot{0, 0};
+
+std::vector<int32_t> Ids(absl::Span<const BlockId> blocks) {
+  std::vector<int32_t> ids;
+  for (BlockId b : blocks) ids.push_back(b.value);
+  return ids;
+}
+
+std::vector<BlockId> Blocks(std::initializer_list<int32_t> ids) {
+  std::vector<BlockId> out;
+  for (int32_t id : ids) out.push_back(BlockId(id));
+  return out;
+}
+
+std::vector<int32_t> Take(BlockPool& pool, int32_t n) {
+  std::vector<BlockId> out;
+  pool.Allocate(n, &out);
+  return Ids(out);
+}
+
+KvEvent Stored(GroupId g, BlockHash hash, BlockHash parent) {
+  return KvEvent{KvEvent::Type::kStored, g, hash, parent};
+}
+KvEvent Removed(GroupId g, BlockHash hash) {
+  return KvEvent{KvEvent::Type::kRemoved, g, hash, BlockHash{}};
+}
+KvEvent AllCleared() { return KvEvent{KvEvent::Type::kAllCleared, GroupId(), {}, {}}; }
+
+#define ASSERT_POOL_OK(pool)                        \
+  do {                                              \
+    const absl::Status s_ = (pool).CheckInvariants(); \
+    ASSERT_TRUE(s_.ok()) << s_;                     \
+  } while (false)
+
+// Records what the budget asks its backing to map and unmap.
+class RecordingBacking final : public MemoryBacking {
+ public:
+  absl::Status MapChunk(int32_t pool, int32_t chunk) override {
+    calls.push_back({+1, pool, chunk});
+    return refuse ? absl::ResourceExhaustedError("refused") : absl::OkStatus();
+  }
+  absl::Status UnmapChunk(int32_t pool, int32_t chunk) override {
+    calls.push_back({-1, pool, chunk});
+    return absl::OkStatus();
+  }
+  struct Call {
+    int32_t op, pool, chunk;
+    friend bool operator==(const Call&, const Call&) = default;
+  };
+  std::vector<Call> calls;
+  bool refuse = false;
+};
+
+// ---- One chunk: vLLM's free queue ----------------------------------------------------------
+
+constexpr int64_t kBlockBytes = 64;
+
+// One chunk of 10 blocks; the budget holds exactly that chunk.
+struct OneChunk {
+  MemoryBudget budget{10 * kBlockBytes};
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 10, .max_chunks = 1},
+                 &budget, &events};
+};
+
+TEST(BlockPoolConfigTest, Validate) {
+  EXPECT_TRUE((BlockPoolConfig{.block_bytes = 1, .blocks_per_chunk = 1}).Validate().ok());
+  EXPECT_TRUE(absl::IsInvalidArgument((BlockPoolConfig{.block_bytes = 0}).Validate()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (BlockPoolConfig{.block_bytes = 1, .blocks_per_chunk = 0}).Validate()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (BlockPoolConfig{.block_bytes = 1, .blocks_per_chunk = 1, .max_chunks = -1}).Validate()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      (BlockPoolConfig{.block_bytes = 1, .blocks_per_chunk = 1 << 16, .max_chunks = 1 << 15})
+          .Validate()));
+}
+
+TEST(BlockPoolTest, AllocatesIdsInOrderAndMapsOnFirstUse) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_EQ(pool.capacity(), 10);
+  EXPECT_EQ(pool.chunk_bytes(), 640);
+  EXPECT_EQ(pool.num_mapped_chunks(), 0);
+  EXPECT_EQ(pool.num_free_blocks(), 0);
+  EXPECT_EQ(pool.AllocatableNow(), 10);
+  EXPECT_EQ(f.budget.used_bytes(), 0);
+  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
+  EXPECT_FALSE(pool.is_mapped(BlockId(1)));
+  EXPECT_FALSE(pool.is_mapped(kNullBlock));
+  ASSERT_POOL_OK(pool);
+  for (int32_t id = 1; id <= 10; ++id) {
+    EXPECT_THAT(Take(pool, 1), ElementsAre(id));
+    ASSERT_POOL_OK(pool);
+    EXPECT_EQ(pool.num_used_blocks(), id);
+    EXPECT_EQ(pool.num_clean_blocks(), 10 - id);
+    EXPECT_EQ(pool.AllocatableNow(), 10 - id);
+    EXPECT_EQ(pool.ref_count(BlockId(id)), 1);
+    EXPECT_EQ(pool.num_mapped_chunks(), 1);
+    EXPECT_EQ(pool.num_idle_chunks(), 0);
+    EXPECT_EQ(f.budget.used_bytes(), 640);
+  }
+  EXPECT_TRUE(pool.is_mapped(BlockId(10)));
+  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
+  EXPECT_EQ(f.events.size(), 0u);
+}
+
+TEST(BlockPoolTest, UnhashedFreesAreReusedFirstLifo) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 4), ElementsAre(1, 2, 3, 4));
+  pool.Free(Blocks({2, 4}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_used_blocks(), 2);
+  EXPECT_EQ(pool.num_clean_blocks(), 8);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 0);
+  EXPECT_EQ(pool.ref_count(BlockId(4)), 0);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 2, 5, 6, 7, 8, 9, 10));
+  EXPECT_THAT(Take(pool, 3), ElementsAre(4, 2, 5));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(6, 7, 8, 9, 10));
+  // Null ids in a table are skipped.
+  pool.Free(Blocks({0, 5, 0}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(5, 6, 7, 8, 9, 10));
+}
+
+TEST(BlockPoolTest, CachedBlocksAreEvictedOldestFirstAfterCleanOnes) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 10), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+  pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  pool.CacheBlock(BlockId(2), H(2), kG0, H(1));
+  pool.CacheBlock(BlockId(3), H(3), kG0, H(2));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(1), kRoot), Stored(kG0, H(2), H(1)),
+                                            Stored(kG0, H(3), H(2))));
+  EXPECT_TRUE(pool.is_cached(BlockId(2)));
+  EXPECT_EQ(pool.block_hash(BlockId(2)), H(2));
+  EXPECT_EQ(pool.Lookup(H(2), kG0), BlockId(2));
+  EXPECT_EQ(pool.Lookup(H(2), kG1), kNullBlock);  // the key includes the group
+  EXPECT_EQ(pool.num_cached_free_blocks(), 0);    // still used
+
+  pool.Free(Blocks({3, 2, 1}));  // a request's blocks, last to first
+  ASSERT_POOL_OK(pool);
+  pool.Free(Blocks({7}));
+  ASSERT_POOL_OK(pool);
+  pool.Free(Blocks({5}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 3);
+  EXPECT_EQ(pool.num_clean_blocks(), 2);
+  EXPECT_EQ(pool.num_free_blocks(), 5);
+  EXPECT_EQ(pool.AllocatableNow(), 5);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(5, 7, 3, 2, 1));
+  EXPECT_EQ(f.events.size(), 0u);  // freeing keeps the hashes
+
+  EXPECT_THAT(Take(pool, 2), ElementsAre(5, 7));  // clean blocks first
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(3));  // then the least recently freed cached block
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(3))));
+  EXPECT_FALSE(pool.is_cached(BlockId(3)));
+  EXPECT_EQ(pool.block_hash(BlockId(3)), BlockHash{});
+  EXPECT_EQ(pool.Lookup(H(3), kG0), kNullBlock);
+  EXPECT_EQ(pool.Lookup(H(2), kG0), BlockId(2));
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(1));
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(2, 1));
+  EXPECT_EQ(pool.num_cached_free_blocks(), 2);
+  EXPECT_EQ(pool.num_used_blocks(), 8);
+
+  // The reused page is unhashed now: freeing it makes it clean (reused first).
+  pool.Free(Blocks({3}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(3, 2, 1));
+  EXPECT_THAT(Take(pool, 3), ElementsAre(3, 2, 1));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(2)), Removed(kG0, H(1))));
+  EXPECT_EQ(pool.Lookup(H(1), kG0), kNullBlock);
+}
+
+TEST(BlockPoolTest, CachingABlockTwiceOrWithCachingOffIsANoOp) {
+  MemoryBudget budget(4 * kBlockBytes);
+  KvEventLog events(true);
+  BlockPool off(BlockPoolConfig{.block_bytes = kBlockBytes, .blocks_per_chunk = 4,
+                                .max_chunks = 1, .enable_caching = false},
+                &budget, &events);
+  EXPECT_THAT(Take(off, 1), ElementsAre(1));
+  off.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  ASSERT_POOL_OK(off);
+  EXPECT_FALSE(off.is_cached(BlockId(1)));
+  EXPECT_EQ(off.Lookup(H(1), kG0), kNullBlock);
+  EXPECT_EQ(events.size(), 0u);
+  off.Free(Blocks({1}));
+  ASSERT_POOL_OK(off);
+  EXPECT_EQ(off.num_clean_blocks(), 4);
+
+  OneChunk f;
+  EXPECT_THAT(Take(f.pool, 1), ElementsAre(1));
+  f.pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  f.pool.CacheBlock(BlockId(1), H(9), kG1, H(8));  // already hashed: ignored
+  ASSERT_POOL_OK(f.pool);
+  EXPECT_EQ(f.pool.block_hash(BlockId(1)), H(1));
+  EXPECT_EQ(f.pool.Lookup(H(9), kG1), kNullBlock);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(1), kRoot)));
+}
+
+TEST(BlockPoolTest, EventsAreNotRecordedWhileTheLogIsDisabled) {
+  MemoryBudget budget(2 * kBlockBytes);
+  KvEventLog events(/*enabled=*/false);
+  BlockPool pool(BlockPoolConfig{.block_bytes = kBlockBytes, .blocks_per_chunk = 2,
+                                 .max_chunks = 1},
+                 &budget, &events);
+  EXPECT_THAT(Take(pool, 2), ElementsAre(1, 2));
+  pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  pool.Free(Blocks({1, 2}));
+  EXPECT_THAT(Take(pool, 2), ElementsAre(2, 1));  // evicts block 1
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(events.size(), 0u);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), kNullBlock);
+}
+
+TEST(BlockPoolTest, TouchTakesACachedFreeBlockOffTheLru) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 3), ElementsAre(1, 2, 3));
+  for (int32_t i = 1; i <= 3; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  pool.Free(Blocks({3, 2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 5, 6, 7, 8, 9, 10, 3, 2, 1));
+  f.events.Drain();
+
+  pool.Touch(Blocks({2}));  // a prefix hit
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.ref_count(BlockId(2)), 1);
+  EXPECT_TRUE(pool.is_cached(BlockId(2)));
+  EXPECT_EQ(pool.num_used_blocks(), 1);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 2);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 5, 6, 7, 8, 9, 10, 3, 1));
+  pool.Touch(Blocks({2}));  // a second request shares it
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.ref_count(BlockId(2)), 2);
+  EXPECT_EQ(pool.num_used_blocks(), 1);
+  pool.Free(Blocks({2}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.ref_count(BlockId(2)), 1);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 5, 6, 7, 8, 9, 10, 3, 1));
+  pool.Free(Blocks({2}));  // the last reference: back at the LRU tail
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 5, 6, 7, 8, 9, 10, 3, 1, 2));
+  EXPECT_EQ(f.events.size(), 0u);  // hits and frees emit nothing
+}
+
+// T12: two blocks cached under one (hash, group).
+TEST(BlockPoolTest, DuplicateKeysEvictFirstBlockFirst) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 2), ElementsAre(1, 2));
+  pool.CacheBlock(BlockId(1), H(7), kG0, kRoot);
+  pool.CacheBlock(BlockId(2), H(7), kG0, kRoot);  // same key: chained, no second event
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(7), kRoot)));
+  EXPECT_EQ(pool.Lookup(H(7), kG0), BlockId(1));
+  EXPECT_TRUE(pool.is_cached(BlockId(2)));
+
+  pool.Free(Blocks({1}));
+  pool.Free(Blocks({2}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(3, 4, 5, 6, 7, 8, 9, 10, 1, 2));
+  EXPECT_THAT(Take(pool, 8), ElementsAre(3, 4, 5, 6, 7, 8, 9, 10));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(1));  // evicting the first keeps the key alive
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_EQ(pool.Lookup(H(7), kG0), BlockId(2));
+  EXPECT_FALSE(pool.is_cached(BlockId(1)));
+  EXPECT_THAT(Take(pool, 1), ElementsAre(2));  // evicting both removes the key
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.Lookup(H(7), kG0), kNullBlock);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(7))));
+}
+
+TEST(BlockPoolTest, DuplicateKeysEvictSecondBlockFirst) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 3), ElementsAre(1, 2, 3));
+  pool.CacheBlock(BlockId(1), H(7), kG0, kRoot);
+  pool.CacheBlock(BlockId(2), H(7), kG0, kRoot);
+  pool.CacheBlock(BlockId(3), H(7), kG1, kRoot);  // another group: its own key
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(),
+              ElementsAre(Stored(kG0, H(7), kRoot), Stored(kG1, H(7), kRoot)));
+  pool.Free(Blocks({2, 1, 3}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 7), ElementsAre(4, 5, 6, 7, 8, 9, 10));
+  EXPECT_THAT(Take(pool, 1), ElementsAre(2));  // the chained duplicate goes silently
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_EQ(pool.Lookup(H(7), kG0), BlockId(1));
+  EXPECT_THAT(Take(pool, 1), ElementsAre(1));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(7))));
+  EXPECT_EQ(pool.Lookup(H(7), kG0), kNullBlock);
+  EXPECT_EQ(pool.Lookup(H(7), kG1), BlockId(3));
+  EXPECT_THAT(Take(pool, 1), ElementsAre(3));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG1, H(7))));
+}
+
+// T11: reset is refused while a block is used and afterwards clears every hash.
+TEST(BlockPoolTest, ResetPrefixCache) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 3), ElementsAre(1, 2, 3));
+  for (int32_t i = 1; i <= 3; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  pool.Free(Blocks({3, 2}));
+  f.events.Drain();
+  const std::vector<BlockId> order = pool.FreeOrder();
+
+  EXPECT_TRUE(absl::IsFailedPrecondition(pool.ResetPrefixCache()));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.FreeOrder(), order);
+  EXPECT_EQ(pool.Lookup(H(3), kG0), BlockId(3));
+  EXPECT_EQ(f.events.size(), 0u);
+
+  pool.Free(Blocks({1}));
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 5, 6, 7, 8, 9, 10, 3, 2, 1));
+  ASSERT_TRUE(pool.ResetPrefixCache().ok());
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(AllCleared()));
+  for (int32_t i = 1; i <= 3; ++i) {
+    EXPECT_EQ(pool.Lookup(H(i), kG0), kNullBlock);
+    EXPECT_FALSE(pool.is_cached(BlockId(i)));
+  }
+  EXPECT_EQ(pool.num_cached_free_blocks(), 0);
+  EXPECT_EQ(pool.num_clean_blocks(), 10);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+  // An empty cache resets too (and says so).
+  ASSERT_TRUE(pool.ResetPrefixCache().ok());
+  EXPECT_THAT(f.events.Drain(), ElementsAre(AllCleared()));
+  ASSERT_POOL_OK(pool);
+}
+
+// ---- Chunks -----------------------------------------------------------------------------
+
+constexpr int64_t kChunkBlockBytes = 100;  // 4 blocks per chunk: 400 bytes
+
+// 4 chunks × 4 blocks of 100 bytes; the budget holds 3 chunks.
+struct FourChunks {
+  explicit FourChunks(MemoryBacking* backing = nullptr) : budget(1200, backing) {}
+  MemoryBudget budget;
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kChunkBlockBytes,
+                                 .blocks_per_chunk = 4, .max_chunks = 4},
+                 &budget, &events};
+};
+
+TEST(BlockPoolChunkTest, ChunksAreMappedLazilyAndFullestChunkFirst) {
+  RecordingBacking backing;
+  FourChunks f(&backing);
+  BlockPool& pool = f.pool;
+  EXPECT_EQ(pool.capacity(), 16);
+  EXPECT_EQ(pool.chunk_bytes(), 400);
+  EXPECT_EQ(pool.num_unmapped_chunks(), 4);
+  EXPECT_EQ(pool.AllocatableNow(), 12);  // the budget holds 3 of the 4 chunks
+  EXPECT_THAT(Take(pool, 1), ElementsAre(1));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  EXPECT_EQ(pool.num_idle_chunks(), 0);
+  EXPECT_EQ(f.budget.used_bytes(), 400);
+  EXPECT_EQ(pool.AllocatableNow(), 11);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(2, 3, 4));  // no new chunk while clean blocks remain
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  EXPECT_EQ(f.budget.used_bytes(), 400);
+  EXPECT_EQ(pool.AllocatableNow(), 8);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(5));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 2);
+  EXPECT_EQ(f.budget.used_bytes(), 800);
+  EXPECT_EQ(pool.AllocatableNow(), 7);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(6, 7, 8));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.AllocatableNow(), 4);
+  EXPECT_FALSE(pool.is_mapped(BlockId(9)));
+
+  // Chunk 0 keeps 2 used blocks, chunk 1 keeps 1.
+  pool.Free(Blocks({2, 3}));
+  ASSERT_POOL_OK(pool);
+  pool.Free(Blocks({6, 7, 8}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 0);
+  EXPECT_EQ(pool.AllocatableNow(), 9);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(3, 2, 8, 7, 6));
+  EXPECT_THAT(Take(pool, 1), ElementsAre(3));  // from the fuller chunk 0
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(2));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(8));  // chunk 0 is full: chunk 1
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 2);
+  EXPECT_EQ(pool.AllocatableNow(), 6);
+
+  // A chunk with fewer used blocks drains and goes idle first.
+  pool.Free(Blocks({5, 8}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 1);
+  EXPECT_EQ(pool.NumCleanIdleChunks(), 1);
+
+  // AllocatableNow is exact: all of it can be taken, and then nothing more.
+  const int64_t n = pool.AllocatableNow();
+  EXPECT_EQ(n, 8);
+  EXPECT_THAT(Take(pool, static_cast<int32_t>(n)), ElementsAre(8, 5, 7, 6, 9, 10, 11, 12));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.AllocatableNow(), 0);
+  EXPECT_EQ(pool.num_mapped_chunks(), 3);
+  EXPECT_EQ(pool.num_unmapped_chunks(), 1);
+  EXPECT_EQ(f.budget.used_bytes(), 1200);
+  EXPECT_EQ(f.budget.free_bytes(), 0);
+  EXPECT_THAT(backing.calls, ElementsAre(RecordingBacking::Call{+1, 0, 0},
+                                         RecordingBacking::Call{+1, 0, 1},
+                                         RecordingBacking::Call{+1, 0, 2}));
+}
+
+TEST(BlockPoolChunkTest, MapsANewChunkBeforeEvictingCachedBlocks) {
+  FourChunks f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 4), ElementsAre(1, 2, 3, 4));
+  for (int32_t i = 1; i <= 4; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  pool.Free(Blocks({4, 3, 2, 1}));
+  ASSERT_POOL_OK(pool);
+  f.events.Drain();
+  EXPECT_EQ(pool.num_idle_chunks(), 1);
+  EXPECT_EQ(pool.num_clean_blocks(), 0);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 4);
+  EXPECT_EQ(pool.AllocatableNow(), 12);
+
+  EXPECT_THAT(Take(pool, 1), ElementsAre(5));  // budget room: a fresh chunk, cache kept
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_EQ(pool.num_mapped_chunks(), 2);
+  EXPECT_EQ(pool.Lookup(H(4), kG0), BlockId(4));
+  EXPECT_EQ(pool.AllocatableNow(), 11);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(6, 7, 8, 4, 3, 2, 1));
+  EXPECT_THAT(Take(pool, 7), ElementsAre(6, 7, 8, 9, 10, 11, 12));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_EQ(f.budget.free_bytes(), 0);
+  // The budget is spent: now the cache goes, tail of the chain first.
+  EXPECT_THAT(Take(pool, 2), ElementsAre(4, 3));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(4)), Removed(kG0, H(3))));
+  EXPECT_EQ(pool.AllocatableNow(), 2);
+  EXPECT_EQ(pool.num_mapped_chunks(), 3);
+}
+
+TEST(BlockPoolChunkTest, ReleaseIdleChunk) {
+  RecordingBacking backing;
+  FourChunks f(&backing);
+  BlockPool& pool = f.pool;
+  EXPECT_FALSE(pool.ReleaseIdleChunk(/*allow_cache_loss=*/true));  // nothing mapped
+  EXPECT_THAT(Take(pool, 8), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+  for (int32_t i = 1; i <= 4; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  f.events.Drain();
+  EXPECT_FALSE(pool.ReleaseIdleChunk(true));  // both chunks in use
+  pool.Free(Blocks({4, 3, 2, 1}));  // chunk 0: idle, 4 cached blocks
+  ASSERT_POOL_OK(pool);
+  pool.Free(Blocks({8, 7, 6}));  // chunk 1: block 5 still used
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 1);
+  EXPECT_EQ(pool.NumCleanIdleChunks(), 0);
+  EXPECT_FALSE(pool.ReleaseIdleChunk(false));  // the only idle chunk holds cached blocks
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 2);
+  EXPECT_EQ(f.events.size(), 0u);
+
+  pool.Free(Blocks({5}));  // chunk 1 idle and clean
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 2);
+  EXPECT_EQ(pool.NumCleanIdleChunks(), 1);
+  EXPECT_EQ(f.budget.used_bytes(), 800);
+  EXPECT_TRUE(pool.ReleaseIdleChunk(false));  // releases chunk 1
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  EXPECT_EQ(pool.num_idle_chunks(), 1);
+  EXPECT_EQ(pool.num_clean_blocks(), 0);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 4);
+  EXPECT_EQ(f.budget.used_bytes(), 400);
+  EXPECT_FALSE(pool.is_mapped(BlockId(5)));
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 3, 2, 1));
+
+  EXPECT_FALSE(pool.ReleaseIdleChunk(false));
+  EXPECT_TRUE(pool.ReleaseIdleChunk(true));  // chunk 0 with its cache
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(1)), Removed(kG0, H(2)),
+                                            Removed(kG0, H(3)), Removed(kG0, H(4))));
+  for (int32_t i = 1; i <= 4; ++i) EXPECT_EQ(pool.Lookup(H(i), kG0), kNullBlock);
+  EXPECT_EQ(pool.num_mapped_chunks(), 0);
+  EXPECT_EQ(pool.num_idle_chunks(), 0);
+  EXPECT_EQ(pool.num_free_blocks(), 0);
+  EXPECT_EQ(f.budget.used_bytes(), 0);
+  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
+  EXPECT_FALSE(pool.ReleaseIdleChunk(true));
+  EXPECT_THAT(backing.calls,
+              ElementsAre(RecordingBacking::Call{+1, 0, 0}, RecordingBacking::Call{+1, 0, 1},
+                          RecordingBacking::Call{-1, 0, 1}, RecordingBacking::Call{-1, 0, 0}));
+
+  // Remapping starts from the lowest chunk again, with fresh clean blocks.
+  EXPECT_THAT(Take(pool, 2), ElementsAre(1, 2));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(f.budget.used_bytes(), 400);
+  EXPECT_FALSE(pool.ReleaseIdleChunk(true));
+}
+
+TEST(BlockPoolChunkTest, ReleasePrefersTheIdleChunkWithFewestCachedBlocks) {
+  FourChunks f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 12), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+  // Chunk 0: 4 cached; chunk 1: 1 cached; chunk 2: 2 cached.
+  for (int32_t i : {1, 2, 3, 4, 5, 9, 10}) pool.CacheBlock(BlockId(i), H(i), kG0, kRoot);
+  pool.Free(Blocks({12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
+  ASSERT_POOL_OK(pool);
+  f.events.Drain();
+  EXPECT_EQ(pool.num_idle_chunks(), 3);
+  EXPECT_EQ(pool.NumCleanIdleChunks(), 0);
+  EXPECT_FALSE(pool.ReleaseIdleChunk(false));
+  EXPECT_TRUE(pool.ReleaseIdleChunk(true));  // chunk 1
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(5))));
+  EXPECT_FALSE(pool.is_mapped(BlockId(5)));
+  EXPECT_TRUE(pool.ReleaseIdleChunk(true));  // chunk 2
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(9)), Removed(kG0, H(10))));
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  EXPECT_EQ(pool.num_cached_free_blocks(), 4);
+  EXPECT_EQ(f.budget.used_bytes(), 400);
+}
+
+TEST(MemoryBudgetTest, TakeAndGiveChunks) {
+  RecordingBacking backing;
+  MemoryBudget budget(1000, &backing);
+  EXPECT_TRUE(budget.TakeChunk(2, 5, 600));
+  EXPECT_EQ(budget.used_bytes(), 600);
+  EXPECT_EQ(budget.free_bytes(), 400);
+  EXPECT_FALSE(budget.TakeChunk(2, 6, 600));  // short of bytes: the backing is not asked
+  backing.refuse = true;
+  EXPECT_FALSE(budget.TakeChunk(1, 0, 100));  // the backing refuses: nothing taken
+  EXPECT_EQ(budget.used_bytes(), 600);
+  backing.refuse = false;
+  budget.GiveChunk(2, 5, 600);
+  EXPECT_EQ(budget.used_bytes(), 0);
+  EXPECT_EQ(budget.total_bytes(), 1000);
+  EXPECT_THAT(backing.calls,
+              ElementsAre(RecordingBacking::Call{+1, 2, 5}, RecordingBacking::Call{+1, 1, 0},
+                          RecordingBacking::Call{-1, 2, 5}));
+}
+
+// ---- Two pools, one budget ------------------------------------------------------------------
+
+TEST(BlockPoolChunkTest, IdleChunkMovesBetweenPoolsSharingABudget) {
+  RecordingBacking backing;
+  MemoryBudget budget(1200, &backing);  // 3 chunks of 400 bytes
+  KvEventLog events(true);
+  BlockPool a(BlockPoolConfig{.pool_index = 0, .block_bytes = 100, .blocks_per_chunk = 4,
+                              .max_chunks = 4},
+              &budget, &events);
+  BlockPool b(BlockPoolConfig{.pool_index = 1, .block_bytes = 200, .blocks_per_chunk = 2,
+                              .max_chunks = 6},
+              &budget, &events);
+  auto check = [&] {
+    ASSERT_POOL_OK(a);
+    ASSERT_POOL_OK(b);
+    ASSERT_EQ(budget.used_bytes(),
+              a.num_mapped_chunks() * a.chunk_bytes() + b.num_mapped_chunks() * b.chunk_bytes());
+  };
+  EXPECT_EQ(a.AllocatableNow(), 12);
+  EXPECT_EQ(b.AllocatableNow(), 6);
+
+  EXPECT_THAT(Take(a, 12), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+  check();
+  EXPECT_EQ(budget.free_bytes(), 0);
+  EXPECT_EQ(b.AllocatableNow(), 0);
+  for (int32_t i = 1; i <= 12; ++i) a.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  a.Free(Blocks({12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
+  check();
+  events.Drain();
+  EXPECT_EQ(a.num_idle_chunks(), 3);
+  EXPECT_EQ(a.num_cached_free_blocks(), 12);
+  EXPECT_EQ(a.AllocatableNow(), 12);
+  // A holds every byte in cached blocks: B cannot allocate until A gives a chunk back.
+  EXPECT_EQ(b.AllocatableNow(), 0);
+  EXPECT_EQ(b.num_mapped_chunks(), 0);
+  EXPECT_FALSE(a.ReleaseIdleChunk(false));
+  check();
+  EXPECT_EQ(b.AllocatableNow(), 0);
+
+  EXPECT_TRUE(a.ReleaseIdleChunk(true));  // every chunk holds 4 cached blocks: chunk 0 goes
+  check();
+  EXPECT_THAT(events.Drain(), ElementsAre(Removed(kG0, H(1)), Removed(kG0, H(2)),
+                                          Removed(kG0, H(3)), Removed(kG0, H(4))));
+  EXPECT_EQ(a.num_mapped_chunks(), 2);
+  EXPECT_EQ(a.AllocatableNow(), 12);  // 8 cached blocks + the chunk it could map again
+  EXPECT_EQ(budget.used_bytes(), 800);
+  EXPECT_EQ(b.AllocatableNow(), 2);
+
+  EXPECT_THAT(Take(b, 2), ElementsAre(1, 2));
+  check();
+  EXPECT_EQ(b.num_mapped_chunks(), 1);
+  EXPECT_EQ(budget.used_bytes(), 1200);
+  EXPECT_EQ(b.AllocatableNow(), 0);
+  EXPECT_EQ(a.AllocatableNow(), 8);  // A still serves its remaining cached blocks
+  EXPECT_EQ(a.Lookup(H(5), kG0), BlockId(5));
+  EXPECT_EQ(a.Lookup(H(4), kG0), kNullBlock);
+  EXPECT_EQ(events.size(), 0u);
+  EXPECT_THAT(backing.calls,
+              ElementsAre(RecordingBacking::Call{+1, 0, 0}, RecordingBacking::Call{+1, 0, 1},
+                          RecordingBacking::Call{+1, 0, 2}, RecordingBacking::Call{-1, 0, 0},
+                          RecordingBacking::Call{+1, 1, 0}));
+
+  // And back: B frees (unhashed, clean), gives its chunk up without losing anything.
+  b.Free(Blocks({2, 1}));
+  check();
+  EXPECT_TRUE(b.ReleaseIdleChunk(false));
+  check();
+  EXPECT_EQ(a.AllocatableNow(), 12);
+  EXPECT_THAT(Take(a, 1), ElementsAre(1));  // A remaps its chunk 0, keeping its cache
+  check();
+  EXPECT_EQ(events.size(), 0u);
+  EXPECT_EQ(a.num_cached_free_blocks(), 8);
+}
+
+}  // namespace
+}  // namespace kvpage

@@ -95,6 +95,10 @@ class BlockPool {
   void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
   // A block cached under (hash, group), or kNullBlock. Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
+  // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A
+  // cached-free block becomes clean; a used block stays with its holders. Returns whether a
+  // hash was dropped.
+  bool Uncache(BlockId block);
   // Drops every hash. FailedPrecondition if any block is used.
   absl::Status ResetPrefixCache();
 

@@ -212,6 +212,9 @@ class KvCacheManager {
   std::vector<KvEvent> DrainEvents();
   // FailedPrecondition while a request holds blocks.
   absl::Status ResetPrefixCache();
+  // Removes one block from the prefix cache (a KV connector found its data invalid, or a test
+  // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.
+  absl::Status EvictCachedBlock(GroupId group, BlockId block);
   // The order in which the pool behind `group` would hand out its free blocks: clean blocks
   // first (fullest chunk first), then cached blocks least recently freed first. For tests and
   // debugging; O(pool size).

@@ -292,6 +292,21 @@ void BlockPool::DropHash(int32_t b) {
   hash_group_[b] = -1;
 }
 
+bool BlockPool::Uncache(BlockId block) {
+  const int32_t b = block.value;
+  if (b <= 0 || b > capacity() || !has_hash_[b]) return false;
+  if (ref_[b] == 0) {
+    LruRemove(b);
+    --chunks_[ChunkOf(b)].cached;
+    --num_cached_free_;
+    DropHash(b);
+    PushClean(b);
+  } else {
+    DropHash(b);
+  }
+  return true;
+}
+
 absl::Status BlockPool::ResetPrefixCache() {
   if (num_used_ > 0) {
     return absl::FailedPreconditionError(

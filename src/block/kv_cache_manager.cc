@@ -297,6 +297,19 @@ absl::Status KvCacheManager::ResetPrefixCache() {
   return absl::OkStatus();
 }
 
+absl::Status KvCacheManager::EvictCachedBlock(GroupId group, BlockId block) {
+  if (group.value < 0 || group.value >= num_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown group ", group.value));
+  }
+  BlockPool& pool = *impl_->pools[impl_->groups[group.value].pool];
+  if (block.value <= 0 || block.value > pool.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", block.value, " is not in group ",
+                                                   group.value, "'s pool"));
+  }
+  pool.Uncache(block);
+  return absl::OkStatus();
+}
+
 absl::Status KvCacheManager::CheckInvariants() const {
   const Impl& m = *impl_;
   int64_t mapped_bytes = 0;

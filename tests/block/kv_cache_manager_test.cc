@@ -444,3 +444,159 @@ TEST(KvCacheManagerTest, SlotMappingAndKernelBlockRows) {
 
 }  // namespace
 }  // namespace kvpage
+
+namespace kvpage {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Ids;
+using testing::Tokens;
+using testing::TinyModel;
+
+// H1 eviction cases (vllm.md §6.2): which evictions shrink the 53-token request's hit.
+class VllmHybridEvictionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KvCacheConfig c;
+    c.mode = AccountingMode::kVllm;
+    c.kv_budget_bytes = 20 * 512;
+    c.hash_seed = 1;
+    m_ = *KvCacheManager::Create(TinyModel(testing::kTinyHybridSwa), c);
+    ASSERT_TRUE(m_->AddRequest({RequestId(1), testing::Concat(Tokens(48), Tokens(7, 900))}).ok());
+    ASSERT_TRUE(*m_->AllocateSlots(RequestId(1), {.num_new_tokens = 55}));
+    ASSERT_TRUE(m_->AddRequest({RequestId(2), testing::Concat(Tokens(48), Tokens(5, 800))}).ok());
+  }
+  // Block `index` of group `group` in request 1's table.
+  void Evict(int32_t group, int32_t index) {
+    const auto table = *m_->BlockTable(RequestId(1), GroupId(group));
+    ASSERT_TRUE(m_->EvictCachedBlock(GroupId(group), table[index]).ok());
+  }
+  int64_t Hit() { return m_->GetComputedBlocks(RequestId(2))->num_tokens; }
+
+  std::unique_ptr<KvCacheManager> m_;
+};
+
+TEST_F(VllmHybridEvictionTest, SlidingWindowsDoNotNeedTheFirstBlock) {
+  Evict(1, 0);
+  Evict(2, 0);
+  EXPECT_EQ(Hit(), 48);
+}
+TEST_F(VllmHybridEvictionTest, FullAttentionNeedsEveryBlock) {
+  Evict(0, 0);
+  EXPECT_EQ(Hit(), 0);
+}
+TEST_F(VllmHybridEvictionTest, ThirdBlockEverywhere) {
+  Evict(0, 2);
+  Evict(1, 2);
+  Evict(2, 2);
+  EXPECT_EQ(Hit(), 32);
+}
+TEST_F(VllmHybridEvictionTest, ThirdBlockOfFullOnly) {
+  Evict(0, 2);
+  EXPECT_EQ(Hit(), 32);
+}
+TEST_F(VllmHybridEvictionTest, ThirdBlockOfOneSlidingGroup) {
+  Evict(1, 2);
+  EXPECT_EQ(Hit(), 32);
+}
+TEST_F(VllmHybridEvictionTest, FullThirdAndSlidingFirstLeaveNothing) {
+  // Full attention serves 32 tokens; the sliding window would then need blocks 0 and 1.
+  Evict(0, 2);
+  Evict(1, 0);
+  EXPECT_EQ(Hit(), 0);
+  KVPAGE_EXPECT_INVARIANTS(*m_);
+}
+
+// S1: sliding-window hit patterns (bs 2, window 4: two contiguous cached blocks).
+struct SwaPattern {
+  std::vector<bool> cached;
+  int64_t expected_blocks;
+};
+
+class SlidingWindowHitPatternTest : public ::testing::TestWithParam<SwaPattern> {};
+
+TEST_P(SlidingWindowHitPatternTest, HitBlocks) {
+  const SwaPattern& p = GetParam();
+  KvCacheConfig c;
+  c.block_size = 2;
+  c.kv_budget_bytes = 64 * 2 * 32;
+  c.hash_seed = 5;
+  auto m = *KvCacheManager::Create(
+      TinyModel(R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 8,
+                    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+                    "max_position_embeddings": 4096, "intermediate_size": 128,
+                    "sliding_window": 4})"),
+      c);
+  const int64_t n = static_cast<int64_t>(p.cached.size());
+  const std::vector<int32_t> prompt = Tokens(2 * n + 1);
+  ASSERT_TRUE(m->AddRequest({RequestId(1), prompt}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 2 * n + 1}));
+  const std::vector<BlockId> table(m->BlockTable(RequestId(1), GroupId(0))->begin(),
+                                   m->BlockTable(RequestId(1), GroupId(0))->end());
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    if (!p.cached[i]) {
+      ASSERT_TRUE(m->EvictCachedBlock(GroupId(0), table[i]).ok());
+    }
+  }
+  ASSERT_TRUE(m->AddRequest({RequestId(2), prompt}).ok());
+  auto hit = m->GetComputedBlocks(RequestId(2));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->num_tokens, 2 * p.expected_blocks);
+  // Only the last two blocks of the hit are real; the rest are null.
+  for (int64_t i = 0; i + 2 < p.expected_blocks; ++i) EXPECT_EQ(hit->blocks[0][i], kNullBlock);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    VllmS1, SlidingWindowHitPatternTest,
+    ::testing::Values(SwaPattern{{false}, 0}, SwaPattern{{true}, 1}, SwaPattern{{true, false}, 1},
+                      SwaPattern{{true, true}, 2}, SwaPattern{{true, true, false}, 2},
+                      SwaPattern{{true, true, true}, 3}, SwaPattern{{true, true, true, false}, 3},
+                      SwaPattern{{true, true, false, true, false, false, true, true, false, true,
+                                  true, true},
+                                 12},
+                      SwaPattern{{true, true, false, true, false, false, true, true, false, false,
+                                  false},
+                                 8},
+                      SwaPattern{{true, true, false, true, false, false, true, true, false, false,
+                                  false, true},
+                                 8}));
+
+// Events: stored when a block is cached, removed when its page is reused, cleared on reset.
+TEST(KvCacheManagerEventsTest, StoredRemovedCleared) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 2 * 16 * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.enable_kv_events = true;
+  c.hash_seed = 9;
+  auto m = *KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(33)}).ok());
+  ASSERT_FALSE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 33}));  // 3 blocks > 2
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(32)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 32}));
+  std::vector<KvEvent> events = m->DrainEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type, KvEvent::Type::kStored);
+  EXPECT_EQ(events[1].type, KvEvent::Type::kStored);
+  EXPECT_EQ(events[1].parent, events[0].hash);
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(20, 500)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_new_tokens = 20}));  // evicts both
+  events = m->DrainEvents();
+  ASSERT_EQ(events.size(), 3u);  // both pages evicted (tail block first), then one stored
+  EXPECT_EQ(events[0].type, KvEvent::Type::kRemoved);
+  EXPECT_EQ(events[1].type, KvEvent::Type::kRemoved);
+  EXPECT_EQ(events[2].type, KvEvent::Type::kStored);
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->ResetPrefixCache()));
+  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->ResetPrefixCache().ok());
+  events = m->DrainEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, KvEvent::Type::kAllCleared);
+  EXPECT_TRUE(m->DrainEvents().empty());
+}
+
+}  // namespace
+}  // namespace kvpage

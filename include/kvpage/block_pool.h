@@ -135,16 +135,21 @@ class BlockPool {
     BlockHash hash;
     int32_t group = 0;
     friend bool operator==(const HashKey&, const HashKey&) = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const HashKey& k) {
-      return H::combine(std::move(h), k.hash.lo, k.hash.hi, k.group);
+  };
+  // Block hashes are already uniform (XXH3 or SHA-256 output): fold in the group and use them
+  // directly instead of hashing them again.
+  struct HashKeyHasher {
+    size_t operator()(const HashKey& k) const {
+      return static_cast<size_t>(k.hash.lo ^ (k.hash.hi >> 1) ^
+                                 (static_cast<uint64_t>(k.group) * 0x9E3779B97F4A7C15ull));
     }
   };
 
-  int32_t ChunkOf(int32_t block) const { return (block - 1) / bpc_; }
+  int32_t ChunkOf(int32_t block) const {
+    return chunk_shift_ >= 0 ? (block - 1) >> chunk_shift_ : (block - 1) / bpc_;
+  }
   void MapChunk(int32_t chunk);
   void UnmapChunk(int32_t chunk);
-  BlockId PopClean();
   void PushClean(int32_t block);
   void BucketInsert(int32_t chunk);
   void BucketRemove(int32_t chunk);
@@ -159,6 +164,7 @@ class BlockPool {
   const int32_t bpc_;
   const int32_t max_chunks_;
   const bool enable_caching_;
+  int32_t chunk_shift_ = -1;  // log2(bpc) when bpc is a power of two (or one chunk): no divide
   MemoryBudget* const budget_;
   KvEventLog* const events_;
 
@@ -175,7 +181,7 @@ class BlockPool {
   std::vector<int32_t> bucket_head_;  // by used count; chunks with clean > 0
   int32_t max_bucket_ = -1;           // highest non-empty bucket (or lower bound)
   int32_t lru_head_ = -1, lru_tail_ = -1;
-  absl::flat_hash_map<HashKey, int32_t> cached_;  // key -> first block in the dup chain
+  absl::flat_hash_map<HashKey, int32_t, HashKeyHasher> cached_;  // key -> first dup-chain block
 
   int32_t num_mapped_chunks_ = 0;
   int32_t num_idle_chunks_ = 0;

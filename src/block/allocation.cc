@@ -1,6 +1,7 @@
 // AllocateSlots and everything it touches: sliding-window frees, recurrent state slots and
 // snapshots, and moving chunks between pools through the shared budget.
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,10 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
                                         std::vector<BlockId>* out) {
   BlockPool& pool = *pools[p];
   need[p] = 0;
+  if (n <= pool.num_clean_blocks()) {  // the common case: no chunk has to move
+    pool.Allocate(static_cast<int32_t>(n), out);
+    return;
+  }
   // Releases one idle chunk of another pool that it can spare; false if none can.
   auto release_from_others = [&](bool allow_cache_loss) {
     for (size_t q = 0; q < pools.size(); ++q) {
@@ -86,13 +91,15 @@ void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed
     const int64_t skipped = std::max<int64_t>(0, num_processed - g.window + 1);
     const int64_t dead = std::min<int64_t>(skipped / g.block_size,
                                            static_cast<int64_t>(gs.blocks.size()));
-    // Last-to-first, so the later blocks of the prefix are evicted first; stop at the first
-    // block already released.
-    for (int64_t i = dead - 1; i >= 0 && gs.blocks[i] != kNullBlock; --i) {
+    // Last-to-first, so the later blocks of the prefix are evicted first; blocks before
+    // num_released went in earlier calls.
+    for (int64_t i = dead - 1; i >= gs.num_released; --i) {
       pools[g.pool]->Free({gs.blocks[i]});
       gs.blocks[i] = kNullBlock;
     }
+    gs.num_released = std::max(gs.num_released, dead);
   }
+  RefreshSummary(st);
 }
 
 // ---- Recurrent state ----
@@ -249,7 +256,42 @@ absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st
 
 // ---- AllocateSlots ----
 
+void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
+  int64_t covered = std::numeric_limits<int64_t>::max();
+  int64_t cached = std::numeric_limits<int64_t>::max();
+  int64_t release = std::numeric_limits<int64_t>::max();
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) continue;
+    const GroupState& gs = st.groups[g.id.value];
+    covered = std::min<int64_t>(covered, static_cast<int64_t>(gs.blocks.size()) * g.block_size);
+    cached = std::min(cached, gs.num_cached_blocks);
+    if (g.kind == LayerKind::kSlidingWindow) {
+      // Block f dies once (p − W + 1) / bs > f, i.e. p >= (f + 1)·bs + W − 1.
+      release = std::min<int64_t>(release, (gs.num_released + 1) * g.block_size + g.window - 1);
+    }
+  }
+  st.covered_tokens = covered == std::numeric_limits<int64_t>::max() ? 0 : covered;
+  st.cached_blocks = cached == std::numeric_limits<int64_t>::max() ? 0 : cached;
+  st.next_release = release;
+}
+
+bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
+  if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 || has_state_groups) {
+    return false;
+  }
+  const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
+  const int64_t known = static_cast<int64_t>(st.tokens.size());
+  const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
+  const int64_t total = c + n;
+  if (n <= 0 || c < 0 || c > known || total > st.covered_tokens || total > max_model_len ||
+      processed > c || processed >= st.next_release) {
+    return false;
+  }
+  return !config.enable_prefix_caching || std::min(total, known) / block_size <= st.cached_blocks;
+}
+
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
+  if (NothingToDo(st, req)) return true;
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
   const int64_t c = req.num_computed_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
@@ -279,9 +321,12 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
     }
     need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - held);
   }
-  bool any_need = false;
-  for (int64_t n : need) any_need |= n > 0;
-  if (any_need && !CanTake(need)) return false;
+  // Enough clean blocks in every pool is the common case and needs no chunk arithmetic.
+  bool served_by_clean = true;
+  for (size_t p = 0; p < need.size(); ++p) {
+    served_by_clean &= need[p] <= pools[p]->num_clean_blocks();
+  }
+  if (!served_by_clean && !CanTake(need)) return false;
 
   // 2. Take the hits in every group before allocating anything, so one group's allocation
   // cannot evict another group's hit.
@@ -297,6 +342,10 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       if (g.IsAttention()) {
         gs.blocks = hit;
         gs.num_cached_blocks = static_cast<int64_t>(hit.size());
+        while (gs.num_released < static_cast<int64_t>(hit.size()) &&
+               hit[gs.num_released] == kNullBlock) {
+          ++gs.num_released;
+        }
       } else {
         gs.cur = hit[0].value;
         gs.cur_is_snapshot = true;
@@ -360,6 +409,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   }
   if (has_state_groups) pending_commits.push_back(&st);
   st.allocated = true;
+  RefreshSummary(st);
   return true;
 }
 
@@ -379,6 +429,7 @@ void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
     gs = GroupState{};
   }
   st.allocated = false;
+  RefreshSummary(st);
 }
 
 }  // namespace kvpage

@@ -44,6 +44,11 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
   dup_next_.assign(n, -1);
   chunks_.assign(max_chunks_, Chunk{});
   bucket_head_.assign(bpc_ + 1, -1);
+  if (max_chunks_ <= 1) {
+    chunk_shift_ = 31;  // every id is in chunk 0
+  } else if ((bpc_ & (bpc_ - 1)) == 0) {
+    chunk_shift_ = __builtin_ctz(static_cast<uint32_t>(bpc_));
+  }
 }
 
 bool BlockPool::is_mapped(BlockId block) const {
@@ -129,21 +134,6 @@ void BlockPool::PushClean(int32_t b) {
   if (ch.clean == 1) BucketInsert(c);
 }
 
-BlockId BlockPool::PopClean() {
-  while (max_bucket_ >= 0 && bucket_head_[max_bucket_] < 0) --max_bucket_;
-  KVPAGE_DCHECK(max_bucket_ >= 0);
-  const int32_t c = bucket_head_[max_bucket_];
-  Chunk& ch = chunks_[c];
-  const int32_t b = ch.clean_top;
-  ch.clean_top = next_[b];
-  next_[b] = -1;
-  --num_clean_;
-  BucketRemove(c);
-  --ch.clean;
-  if (ch.clean > 0) BucketInsert(c);
-  return BlockId(b);
-}
-
 void BlockPool::LruAppend(int32_t b) {
   prev_[b] = lru_tail_;
   next_[b] = -1;
@@ -184,7 +174,7 @@ int64_t BlockPool::AllocatableNow() const {
 }
 
 void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
-  for (int32_t i = 0; i < n; ++i) {
+  while (n > 0) {
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ &&
         budget_->free_bytes() >= chunk_bytes()) {
       // Map the lowest unmapped chunk: keeps the live id range compact.
@@ -193,9 +183,28 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) MapChunk(c);
     }
     if (num_clean_ > 0) {
-      const BlockId b = PopClean();
-      TakeBlock(b.value);
-      out->push_back(b);
+      // Take a run from the fullest chunk and re-bucket it once.
+      while (bucket_head_[max_bucket_] < 0) --max_bucket_;
+      const int32_t c = bucket_head_[max_bucket_];
+      Chunk& ch = chunks_[c];
+      const int32_t k = std::min(n, ch.clean);
+      BucketRemove(c);
+      if (ch.used == 0) --num_idle_chunks_;
+      int32_t b = ch.clean_top;
+      for (int32_t i = 0; i < k; ++i) {
+        ref_[b] = 1;
+        out->push_back(BlockId(b));
+        const int32_t next = next_[b];
+        next_[b] = -1;
+        b = next;
+      }
+      ch.clean_top = b;
+      ch.clean -= k;
+      ch.used += k;
+      num_clean_ -= k;
+      num_used_ += k;
+      if (ch.clean > 0) BucketInsert(c);
+      n -= k;
       continue;
     }
     // Evict the least recently freed cached block: its hash goes, its page is reused.
@@ -207,6 +216,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     --num_cached_free_;
     TakeBlock(b);
     out->push_back(BlockId(b));
+    --n;
   }
 }
 
@@ -227,22 +237,44 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
 }
 
 void BlockPool::Free(absl::Span<const BlockId> blocks) {
+  // Consecutive blocks of one chunk form a run: the chunk leaves its bucket at the start of
+  // the run and goes back once at the end, instead of once per block.
+  int32_t run_chunk = -1;
+  int32_t used_at_start = 0;
+  auto close_run = [&]() {
+    if (run_chunk < 0) return;
+    Chunk& ch = chunks_[run_chunk];
+    if (used_at_start > 0 && ch.used == 0) ++num_idle_chunks_;
+    if (ch.clean > 0) BucketInsert(run_chunk);
+    run_chunk = -1;
+  };
   for (BlockId id : blocks) {
     const int32_t b = id.value;
     if (b == kNullBlock.value) continue;
     KVPAGE_DCHECK(b > 0 && b <= capacity() && ref_[b] > 0);
     if (--ref_[b] > 0) continue;
-    --num_used_;
     const int32_t c = ChunkOf(b);
-    OnUsedChange(c, -1);
+    if (c != run_chunk) {
+      close_run();
+      run_chunk = c;
+      used_at_start = chunks_[c].used;
+      if (chunks_[c].clean > 0) BucketRemove(c);
+    }
+    Chunk& ch = chunks_[c];
+    --ch.used;
+    --num_used_;
     if (has_hash_[b]) {
       LruAppend(b);
-      ++chunks_[c].cached;
+      ++ch.cached;
       ++num_cached_free_;
     } else {
-      PushClean(b);
+      next_[b] = ch.clean > 0 ? ch.clean_top : -1;
+      ch.clean_top = b;
+      ++ch.clean;
+      ++num_clean_;
     }
   }
+  close_run();
 }
 
 // ---- Prefix cache ----

@@ -76,6 +76,8 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   auto st = std::make_unique<RequestState>(spec.id, m.hasher.get(), m.block_size,
                                            std::move(spec.extras));
   st->tokens = std::move(spec.prompt_tokens);
+  // Room for generated tokens, so the first decode steps do not copy the prompt.
+  st->tokens.reserve(st->tokens.size() + std::max<size_t>(256, st->tokens.size() / 4));
   st->prompt_len = static_cast<int64_t>(st->tokens.size());
   st->skip_prefix_cache_read = spec.skip_prefix_cache_read;
   st->groups.resize(m.groups.size());
@@ -117,6 +119,7 @@ absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
   for (GroupState& gs : st.groups) {
     gs.num_cached_blocks = std::min<int64_t>(gs.num_cached_blocks, keep / impl_->block_size);
   }
+  impl_->RefreshSummary(st);
   return absl::OkStatus();
 }
 

@@ -42,6 +42,11 @@ class KvCacheManager::Impl {
   void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
   void CommitStep(internal::RequestState& st);
   void FreeRequestBlocks(internal::RequestState& st);
+  // Recomputes RequestState's summary fields from its group tables.
+  void RefreshSummary(internal::RequestState& st) const;
+  // The decode fast path: true when the step needs no block, no cache entry and no window
+  // release, and its arguments are valid, so Allocate may return true without changes.
+  bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
   bool CanTake(absl::Span<const int64_t> need) const;
   // Takes need[p] blocks from pool p (after CanTake); `need` is consumed as pools are served.

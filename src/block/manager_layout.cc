@@ -1,5 +1,6 @@
 // Groups and pools of a KvCacheManager, for kvpage and vllm accounting.
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -54,8 +55,12 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
           "kv_budget_bytes ", budget, " cannot hold one ", LayerKindName(g.kind), " block of ",
           g.block_bytes, " bytes"));
     }
-    const int64_t per_chunk = std::clamp<int64_t>(m.config.chunk_bytes / g.block_bytes, 1,
-                                                  budget / g.block_bytes);
+    // A power of two, so a block's chunk is a shift away; or, when one chunk would hold the
+    // whole budget, exactly that many blocks.
+    const int64_t fits = budget / g.block_bytes;
+    const int64_t target = std::max<int64_t>(1, m.config.chunk_bytes / g.block_bytes);
+    const int64_t per_chunk =
+        target >= fits ? fits : static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(target)));
     const int64_t chunks = std::min(budget / (per_chunk * g.block_bytes), kMaxPoolBlocks / per_chunk);
     KVPAGE_RETURN_IF_ERROR(AddPool(m, g.block_bytes, per_chunk, chunks));
     m.groups.push_back(g);

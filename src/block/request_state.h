@@ -31,6 +31,7 @@ struct GroupState {
   // window released the block.
   std::vector<BlockId> blocks;
   int64_t num_cached_blocks = 0;  // blocks [0, n) have been offered to the prefix cache
+  int64_t num_released = 0;       // sliding window: blocks [0, n) are null
 
   // Linear attention. `cur` holds the state after the last committed step (-1: none yet, the
   // state is zero). A snapshot `cur` is shared with the prefix cache; a scratch `cur` is the
@@ -58,6 +59,12 @@ struct RequestState {
   bool allocated = false;  // has been through AllocateSlots
   RequestBlockHashes hashes;
   std::vector<GroupState> groups;
+
+  // Summaries of `groups` that let a decode step that needs nothing new return at once
+  // (KvCacheManager::Impl::RefreshSummary keeps them current).
+  int64_t covered_tokens = 0;   // min over attention groups of table length × block size
+  int64_t cached_blocks = 0;    // min over attention groups of num_cached_blocks
+  int64_t next_release = 0;     // smallest processed count at which a window frees a block
 };
 
 }  // namespace kvpage::internal

@@ -157,6 +157,7 @@ struct Req {
   bool state_shared = false;
   int64_t max_processed = 0;  // largest num_processed_tokens a window release saw
   int64_t scheduled_step = -1;
+  int64_t step_start = 0;  // computed tokens before the step it was last scheduled in
   int64_t max_len = 0;
   // fp[k]: fingerprint of the first k tokens (what a slot holding position k − 1 must contain).
   std::vector<uint64_t> fp;
@@ -232,12 +233,17 @@ class Fuzzer {
     m_ = *std::move(m);
     ASSERT_EQ(m_->group_block_size(GroupId(first_attention_group())), bs_);
     hasher_ = std::make_unique<BlockHasher>(HashAlgorithm::kXxh3_128, kHashSeed);
-    // kvpage mode: one pool per group of clamp(chunk_bytes / block_bytes, 1, budget / block_bytes)
-    // blocks per chunk (manager_layout.cc); AfterOp checks the mapped bytes add up.
-    for (const PoolUsage& p : m_->Usage().pools) {
+    // Blocks per chunk of each pool, observed: one token makes every pool map one chunk.
+    // AfterOp checks that the mapped bytes keep adding up.
+    auto geometry_probe = KvCacheManager::Create(spec_, config);
+    ASSERT_TRUE(geometry_probe.ok()) << geometry_probe.status();
+    AssertOk((*geometry_probe)->AddRequest({RequestId(1), {1}}));
+    auto probed = (*geometry_probe)->AllocateSlots(RequestId(1), {.num_new_tokens = 1});
+    ASSERT_TRUE(probed.ok() && *probed) << probed.status();
+    for (const PoolUsage& p : (*geometry_probe)->Usage().pools) {
+      ASSERT_EQ(p.mapped_chunks, 1);
       Geometry geo;
-      geo.bpc = std::clamp<int64_t>(config.chunk_bytes / p.block_bytes, 1,
-                                    config.kv_budget_bytes / p.block_bytes);
+      geo.bpc = p.used_blocks + p.cached_free_blocks + p.clean_blocks;
       geo.chunk_bytes = geo.bpc * p.block_bytes;
       geo.max_chunks = config.kv_budget_bytes / geo.chunk_bytes;
       geo_.push_back(geo);
@@ -418,7 +424,9 @@ class Fuzzer {
   void OpRemoveSkipped() {
     Req* r = Pick(Candidates(false, true));
     if (r == nullptr) return OpSchedule();
-    const int64_t processed = Uniform(0, r->computed);
+    // Only tokens of finished steps count as processed: not those of this step.
+    const int64_t processed =
+        Uniform(0, r->scheduled_step == step_ ? r->step_start : r->computed);
     Log(absl::StrCat("RemoveSkippedBlocks r", r->id.value, " processed ", processed));
     const auto before = Tables(*r);
     AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
@@ -459,6 +467,7 @@ class Fuzzer {
     auto hit = m_->GetComputedBlocks(fresh->id);
     ASSERT_TRUE(hit.ok()) << hit.status();
     ASSERT_NO_FATAL_FAILURE(CheckHit(*fresh, *hit));
+    ASSERT_NO_FATAL_FAILURE(CountQuery(*fresh, *hit));
     if (hit->num_tokens > 0) ++stats_.preempt_hits;
     // Whatever the request had computed in full blocks is still cached: nothing ran in between.
     const int64_t len = static_cast<int64_t>(fresh->tokens.size());
@@ -612,11 +621,15 @@ class Fuzzer {
     AllocationRequest req;
     std::optional<CacheHit> hit;
     int64_t c = r->computed;
+    // Whether nothing but this step's blocks can change the pools' used counts (no window
+    // release inside AllocateSlots).
+    bool exact_count = !r->allocated || !has_sliding_;
     if (!r->allocated) {
       auto h = m_->GetComputedBlocks(r->id);
       ASSERT_TRUE(h.ok()) << h.status();
       hit = *std::move(h);
       ASSERT_NO_FATAL_FAILURE(CheckHit(*r, *hit));
+      ASSERT_NO_FATAL_FAILURE(CountQuery(*r, *hit));
       c = hit->num_tokens;
       req.hit = &*hit;
       if (opt_.avoid_empty_hits_with_state && has_linear_ && c == 0) req.hit = nullptr;
@@ -627,6 +640,7 @@ class Fuzzer {
       if (Chance(0.5)) {
         // Release dead window blocks first, so the all-or-nothing check below is exact.
         AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
+        exact_count = true;
       }
       r->max_processed = std::max(r->max_processed, processed);
     }
@@ -657,6 +671,7 @@ class Fuzzer {
         // Window releases change the pools: apply them and look again.
         const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
         AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
+        exact_count = true;
       }
       if (Risky(*r, req)) {
         ++stats_.guarded;
@@ -708,6 +723,20 @@ class Fuzzer {
       return;
     }
     ++stats_.allocations;
+    {
+      // BlocksNeeded said how many blocks leave the free lists (new ones and hits now free).
+      const KvCacheUsage u = m_->Usage();
+      int64_t taken = 0;
+      for (size_t g = 0; g < u.pools.size(); ++g) {
+        if (mode_ == AccountingMode::kVllm && g > 0) break;  // one pool behind every group
+        taken += u.pools[g].used_blocks - before.usage.pools[g].used_blocks;
+      }
+      if (exact_count) {
+        ASSERT_EQ(taken, *needed) << "BlocksNeeded disagrees with what AllocateSlots took";
+      } else {
+        ASSERT_LE(taken, *needed);
+      }
+    }
     if (hit.has_value() && hit->num_tokens > 0) {
       ++stats_.hits;
       stats_.hit_tokens += hit->num_tokens;
@@ -724,6 +753,7 @@ class Fuzzer {
     ASSERT_NO_FATAL_FAILURE(WriteStep(*r, step_seq, c, n, req.num_lookahead_tokens));
     r->allocated = true;
     r->scheduled_step = step_;
+    r->step_start = c;
     r->state_shared = (c + n) % bs_ == 0 && c + n <= static_cast<int64_t>(r->tokens.size());
     r->offered = std::max(r->offered, std::min<int64_t>(c + n, static_cast<int64_t>(r->tokens.size())));
 
@@ -1013,6 +1043,18 @@ class Fuzzer {
 
   // ---- Content checks ----
 
+  void CountQuery(const Req& r, const CacheHit& hit) {
+    if (!r.skip_read) {
+      ++expected_stats_.queries;
+      expected_stats_.queried_tokens += static_cast<int64_t>(r.tokens.size());
+      expected_stats_.hit_tokens += hit.num_tokens;
+    }
+    const PrefixCacheStats s = m_->prefix_cache_stats();
+    ASSERT_EQ(s.queries, expected_stats_.queries);
+    ASSERT_EQ(s.queried_tokens, expected_stats_.queried_tokens);
+    ASSERT_EQ(s.hit_tokens, expected_stats_.hit_tokens);
+  }
+
   // The hit's blocks hold this request's prefix, and the events announced them.
   void CheckHit(const Req& r, const CacheHit& hit) {
     ASSERT_EQ(static_cast<int32_t>(hit.blocks.size()), m_->num_groups());
@@ -1209,6 +1251,7 @@ class Fuzzer {
   std::vector<std::pair<int32_t, int32_t>> zero_expected_;
   absl::flat_hash_set<std::pair<int32_t, BlockHash>, PairHash> mirror_;
   bool expect_all_cleared_ = false;
+  PrefixCacheStats expected_stats_;
   struct Geometry {
     int64_t bpc = 1;
     int64_t chunk_bytes = 0;
@@ -1419,7 +1462,7 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
   Stats total;
   for (uint64_t seed : seeds) {
     SCOPED_TRACE(absl::StrCat("seed ", seed));
-    Fuzzer f(fc.model, *spec, fc.mode, seed ^ Fnv(fc.model), options);
+    Fuzzer f(fc.model, *spec, fc.mode, seed ^ Fnv(fc.model) ^ (fc.mode == AccountingMode::kVllm ? 0x7f4a7c15 : 0), options);
     ASSERT_NO_FATAL_FAILURE(f.Run());
     total.Add(f.stats());
   }
@@ -1440,6 +1483,28 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
 
 TEST_P(KvCacheManagerFuzzTest, RandomOperations) {
   RunCase(GetParam(), Options{}, {1, 2, 3});
+}
+
+// The same runs without the workarounds for the bugs reproduced above: these fail (or crash)
+// until those bugs are fixed.
+TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsWithoutGuards) {
+  Options o;
+  o.guard_chunk_bugs = false;         // DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare,
+                                      // DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds
+  o.avoid_empty_hits_with_state = false;  // DISABLED_EmptyHitCrashesLinearAttentionModels
+  RunCase(GetParam(), o, {1, 2, 3});
+}
+
+TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsRollingBackCachedBlocks) {
+  Options o;
+  o.rollback_across_blocks = true;  // DISABLED_RollbackLeavesStaleHashInPool
+  RunCase(GetParam(), o, {1, 2, 3});
+}
+
+TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsWithAppendedDrafts) {
+  Options o;
+  o.draft_flow = DraftFlow::kAppended;  // rejected drafts are rolled back: the same stale hashes
+  RunCase(GetParam(), o, {1, 2, 3});
 }
 
 std::vector<FuzzCase> AllCases() {

@@ -13,7 +13,8 @@
 //                  in the pool's LRU list, oldest first, evicted lazily when its page is reused;
 //   * clean        ref_count == 0 and no hash: on its chunk's clean stack.
 // Allocation takes clean blocks first, from the fullest chunk (so lightly used chunks drain and
-// can be returned to the budget), then maps a new chunk if the budget allows, then evicts the
+// can be returned to the budget), then maps a new chunk if the budget allows (keeping the
+// budget's headroom free when the pool could evict cached blocks instead), then evicts the
 // least recently freed cached block. With a single chunk this reproduces vLLM's free-queue
 // order exactly: hash-less frees are reused first (LIFO), untouched blocks in id order, then
 // cached blocks least recently freed first.

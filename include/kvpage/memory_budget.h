@@ -43,6 +43,11 @@ class MemoryBudget {
       : total_bytes_(total_bytes), backing_(backing) {}
 
   int64_t total_bytes() const { return total_bytes_; }
+  // Free bytes a pool may not take just to keep cached blocks: below this, a pool that has
+  // cached blocks evicts them rather than map a new chunk, so pools that must grow for live
+  // requests still find memory. The block manager sets it to one chunk of every pool.
+  int64_t headroom_bytes() const { return headroom_bytes_; }
+  void set_headroom_bytes(int64_t bytes) { headroom_bytes_ = bytes; }
   int64_t used_bytes() const { return used_bytes_; }
   int64_t free_bytes() const { return total_bytes_ - used_bytes_; }
 
@@ -62,6 +67,7 @@ class MemoryBudget {
  private:
   int64_t total_bytes_;
   int64_t used_bytes_ = 0;
+  int64_t headroom_bytes_ = 0;
   MemoryBacking* backing_;
 };
 

@@ -175,8 +175,11 @@ int64_t BlockPool::AllocatableNow() const {
 
 void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   while (n > 0) {
-    if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ &&
-        budget_->free_bytes() >= chunk_bytes()) {
+    // Grow into a new chunk when out of clean blocks, unless that would only keep cache alive
+    // while eating into the budget's headroom: then evict our own cached blocks instead.
+    const int64_t free_after = budget_->free_bytes() - chunk_bytes();
+    if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
+        (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
       // Map the lowest unmapped chunk: keeps the live id range compact.
       int32_t c = 0;
       while (chunks_[c].mapped) ++c;

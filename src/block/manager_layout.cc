@@ -164,6 +164,11 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
   }
   for (const GroupLayout& g : m->groups) m->has_state_groups |= !g.IsAttention();
+  if (config.mode == AccountingMode::kKvpage) {
+    int64_t headroom = 0;
+    for (const auto& pool : m->pools) headroom += pool->chunk_bytes();
+    m->budget->set_headroom_bytes(std::min(headroom, config.kv_budget_bytes / 4));
+  }
   return m;
 }
 

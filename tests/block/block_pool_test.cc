@@ -70,10 +70,10 @@ KvEvent Removed(GroupId g, BlockHash hash) {
 }
 KvEvent AllCleared() { return KvEvent{KvEvent::Type::kAllCleared, GroupId(), {}, {}}; }
 
-#define ASSERT_POOL_OK(pool)                        \
-  do {                                              \
+#define ASSERT_POOL_OK(pool)                          \
+  do {                                                \
     const absl::Status s_ = (pool).CheckInvariants(); \
-    ASSERT_TRUE(s_.ok()) << s_;                     \
+    ASSERT_TRUE(s_.ok()) << s_;                       \
   } while (false)
 
 // Records what the budget asks its backing to map and unmap.
@@ -103,9 +103,10 @@ constexpr int64_t kBlockBytes = 64;
 struct OneChunk {
   MemoryBudget budget{10 * kBlockBytes};
   KvEventLog events{/*enabled=*/true};
-  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
-                                 .blocks_per_chunk = 10, .max_chunks = 1},
-                 &budget, &events};
+  BlockPool pool{
+      BlockPoolConfig{
+          .pool_index = 0, .block_bytes = kBlockBytes, .blocks_per_chunk = 10, .max_chunks = 1},
+      &budget, &events};
 };
 
 TEST(BlockPoolConfigTest, Validate) {
@@ -226,8 +227,10 @@ TEST(BlockPoolTest, CachedBlocksAreEvictedOldestFirstAfterCleanOnes) {
 TEST(BlockPoolTest, CachingABlockTwiceOrWithCachingOffIsANoOp) {
   MemoryBudget budget(4 * kBlockBytes);
   KvEventLog events(true);
-  BlockPool off(BlockPoolConfig{.block_bytes = kBlockBytes, .blocks_per_chunk = 4,
-                                .max_chunks = 1, .enable_caching = false},
+  BlockPool off(BlockPoolConfig{.block_bytes = kBlockBytes,
+                                .blocks_per_chunk = 4,
+                                .max_chunks = 1,
+                                .enable_caching = false},
                 &budget, &events);
   EXPECT_THAT(Take(off, 1), ElementsAre(1));
   off.CacheBlock(BlockId(1), H(1), kG0, kRoot);
@@ -252,9 +255,9 @@ TEST(BlockPoolTest, CachingABlockTwiceOrWithCachingOffIsANoOp) {
 TEST(BlockPoolTest, EventsAreNotRecordedWhileTheLogIsDisabled) {
   MemoryBudget budget(2 * kBlockBytes);
   KvEventLog events(/*enabled=*/false);
-  BlockPool pool(BlockPoolConfig{.block_bytes = kBlockBytes, .blocks_per_chunk = 2,
-                                 .max_chunks = 1},
-                 &budget, &events);
+  BlockPool pool(
+      BlockPoolConfig{.block_bytes = kBlockBytes, .blocks_per_chunk = 2, .max_chunks = 1}, &budget,
+      &events);
   EXPECT_THAT(Take(pool, 2), ElementsAre(1, 2));
   pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
   pool.Free(Blocks({1, 2}));
@@ -332,8 +335,7 @@ TEST(BlockPoolTest, DuplicateKeysEvictSecondBlockFirst) {
   pool.CacheBlock(BlockId(2), H(7), kG0, kRoot);
   pool.CacheBlock(BlockId(3), H(7), kG1, kRoot);  // another group: its own key
   ASSERT_POOL_OK(pool);
-  EXPECT_THAT(f.events.Drain(),
-              ElementsAre(Stored(kG0, H(7), kRoot), Stored(kG1, H(7), kRoot)));
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(7), kRoot), Stored(kG1, H(7), kRoot)));
   pool.Free(Blocks({2, 1, 3}));
   ASSERT_POOL_OK(pool);
   EXPECT_THAT(Take(pool, 7), ElementsAre(4, 5, 6, 7, 8, 9, 10));
@@ -394,9 +396,10 @@ struct FourChunks {
   explicit FourChunks(MemoryBacking* backing = nullptr) : budget(1200, backing) {}
   MemoryBudget budget;
   KvEventLog events{/*enabled=*/true};
-  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kChunkBlockBytes,
-                                 .blocks_per_chunk = 4, .max_chunks = 4},
-                 &budget, &events};
+  BlockPool pool{
+      BlockPoolConfig{
+          .pool_index = 0, .block_bytes = kChunkBlockBytes, .blocks_per_chunk = 4, .max_chunks = 4},
+      &budget, &events};
 };
 
 TEST(BlockPoolChunkTest, ChunksAreMappedLazilyAndFullestChunkFirst) {
@@ -461,9 +464,9 @@ TEST(BlockPoolChunkTest, ChunksAreMappedLazilyAndFullestChunkFirst) {
   EXPECT_EQ(pool.num_unmapped_chunks(), 1);
   EXPECT_EQ(f.budget.used_bytes(), 1200);
   EXPECT_EQ(f.budget.free_bytes(), 0);
-  EXPECT_THAT(backing.calls, ElementsAre(RecordingBacking::Call{+1, 0, 0},
-                                         RecordingBacking::Call{+1, 0, 1},
-                                         RecordingBacking::Call{+1, 0, 2}));
+  EXPECT_THAT(backing.calls,
+              ElementsAre(RecordingBacking::Call{+1, 0, 0}, RecordingBacking::Call{+1, 0, 1},
+                          RecordingBacking::Call{+1, 0, 2}));
 }
 
 TEST(BlockPoolChunkTest, MapsANewChunkBeforeEvictingCachedBlocks) {
@@ -507,7 +510,7 @@ TEST(BlockPoolChunkTest, ReleaseIdleChunk) {
   for (int32_t i = 1; i <= 4; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
   f.events.Drain();
   EXPECT_FALSE(pool.ReleaseIdleChunk(true));  // both chunks in use
-  pool.Free(Blocks({4, 3, 2, 1}));  // chunk 0: idle, 4 cached blocks
+  pool.Free(Blocks({4, 3, 2, 1}));            // chunk 0: idle, 4 cached blocks
   ASSERT_POOL_OK(pool);
   pool.Free(Blocks({8, 7, 6}));  // chunk 1: block 5 still used
   ASSERT_POOL_OK(pool);
@@ -606,12 +609,12 @@ TEST(BlockPoolChunkTest, IdleChunkMovesBetweenPoolsSharingABudget) {
   RecordingBacking backing;
   MemoryBudget budget(1200, &backing);  // 3 chunks of 400 bytes
   KvEventLog events(true);
-  BlockPool a(BlockPoolConfig{.pool_index = 0, .block_bytes = 100, .blocks_per_chunk = 4,
-                              .max_chunks = 4},
-              &budget, &events);
-  BlockPool b(BlockPoolConfig{.pool_index = 1, .block_bytes = 200, .blocks_per_chunk = 2,
-                              .max_chunks = 6},
-              &budget, &events);
+  BlockPool a(
+      BlockPoolConfig{.pool_index = 0, .block_bytes = 100, .blocks_per_chunk = 4, .max_chunks = 4},
+      &budget, &events);
+  BlockPool b(
+      BlockPoolConfig{.pool_index = 1, .block_bytes = 200, .blocks_per_chunk = 2, .max_chunks = 6},
+      &budget, &events);
   auto check = [&] {
     ASSERT_POOL_OK(a);
     ASSERT_POOL_OK(b);

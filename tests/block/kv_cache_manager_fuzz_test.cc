@@ -90,14 +90,14 @@ struct Stats {
   int64_t adds = 0;
   int64_t allocations = 0;
   int64_t failed_allocations = 0;
-  int64_t hits = 0;        // first allocations with a non-empty hit
+  int64_t hits = 0;  // first allocations with a non-empty hit
   int64_t hit_tokens = 0;
   int64_t preempts = 0;
   int64_t preempt_hits = 0;
   int64_t spec_steps = 0;
   int64_t rollbacks = 0;
-  int64_t evictions = 0;      // kRemoved events
-  int64_t chunk_moves = 0;    // allocations during which some pool gave up a chunk
+  int64_t evictions = 0;    // kRemoved events
+  int64_t chunk_moves = 0;  // allocations during which some pool gave up a chunk
   int64_t resets = 0;
   int64_t finished = 0;
   int64_t max_live = 0;
@@ -105,11 +105,21 @@ struct Stats {
   int64_t block_size = 0;
 
   void Add(const Stats& o) {
-    ops += o.ops; adds += o.adds; allocations += o.allocations;
-    failed_allocations += o.failed_allocations; hits += o.hits; hit_tokens += o.hit_tokens;
-    preempts += o.preempts; preempt_hits += o.preempt_hits; spec_steps += o.spec_steps;
-    rollbacks += o.rollbacks; evictions += o.evictions; chunk_moves += o.chunk_moves;
-    resets += o.resets; finished += o.finished; max_live = std::max(max_live, o.max_live);
+    ops += o.ops;
+    adds += o.adds;
+    allocations += o.allocations;
+    failed_allocations += o.failed_allocations;
+    hits += o.hits;
+    hit_tokens += o.hit_tokens;
+    preempts += o.preempts;
+    preempt_hits += o.preempt_hits;
+    spec_steps += o.spec_steps;
+    rollbacks += o.rollbacks;
+    evictions += o.evictions;
+    chunk_moves += o.chunk_moves;
+    resets += o.resets;
+    finished += o.finished;
+    max_live = std::max(max_live, o.max_live);
     guarded += o.guarded;
     block_size = o.block_size;
   }
@@ -213,20 +223,14 @@ class Fuzzer {
     stats_.block_size = bs_;
     // A request holds ~8 attention blocks per group and up to 2 state slots per linear group;
     // the budget holds about 3.5 such requests, so memory runs short.
-    int64_t per_request = 0, largest = 0;
-    const KvCacheUsage usage = (*probe)->Usage();
-    if (mode_ == AccountingMode::kVllm) {
-      for (const PoolUsage& p : usage.pools) {
-        per_request += p.block_bytes * (p.kind == LayerKind::kLinearAttention ? 2 : 8);
-      }
-    } else {
-      for (const PoolUsage& p : usage.pools) {
-        per_request += p.block_bytes * (p.kind == LayerKind::kLinearAttention ? 2 : 8);
-        largest = std::max(largest, p.block_bytes);
-      }
+    // (In vllm mode every group's entry carries the block-id size of the shared pool.)
+    int64_t per_request = 0;
+    for (const PoolUsage& p : (*probe)->Usage().pools) {
+      per_request += p.block_bytes * (p.kind == LayerKind::kLinearAttention ? 2 : 8);
     }
     KvCacheConfig config = BaseConfig();
     config.kv_budget_bytes = per_request * 7 / 2;
+    // kvpage mode: about a dozen chunks per pool, so chunks are mapped, idle and moved.
     config.chunk_bytes = std::max<int64_t>(1, config.kv_budget_bytes / 12);
     auto m = KvCacheManager::Create(spec_, config);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -286,7 +290,9 @@ class Fuzzer {
     }
     return -1;
   }
-  bool IsLinear(int32_t g) const { return m_->group_kind(GroupId(g)) == LayerKind::kLinearAttention; }
+  bool IsLinear(int32_t g) const {
+    return m_->group_kind(GroupId(g)) == LayerKind::kLinearAttention;
+  }
   // Groups that share memory: one block-id space in vllm mode, one pool per group in kvpage.
   int32_t PoolKey(int32_t g) const { return mode_ == AccountingMode::kVllm ? 0 : g; }
   static uint64_t Key(int32_t pool, int64_t slot) {
@@ -295,10 +301,20 @@ class Fuzzer {
 
   // ---- Randomness ----
 
+  // Not std::uniform_int_distribution: its output differs between standard libraries, and a
+  // seed must name the same run everywhere.
   int64_t Uniform(int64_t lo, int64_t hi) {  // inclusive
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+    return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
   }
-  bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+  bool Chance(double p) { return static_cast<double>(rng_() >> 11) * 0x1.0p-53 < p; }
+  template <typename T>
+  T& PickOne(std::vector<T>& v) {
+    return v[static_cast<size_t>(Uniform(0, static_cast<int64_t>(v.size()) - 1))];
+  }
+  template <typename T>
+  T& PickOne(std::deque<T>& v) {
+    return v[static_cast<size_t>(Uniform(0, static_cast<int64_t>(v.size()) - 1))];
+  }
   std::vector<int32_t> RandomTokens(int64_t n, int32_t lo, int32_t hi) {
     std::vector<int32_t> t(n);
     for (auto& x : t) x = static_cast<int32_t>(Uniform(lo, hi - 1));
@@ -320,8 +336,9 @@ class Fuzzer {
     if (log_.size() > 40) log_.pop_front();
   }
   std::string Trace() const {
-    std::string s = absl::StrCat("\n[", label_, " ", mode_ == AccountingMode::kVllm ? "vllm" : "kvpage",
-                                 " op ", stats_.ops, " step ", step_, "] last operations:\n");
+    std::string s =
+        absl::StrCat("\n[", label_, " ", mode_ == AccountingMode::kVllm ? "vllm" : "kvpage", " op ",
+                     stats_.ops, " step ", step_, "] last operations:\n");
     for (const std::string& l : log_) absl::StrAppend(&s, "  ", l, "\n");
     return s;
   }
@@ -352,7 +369,8 @@ class Fuzzer {
     const KvCacheUsage u = m_->Usage();
     int64_t mapped = 0;
     if (mode_ == AccountingMode::kKvpage) {
-      for (size_t g = 0; g < u.pools.size(); ++g) mapped += u.pools[g].mapped_chunks * geo_[g].chunk_bytes;
+      for (size_t g = 0; g < u.pools.size(); ++g)
+        mapped += u.pools[g].mapped_chunks * geo_[g].chunk_bytes;
       ASSERT_EQ(mapped, u.mapped_bytes);
     }
   }
@@ -366,9 +384,7 @@ class Fuzzer {
     }
     return out;
   }
-  Req* Pick(const std::vector<Req*>& c) {
-    return c.empty() ? nullptr : c[static_cast<size_t>(Uniform(0, static_cast<int64_t>(c.size()) - 1))];
-  }
+  Req* Pick(std::vector<Req*> c) { return c.empty() ? nullptr : PickOne(c); }
 
   void OpAdd() {
     if (static_cast<int32_t>(live_.size()) >= max_live_) return OpSchedule();
@@ -379,7 +395,7 @@ class Fuzzer {
     std::vector<int32_t> prompt;
     if (opt_.fork_from_history && !history_.empty() && Chance(0.2)) {
       // A later turn or a retry: an earlier sequence (same salt) plus maybe a new tail.
-      const auto& [tokens, salt] = history_[static_cast<size_t>(Uniform(0, static_cast<int64_t>(history_.size()) - 1))];
+      const auto& [tokens, salt] = PickOne(history_);
       prompt = tokens;
       r->salt = salt;
       r->fp[0] = SaltFp(salt);
@@ -388,9 +404,9 @@ class Fuzzer {
         prompt.insert(prompt.end(), tail.begin(), tail.end());
       }
     } else {
-      prompt = prefixes_[static_cast<size_t>(Uniform(0, static_cast<int64_t>(prefixes_.size()) - 1))];
+      prompt = PickOne(prefixes_);
       if (Chance(0.5)) {
-        const auto& d = documents_[static_cast<size_t>(Uniform(0, static_cast<int64_t>(documents_.size()) - 1))];
+        const auto& d = PickOne(documents_);
         prompt.insert(prompt.end(), d.begin(), d.end());
       }
       const auto tail = RandomTokens(Uniform(1, 2 * bs_), 2000, 3000);
@@ -404,8 +420,8 @@ class Fuzzer {
     KvRequestSpec spec{r->id, prompt};
     spec.extras.cache_salt = r->salt;
     spec.skip_prefix_cache_read = r->skip_read;
-    Log(absl::StrCat("add r", r->id.value, " prompt ", prompt.size(), r->salt.empty() ? "" : " salted",
-                     r->skip_read ? " skip-read" : ""));
+    Log(absl::StrCat("add r", r->id.value, " prompt ", prompt.size(),
+                     r->salt.empty() ? "" : " salted", r->skip_read ? " skip-read" : ""));
     AssertOk(m_->AddRequest(spec));
     ++stats_.adds;
     live_.push_back(std::move(r));
@@ -425,8 +441,7 @@ class Fuzzer {
     Req* r = Pick(Candidates(false, true));
     if (r == nullptr) return OpSchedule();
     // Only tokens of finished steps count as processed: not those of this step.
-    const int64_t processed =
-        Uniform(0, r->scheduled_step == step_ ? r->step_start : r->computed);
+    const int64_t processed = Uniform(0, r->scheduled_step == step_ ? r->step_start : r->computed);
     Log(absl::StrCat("RemoveSkippedBlocks r", r->id.value, " processed ", processed));
     const auto before = Tables(*r);
     AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
@@ -507,7 +522,8 @@ class Fuzzer {
     std::vector<Req*> c;
     for (Req* r : Candidates(true, true)) {
       const int64_t generated = static_cast<int64_t>(r->tokens.size()) - r->prompt_len;
-      if (generated >= 2 && r->computed == static_cast<int64_t>(r->tokens.size()) - 1) c.push_back(r);
+      if (generated >= 2 && r->computed == static_cast<int64_t>(r->tokens.size()) - 1)
+        c.push_back(r);
     }
     Req* r = Pick(c);
     if (r == nullptr) return OpSchedule();
@@ -545,7 +561,7 @@ class Fuzzer {
   }
 
   void OpDrainAndReset() {
-    // Finish everything not scheduled in this step; start a new step and finish the rest.
+    // End the step, finish every request, and reset the cache (the pools must be empty).
     OpNewStep();
     if (::testing::Test::HasFatalFailure()) return;
     while (!live_.empty()) {
@@ -566,14 +582,15 @@ class Fuzzer {
   struct Snapshot {
     KvCacheUsage usage;
     std::vector<std::vector<std::vector<BlockId>>> tables;  // per live request
-    std::vector<std::vector<BlockId>> free_order;            // per group
+    std::vector<std::vector<BlockId>> free_order;           // per group
   };
 
   Snapshot Take() const {
     Snapshot s;
     s.usage = m_->Usage();
     for (const auto& r : live_) s.tables.push_back(Tables(*r));
-    for (int32_t g = 0; g < m_->num_groups(); ++g) s.free_order.push_back(m_->FreeBlockOrder(GroupId(g)));
+    for (int32_t g = 0; g < m_->num_groups(); ++g)
+      s.free_order.push_back(m_->FreeBlockOrder(GroupId(g)));
     return s;
   }
 
@@ -616,7 +633,6 @@ class Fuzzer {
     if (r == nullptr) return OpNewStep();
     const int64_t len = static_cast<int64_t>(r->tokens.size());
     if (r->allocated && r->computed == len - 1 && len >= r->max_len) return;  // waits to finish
-    ASSERT_NO_FATAL_FAILURE(CheckOwnContent(*r));
 
     AllocationRequest req;
     std::optional<CacheHit> hit;
@@ -655,7 +671,9 @@ class Fuzzer {
       const int64_t remaining = len - c;
       const int64_t to_boundary = (c / bs_ + 1) * bs_ - c + bs_ * Uniform(0, 3);
       const int64_t roll = Uniform(0, 9);
-      n = roll < 4 ? remaining : roll < 7 ? std::min(remaining, to_boundary) : Uniform(1, remaining);
+      n = roll < 4   ? remaining
+          : roll < 7 ? std::min(remaining, to_boundary)
+                     : Uniform(1, remaining);
     } else {
       n = 1;
       if (opt_.spec_decode && !has_linear_ && Chance(0.25)) {
@@ -684,8 +702,8 @@ class Fuzzer {
     Req step_seq = *r;
     if (num_drafts > 0) {
       for (int64_t i = 0; i < num_drafts; ++i) {
-        const int32_t t = Chance(0.6) ? NextToken(step_seq.fp.back())
-                                      : static_cast<int32_t>(Uniform(3000, 3047));
+        const int32_t t =
+            Chance(0.6) ? NextToken(step_seq.fp.back()) : static_cast<int32_t>(Uniform(3000, 3047));
         drafts.push_back(t);
         step_seq.Push(t);
       }
@@ -699,15 +717,14 @@ class Fuzzer {
     (void)m_->TakeSlotsToZero();
     (void)m_->TakeStateCopies();
     const Snapshot before = Take();
-    const std::vector<std::vector<BlockId>> own_before =
-        hit.has_value() ? hit->blocks : Tables(*r);
+    const std::vector<std::vector<BlockId>> own_before = hit.has_value() ? hit->blocks : Tables(*r);
     auto needed = m_->BlocksNeeded(r->id, req);
     ASSERT_TRUE(needed.ok()) << needed.status();
 
     Log(absl::StrCat("AllocateSlots r", r->id.value, " c ", c, " n ", n, " drafts ", num_drafts,
                      " la ", req.num_lookahead_tokens, " processed ", req.num_processed_tokens,
-                     hit.has_value() ? absl::StrCat(" hit ", hit->num_tokens) : "",
-                     " needs ", *needed, " (len ", len, ")"));
+                     hit.has_value() ? absl::StrCat(" hit ", hit->num_tokens) : "", " needs ",
+                     *needed, " (len ", len, ")"));
     if (verbose_) Log(DescribeUsage(before.usage));
     auto ok = m_->AllocateSlots(r->id, req);
     ASSERT_TRUE(ok.ok()) << ok.status();
@@ -744,18 +761,20 @@ class Fuzzer {
     int32_t chunks_released = 0;
     const KvCacheUsage after_usage = m_->Usage();
     for (size_t i = 0; i < after_usage.pools.size(); ++i) {
-      if (after_usage.pools[i].mapped_chunks < before.usage.pools[i].mapped_chunks) ++chunks_released;
+      if (after_usage.pools[i].mapped_chunks < before.usage.pools[i].mapped_chunks)
+        ++chunks_released;
     }
     if (chunks_released > 0) ++stats_.chunk_moves;
 
-    ASSERT_NO_FATAL_FAILURE(CheckTables(*r, own_before, c + n + req.num_lookahead_tokens,
-                                        hit.has_value()));
+    ASSERT_NO_FATAL_FAILURE(
+        CheckTables(*r, own_before, c + n + req.num_lookahead_tokens, hit.has_value()));
     ASSERT_NO_FATAL_FAILURE(WriteStep(*r, step_seq, c, n, req.num_lookahead_tokens));
     r->allocated = true;
     r->scheduled_step = step_;
     r->step_start = c;
     r->state_shared = (c + n) % bs_ == 0 && c + n <= static_cast<int64_t>(r->tokens.size());
-    r->offered = std::max(r->offered, std::min<int64_t>(c + n, static_cast<int64_t>(r->tokens.size())));
+    r->offered =
+        std::max(r->offered, std::min<int64_t>(c + n, static_cast<int64_t>(r->tokens.size())));
 
     // After the step: the new K/V is computed; sample.
     if (num_drafts == 0) {
@@ -827,6 +846,7 @@ class Fuzzer {
     const bool state_shared = req.hit != nullptr || r.state_shared;
     bool chunks_short = false;
     int64_t bytes_needed = 0, bytes_available = budget_free, worst = 0;
+    const std::vector<std::vector<BlockId>> own = Tables(r);
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       const Geometry& geo = geo_[g];
       const PoolUsage& p = u.pools[g];
@@ -840,10 +860,11 @@ class Fuzzer {
       } else {
         const int64_t held_len = req.hit != nullptr
                                      ? static_cast<int64_t>(req.hit->blocks[g].size())
-                                     : static_cast<int64_t>(Tables(r)[g].size());
+                                     : static_cast<int64_t>(own[g].size());
         fresh = std::max<int64_t>(0, CeilDiv(total, bs_) - held_len);
         if (req.hit != nullptr) {
-          for (BlockId b : req.hit->blocks[g]) touches += b != kNullBlock && !held[g].contains(b.value);
+          for (BlockId b : req.hit->blocks[g])
+            touches += b != kNullBlock && !held[g].contains(b.value);
         }
       }
       const int64_t need = fresh + touches;
@@ -907,14 +928,15 @@ class Fuzzer {
     ASSERT_TRUE(m_->DrainEvents().empty()) << "a failed allocation emitted KV events";
   }
 
-  void CheckTables(const Req& r, const std::vector<std::vector<BlockId>>& own_before,
-                   int64_t total, bool first) {
+  void CheckTables(const Req& r, const std::vector<std::vector<BlockId>>& own_before, int64_t total,
+                   bool first) {
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       if (IsLinear(g)) continue;
       auto table = m_->BlockTable(r.id, GroupId(g));
       ASSERT_TRUE(table.ok()) << table.status();
       const auto& old = own_before[g];
-      const int64_t expect = std::max<int64_t>(static_cast<int64_t>(old.size()), CeilDiv(total, bs_));
+      const int64_t expect =
+          std::max<int64_t>(static_cast<int64_t>(old.size()), CeilDiv(total, bs_));
       ASSERT_EQ(static_cast<int64_t>(table->size()), expect) << "group " << g;
       for (size_t i = 0; i < old.size(); ++i) {
         if ((*table)[i] == old[i]) continue;
@@ -940,8 +962,8 @@ class Fuzzer {
           zero_expected_.push_back({g, s->write_slot});
         } else {
           auto it = shadow_state_.find(Key(pk, s->read_slot));
-          ASSERT_TRUE(it != shadow_state_.end()) << "group " << g << " reads unwritten state slot "
-                                                 << s->read_slot;
+          ASSERT_TRUE(it != shadow_state_.end())
+              << "group " << g << " reads unwritten state slot " << s->read_slot;
           ASSERT_EQ(it->second, seq.fp[c]) << "group " << g << " state slot " << s->read_slot
                                            << " does not hold the state after " << c << " tokens";
         }
@@ -960,8 +982,9 @@ class Fuzzer {
             auto h = holders.find(Key(pk, slot));
             if (h == holders.end()) continue;
             for (const Holder& x : h->second) {
-              ASSERT_EQ(x.group, g) << "block " << slot << " is a state slot of group " << g
-                                    << " and held by r" << x.req->id.value << " in group " << x.group;
+              ASSERT_EQ(x.group, g)
+                  << "block " << slot << " is a state slot of group " << g << " and held by r"
+                  << x.req->id.value << " in group " << x.group;
             }
           }
         }
@@ -1129,9 +1152,8 @@ class Fuzzer {
         if (t[i] == kNullBlock) continue;
         auto it = shadow_kv_.find(Key(pk, int64_t{t[i].value} * bs_ + p % bs_));
         ASSERT_TRUE(it != shadow_kv_.end());
-        ASSERT_EQ(it->second, r.fp[p + 1])
-            << "r" << r.id.value << " group " << g << " block " << t[i].value << " position " << p
-            << " was overwritten";
+        ASSERT_EQ(it->second, r.fp[p + 1]) << "r" << r.id.value << " group " << g << " block "
+                                           << t[i].value << " position " << p << " was overwritten";
       }
     }
   }
@@ -1158,8 +1180,8 @@ class Fuzzer {
         }
         for (int32_t id : ids) {
           auto [it, inserted] = owner.try_emplace(id, g);
-          ASSERT_EQ(it->second, g) << "block " << id << " is held by groups " << it->second
-                                   << " and " << g;
+          ASSERT_EQ(it->second, g)
+              << "block " << id << " is held by groups " << it->second << " and " << g;
         }
       }
     }
@@ -1219,7 +1241,8 @@ class Fuzzer {
 
   struct PairHash {
     size_t operator()(const std::pair<int32_t, BlockHash>& k) const {
-      return static_cast<size_t>(Mix(k.second.lo ^ Mix(k.second.hi + static_cast<uint64_t>(k.first))));
+      return static_cast<size_t>(
+          Mix(k.second.lo ^ Mix(k.second.hi + static_cast<uint64_t>(k.first))));
     }
   };
 
@@ -1244,7 +1267,7 @@ class Fuzzer {
   std::deque<std::pair<std::vector<int32_t>, std::string>> history_;
   int64_t next_id_ = 1;
   int64_t step_ = 0;
-  absl::flat_hash_map<uint64_t, int64_t> step_writers_;        // (pool, block/state slot) -> request
+  absl::flat_hash_map<uint64_t, int64_t> step_writers_;  // (pool, block/state slot) -> request
   absl::flat_hash_map<uint64_t, int64_t> step_state_readers_;  // (pool, state slot) -> request
   absl::flat_hash_map<uint64_t, uint64_t> shadow_kv_;          // (pool, token slot) -> prefix fp
   absl::flat_hash_map<uint64_t, uint64_t> shadow_state_;       // (pool, state slot) -> prefix fp
@@ -1331,8 +1354,8 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare) 
   // Expected: no memory for this step, so false and nothing changed.
   // Observed: KVPAGE_DCHECK(pool.AllocatableNow() >= n) in TakeFromPool (debug) / an eviction
   // from an empty LRU list in BlockPool::Allocate (release).
-  auto ok = m->AllocateSlots(RequestId(5), {.num_computed_tokens = 32, .num_new_tokens = 17,
-                                            .hit = &*hit});
+  auto ok = m->AllocateSlots(RequestId(5),
+                             {.num_computed_tokens = 32, .num_new_tokens = 17, .hit = &*hit});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE(*ok);
   EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
@@ -1400,7 +1423,8 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_RollbackLeavesStaleHashInPool) {
   ASSERT_TRUE(m.AddRequest({RequestId(2), Concat(Tokens(10), old_tail)}).ok());
   auto hit = m.GetComputedBlocks(RequestId(2));
   ASSERT_TRUE(hit.ok());
-  EXPECT_EQ(hit->num_tokens, 0) << "block " << (hit->blocks[0].empty() ? -1 : hit->blocks[0][0].value);
+  EXPECT_EQ(hit->num_tokens, 0) << "block "
+                                << (hit->blocks[0].empty() ? -1 : hit->blocks[0][0].value);
 
   // Request 1 recomputes positions 13..15 with new tokens and frees its blocks: block 0 now
   // holds the new prefix, which should be what a third request hits.
@@ -1462,35 +1486,34 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
   Stats total;
   for (uint64_t seed : seeds) {
     SCOPED_TRACE(absl::StrCat("seed ", seed));
-    Fuzzer f(fc.model, *spec, fc.mode, seed ^ Fnv(fc.model) ^ (fc.mode == AccountingMode::kVllm ? 0x7f4a7c15 : 0), options);
+    Fuzzer f(fc.model, *spec, fc.mode,
+             seed ^ Fnv(fc.model) ^ (fc.mode == AccountingMode::kVllm ? 0x7f4a7c15 : 0), options);
     ASSERT_NO_FATAL_FAILURE(f.Run());
     total.Add(f.stats());
   }
   std::printf(
-      "[ fuzz     ] %-18s %-6s bs %" PRId64 " ops %" PRId64 " adds %" PRId64 " allocs %" PRId64 " failed %" PRId64
-      " hits %" PRId64 " (%" PRId64 " tokens) preempts %" PRId64 " (hit %" PRId64 ") spec %" PRId64
-      " rollbacks %" PRId64 " evictions %" PRId64 " chunk-moves %" PRId64 " resets %" PRId64
-      " max-live %" PRId64 " guarded %" PRId64 "\n",
-      fc.model.c_str(), fc.mode == AccountingMode::kVllm ? "vllm" : "kvpage", total.block_size, total.ops, total.adds,
-      total.allocations, total.failed_allocations, total.hits, total.hit_tokens, total.preempts,
-      total.preempt_hits, total.spec_steps, total.rollbacks, total.evictions, total.chunk_moves,
-      total.resets, total.max_live, total.guarded);
+      "[ fuzz     ] %-18s %-6s bs %" PRId64 " ops %" PRId64 " adds %" PRId64 " allocs %" PRId64
+      " failed %" PRId64 " hits %" PRId64 " (%" PRId64 " tokens) preempts %" PRId64 " (hit %" PRId64
+      ") spec %" PRId64 " rollbacks %" PRId64 " evictions %" PRId64 " chunk-moves %" PRId64
+      " resets %" PRId64 " max-live %" PRId64 " guarded %" PRId64 "\n",
+      fc.model.c_str(), fc.mode == AccountingMode::kVllm ? "vllm" : "kvpage", total.block_size,
+      total.ops, total.adds, total.allocations, total.failed_allocations, total.hits,
+      total.hit_tokens, total.preempts, total.preempt_hits, total.spec_steps, total.rollbacks,
+      total.evictions, total.chunk_moves, total.resets, total.max_live, total.guarded);
   // The run must have exercised the interesting paths.
   EXPECT_GT(total.failed_allocations, 0) << "no memory pressure";
   EXPECT_GT(total.hits, 0) << "no prefix hits";
   EXPECT_GT(total.evictions, 0) << "no evictions";
 }
 
-TEST_P(KvCacheManagerFuzzTest, RandomOperations) {
-  RunCase(GetParam(), Options{}, {1, 2, 3});
-}
+TEST_P(KvCacheManagerFuzzTest, RandomOperations) { RunCase(GetParam(), Options{}, {1, 2, 3}); }
 
 // The same runs without the workarounds for the bugs reproduced above: these fail (or crash)
 // until those bugs are fixed.
 TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsWithoutGuards) {
   Options o;
-  o.guard_chunk_bugs = false;         // DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare,
-                                      // DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds
+  o.guard_chunk_bugs = false;             // DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare,
+                                          // DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds
   o.avoid_empty_hits_with_state = false;  // DISABLED_EmptyHitCrashesLinearAttentionModels
   RunCase(GetParam(), o, {1, 2, 3});
 }

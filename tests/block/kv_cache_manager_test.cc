@@ -600,3 +600,32 @@ TEST(KvCacheManagerEventsTest, StoredRemovedCleared) {
 
 }  // namespace
 }  // namespace kvpage
+
+namespace kvpage {
+namespace {
+
+// Cached blocks alone never eat the budget's headroom (one chunk per pool), so a pool whose
+// live requests grow still finds memory after the other pool filled up with cache.
+TEST(KvCacheManagerBudgetTest, CacheGrowthLeavesHeadroomForLiveGrowth) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 64 * 1024;  // 8 chunks of 8 KiB; headroom = 2 chunks
+  c.chunk_bytes = 8 * 1024;       // 16 full-attention blocks or 8 sliding-window blocks
+  c.hash_seed = 2;
+  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyHybridSwa), c);
+  // Distinct 100-token prompts, prefilled and finished: their blocks stay cached.
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(m->AddRequest({RequestId(i), testing::Tokens(100, 1000 * i)}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(RequestId(i), {.num_new_tokens = 100}));
+    ASSERT_TRUE(m->Free(RequestId(i)).ok());
+    KVPAGE_EXPECT_INVARIANTS(*m);
+    EXPECT_LE(m->Usage().mapped_bytes, 64 * 1024 - 16 * 1024) << "after request " << i;
+  }
+  // A long request needs more full-attention blocks than its pool has: it takes the headroom
+  // and then idle chunks of the other pool.
+  ASSERT_TRUE(m->AddRequest({RequestId(100), testing::Tokens(600, 90000)}).ok());
+  EXPECT_TRUE(*m->AllocateSlots(RequestId(100), {.num_new_tokens = 600}));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+}  // namespace
+}  // namespace kvpage

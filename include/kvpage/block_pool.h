@@ -70,6 +70,11 @@ class BlockPool {
   int32_t num_free_blocks() const { return num_clean_ + num_cached_free_; }
   // Mapped chunks with no used block: their memory can go back to the budget.
   int32_t num_idle_chunks() const { return num_idle_chunks_; }
+  // The chunk holding `block`, and whether a mapped chunk has no used block.
+  int32_t ChunkIndex(BlockId block) const { return ChunkOf(block.value); }
+  bool IsIdleChunk(int32_t chunk) const {
+    return chunks_[chunk].mapped && chunks_[chunk].used == 0;
+  }
   // Chunks not yet mapped that this pool could still map.
   int32_t num_unmapped_chunks() const { return max_chunks_ - num_mapped_chunks_; }
 

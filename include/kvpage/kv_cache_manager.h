@@ -161,8 +161,11 @@ class KvCacheManager {
   absl::Status AddRequest(KvRequestSpec spec);
   // Appends sampled (accepted) tokens. OutOfRange past max_model_len; NotFound for an unknown id.
   absl::Status AppendTokens(RequestId id, absl::Span<const int32_t> tokens);
-  // Drops the last `num_tokens` tokens (rejected speculative tokens) and the hashes of blocks
-  // they completed. Their blocks stay allocated for the next step.
+  // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
+  // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
+  // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
+  // shared with another request, or when the model has linear-attention layers and the tokens
+  // were computed (their state cannot be rewound).
   absl::Status RollbackTokens(RequestId id, int64_t num_tokens);
   // Frees every block and slot of the request, last block first. NotFound for an unknown id.
   absl::Status Free(RequestId id);

@@ -30,7 +30,8 @@ struct StatePlan {
 
 // ---- Chunk moves between pools ----
 
-bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need) const {
+bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need,
+                                   absl::Span<const int64_t> pinned_idle) const {
   int64_t bytes_needed = 0;
   int64_t bytes_available = budget->free_bytes();
   for (size_t p = 0; p < pools.size(); ++p) {
@@ -43,20 +44,25 @@ bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need) const {
     } else {
       // Idle chunks this pool can give up and still serve its own need.
       const int64_t spare = (avail - need[p]) / pool.blocks_per_chunk();
-      bytes_available += std::min<int64_t>(spare, pool.num_idle_chunks()) * pool.chunk_bytes();
+      const int64_t idle = pool.num_idle_chunks() - pinned_idle[p];
+      bytes_available += std::min<int64_t>(spare, idle) * pool.chunk_bytes();
     }
   }
   return bytes_needed <= bytes_available;
 }
 
 void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need,
-                                        std::vector<BlockId>* out) {
+                                        int64_t reserved_bytes, std::vector<BlockId>* out) {
   BlockPool& pool = *pools[p];
-  need[p] = 0;
+  need[p] = std::max<int64_t>(0, need[p] - n);
   if (n <= pool.num_clean_blocks()) {  // the common case: no chunk has to move
     pool.Allocate(static_cast<int32_t>(n), out);
     return;
   }
+  // Bytes later pools of this allocation must map are off limits for keeping our cache: raise
+  // the headroom by them while this pool allocates (it still maps what it must).
+  const int64_t base_headroom = budget->headroom_bytes();
+  budget->set_headroom_bytes(base_headroom + reserved_bytes);
   // Releases one idle chunk of another pool that it can spare; false if none can.
   auto release_from_others = [&](bool allow_cache_loss) {
     for (size_t q = 0; q < pools.size(); ++q) {
@@ -72,13 +78,40 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
                                       pool.blocks_per_chunk());
   const int64_t want_bytes = std::min<int64_t>(want_chunks, pool.num_unmapped_chunks()) *
                              pool.chunk_bytes();
-  while (budget->free_bytes() < want_bytes && release_from_others(/*allow_cache_loss=*/false)) {
+  while (budget->free_bytes() < want_bytes + budget->headroom_bytes() &&
+         release_from_others(/*allow_cache_loss=*/false)) {
   }
   // Still short even after evicting our own cache: take other pools' idle chunks with theirs.
-  while (pool.AllocatableNow() < n && release_from_others(/*allow_cache_loss=*/true)) {
+  auto available_to_us = [&]() {
+    const int64_t bytes = std::max<int64_t>(0, budget->free_bytes() - reserved_bytes);
+    return pool.num_free_blocks() +
+           std::min<int64_t>(pool.num_unmapped_chunks(), bytes / pool.chunk_bytes()) *
+               pool.blocks_per_chunk();
+  };
+  while (available_to_us() < n && release_from_others(/*allow_cache_loss=*/true)) {
   }
   KVPAGE_DCHECK(pool.AllocatableNow() >= n);
   pool.Allocate(static_cast<int32_t>(n), out);
+  budget->set_headroom_bytes(base_headroom);
+}
+
+int64_t KvCacheManager::Impl::ReservedForOthers(int32_t p, absl::Span<const int64_t> need) const {
+  int64_t bytes = 0;
+  for (size_t q = 0; q < pools.size(); ++q) {
+    if (static_cast<int32_t>(q) == p || need[q] <= pools[q]->num_free_blocks()) continue;
+    bytes += CeilDiv(need[q] - pools[q]->num_free_blocks(), pools[q]->blocks_per_chunk()) *
+             pools[q]->chunk_bytes();
+  }
+  return bytes;
+}
+
+bool KvCacheManager::Impl::ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss) {
+  for (size_t q = 0; q < pools.size(); ++q) {
+    BlockPool& pool = *pools[q];
+    if (pool.num_free_blocks() - need[q] < pool.blocks_per_chunk()) continue;
+    if (pool.ReleaseIdleChunk(allow_cache_loss)) return true;
+  }
+  return false;
 }
 
 // ---- Sliding windows ----
@@ -322,11 +355,28 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
     need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - held);
   }
   // Enough clean blocks in every pool is the common case and needs no chunk arithmetic.
-  bool served_by_clean = true;
+  bool served_by_clean = true;  // also read after the hits are touched
   for (size_t p = 0; p < need.size(); ++p) {
     served_by_clean &= need[p] <= pools[p]->num_clean_blocks();
   }
-  if (!served_by_clean && !CanTake(need)) return false;
+  if (!served_by_clean) {
+    // Idle chunks holding hit blocks stop being idle when the hits are touched.
+    absl::InlinedVector<int64_t, 8> pinned_idle(pools.size(), 0);
+    if (req.hit != nullptr) {
+      std::vector<std::pair<int32_t, int32_t>> chunks;  // (pool, chunk)
+      for (const GroupLayout& g : groups) {
+        for (BlockId b : req.hit->blocks[g.id.value]) {
+          if (b == kNullBlock || pools[g.pool]->ref_count(b) != 0) continue;
+          const int32_t chunk = pools[g.pool]->ChunkIndex(b);
+          if (pools[g.pool]->IsIdleChunk(chunk)) chunks.emplace_back(g.pool, chunk);
+        }
+      }
+      std::sort(chunks.begin(), chunks.end());
+      chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+      for (const auto& [pool, chunk] : chunks) ++pinned_idle[pool];
+    }
+    if (!CanTake(need, pinned_idle)) return false;
+  }
 
   // 2. Take the hits in every group before allocating anything, so one group's allocation
   // cannot evict another group's hit.
@@ -362,6 +412,16 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
                         : plans[g.id.value].fresh_slots;
   }
 
+  // Pools short of blocks map chunks; make the budget room for them first, from idle chunks
+  // the other pools can spare, before those pools serve themselves and might reuse them.
+  if (!served_by_clean) {
+    const int64_t deficit = ReservedForOthers(-1, need);
+    for (bool cache_loss : {false, true}) {
+      while (budget->free_bytes() < deficit && ReleaseSpareChunk(need, cache_loss)) {
+      }
+    }
+  }
+
   // 3. New blocks and slots.
   std::vector<BlockId>& fresh = scratch_blocks;
   for (const GroupLayout& g : groups) {
@@ -370,12 +430,15 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
     if (g.IsAttention()) {
       const int64_t n = std::max<int64_t>(0, CeilDiv(total, g.block_size) -
                                                  static_cast<int64_t>(gs.blocks.size()));
-      if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), &fresh);
+      if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), ReservedForOthers(g.pool, need), &fresh);
       gs.blocks.insert(gs.blocks.end(), fresh.begin(), fresh.end());
       continue;
     }
     const StatePlan& plan = plans[g.id.value];
-    if (plan.fresh_slots > 0) TakeFromPool(g.pool, plan.fresh_slots, absl::MakeSpan(need), &fresh);
+    if (plan.fresh_slots > 0) {
+      TakeFromPool(g.pool, plan.fresh_slots, absl::MakeSpan(need), ReservedForOthers(g.pool, need),
+                   &fresh);
+    }
     if (gs.step_pending) CommitStep(st);  // async: the previous step's write is the state now
     const int32_t read = gs.cur;
     gs.read = read;

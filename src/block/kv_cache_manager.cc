@@ -105,8 +105,9 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
 }
 
 absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
-  auto it = impl_->requests.find(id);
-  if (it == impl_->requests.end()) return UnknownRequest(id);
+  Impl& m = *impl_;
+  auto it = m.requests.find(id);
+  if (it == m.requests.end()) return UnknownRequest(id);
   RequestState& st = *it->second;
   const int64_t keep = static_cast<int64_t>(st.tokens.size()) - num_tokens;
   if (num_tokens < 0 || keep < st.prompt_len) {
@@ -114,12 +115,38 @@ absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
         "cannot roll back ", num_tokens, " tokens of request ", id.value, ": it has ",
         st.tokens.size() - st.prompt_len, " generated tokens"));
   }
+  if (num_tokens == 0) return absl::OkStatus();
+  if (m.has_state_groups && st.allocated) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot roll back request ", id.value, ": its linear-attention state already includes "
+        "those tokens and has no checkpoint to return to"));
+  }
+  // Blocks that were full only with the dropped tokens were cached under hashes that are now
+  // wrong. The request will rewrite them, so no other request may share them.
+  const int64_t first = keep / m.block_size;
+  for (const GroupLayout& g : m.groups) {
+    if (!g.IsAttention()) continue;
+    const GroupState& gs = st.groups[g.id.value];
+    for (int64_t i = first; i < gs.num_cached_blocks; ++i) {
+      const BlockId b = gs.blocks[i];
+      if (b != kNullBlock && m.pools[g.pool]->ref_count(b) > 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot roll back request ", id.value, ": block ", b.value, " of group ", g.id.value,
+            " holding those tokens is shared with another request"));
+      }
+    }
+  }
+  for (const GroupLayout& g : m.groups) {
+    if (!g.IsAttention()) continue;
+    GroupState& gs = st.groups[g.id.value];
+    for (int64_t i = first; i < gs.num_cached_blocks; ++i) {
+      if (gs.blocks[i] != kNullBlock) m.pools[g.pool]->Uncache(gs.blocks[i]);
+    }
+    gs.num_cached_blocks = std::min(gs.num_cached_blocks, first);
+  }
   st.tokens.resize(keep);
   st.hashes.Truncate(keep);
-  for (GroupState& gs : st.groups) {
-    gs.num_cached_blocks = std::min<int64_t>(gs.num_cached_blocks, keep / impl_->block_size);
-  }
-  impl_->RefreshSummary(st);
+  m.RefreshSummary(st);
   return absl::OkStatus();
 }
 
@@ -159,9 +186,23 @@ absl::StatusOr<CacheHit> KvCacheManager::GetComputedBlocks(RequestId id) {
   return hit;
 }
 
+namespace {
+
+// A miss (num_tokens == 0) passed as a hit is the same as no hit.
+AllocationRequest WithoutEmptyHit(const AllocationRequest& request) {
+  AllocationRequest r = request;
+  if (r.hit != nullptr && r.hit->num_tokens == 0) r.hit = nullptr;
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const AllocationRequest& request) {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
+  if (request.hit != nullptr && request.hit->num_tokens == 0) {
+    return impl_->Allocate(*it->second, WithoutEmptyHit(request));
+  }
   return impl_->Allocate(*it->second, request);
 }
 
@@ -169,7 +210,7 @@ absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
                                                      const AllocationRequest& request) const {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
-  return impl_->CountNeeded(*it->second, request);
+  return impl_->CountNeeded(*it->second, WithoutEmptyHit(request));
 }
 
 absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens) {

@@ -48,9 +48,17 @@ class KvCacheManager::Impl {
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
-  bool CanTake(absl::Span<const int64_t> need) const;
-  // Takes need[p] blocks from pool p (after CanTake); `need` is consumed as pools are served.
-  void TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need, std::vector<BlockId>* out);
+  // `pinned_idle[p]` idle chunks of pool p hold hit blocks about to be touched: they will not
+  // be idle, so they cannot be given away.
+  bool CanTake(absl::Span<const int64_t> need, absl::Span<const int64_t> pinned_idle) const;
+  // Takes n blocks from pool p (after CanTake), keeping `reserved_bytes` of the budget for
+  // pools served later in the same allocation; `need` holds what those pools still need.
+  void TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need, int64_t reserved_bytes,
+                    std::vector<BlockId>* out);
+  // Gives back one idle chunk of a pool that can spare it under `need`; false if none can.
+  bool ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss);
+  // Budget bytes the pools other than p (all pools for p = -1) still have to map for `need`.
+  int64_t ReservedForOthers(int32_t p, absl::Span<const int64_t> need) const;
 
   // ---- State ----
   KvCacheConfig config;

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -101,7 +102,6 @@ struct Stats {
   int64_t resets = 0;
   int64_t finished = 0;
   int64_t max_live = 0;
-  int64_t guarded = 0;  // allocations skipped because they could hit a known chunk-move bug
   int64_t block_size = 0;
 
   void Add(const Stats& o) {
@@ -120,7 +120,6 @@ struct Stats {
     resets += o.resets;
     finished += o.finished;
     max_live = std::max(max_live, o.max_live);
-    guarded += o.guarded;
     block_size = o.block_size;
   }
 };
@@ -137,18 +136,14 @@ struct Options {
   int32_t num_ops = 2000;
   bool spec_decode = true;
   bool rollback = true;
-  // Roll back tokens that completed (and so cached) a block. Off in the main runs: see
-  // DISABLED_RollbackLeavesStaleHashInPool below.
+  // Roll back tokens that completed (and so cached) a block: the blocks leave the cache, or
+  // the rollback is refused when another request shares them (RollbackLeavesStaleHashInPool).
   bool rollback_across_blocks = false;
   DraftFlow draft_flow = DraftFlow::kNotAppended;
   bool fork_from_history = true;  // new prompts may copy an earlier sequence
-  // Skip allocations that need chunks moved between pools while another pool may map more than
-  // CanTake planned (DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare and
-  // DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds): those crash the manager today.
-  bool guard_chunk_bugs = true;
-  // Pass an empty hit (a miss) as nullptr in models with linear-attention groups
-  // (DISABLED_EmptyHitCrashesLinearAttentionModels).
-  bool avoid_empty_hits_with_state = true;
+  // Pass an empty hit (a miss) as nullptr in models with linear-attention groups, instead of
+  // the CacheHit itself (both are valid; EmptyHitCrashesLinearAttentionModels covers the latter).
+  bool avoid_empty_hits_with_state = false;
 };
 
 struct Req {
@@ -183,6 +178,26 @@ struct Req {
 };
 
 uint64_t SaltFp(const std::string& salt) { return Mix(Fnv(salt) + 17); }
+
+// What the kernels would have written: per pool and slot, the fingerprint of the token prefix
+// whose K/V (or recurrent state) the slot holds; 0 = never written.
+class ShadowMemory {
+ public:
+  void Write(int32_t pool, int64_t slot, uint64_t fp) {
+    if (pool >= static_cast<int32_t>(pools_.size())) pools_.resize(pool + 1);
+    std::vector<uint64_t>& v = pools_[pool];
+    if (slot >= static_cast<int64_t>(v.size())) v.resize(2 * slot + 64, 0);
+    v[slot] = fp;
+  }
+  uint64_t Read(int32_t pool, int64_t slot) const {
+    if (pool >= static_cast<int32_t>(pools_.size())) return 0;
+    const std::vector<uint64_t>& v = pools_[pool];
+    return slot < static_cast<int64_t>(v.size()) ? v[slot] : 0;
+  }
+
+ private:
+  std::vector<std::vector<uint64_t>> pools_;
+};
 
 class Fuzzer {
  public:
@@ -535,8 +550,16 @@ class Fuzzer {
     if (max_k < 1) return OpSchedule();
     const int64_t k = Uniform(1, max_k);
     Log(absl::StrCat("RollbackTokens r", r->id.value, " ", k, " of ", r->tokens.size()));
+    const KvCacheUsage before = m_->Usage();
+    const absl::Status s = m_->RollbackTokens(r->id, k);
+    if (absl::IsFailedPrecondition(s)) {
+      // Refused: a block those tokens completed is shared with another request.
+      Log("  -> refused (shared block)");
+      ASSERT_NO_FATAL_FAILURE(ExpectSameUsage(before, m_->Usage()));
+      return;
+    }
     Remember(*r);
-    AssertOk(m_->RollbackTokens(r->id, k));
+    AssertOk(s);
     r->Truncate(static_cast<int64_t>(r->tokens.size()) - k);
     r->computed = std::min<int64_t>(r->computed, static_cast<int64_t>(r->tokens.size()) - 1);
     r->offered = std::min<int64_t>(r->offered, static_cast<int64_t>(r->tokens.size()));
@@ -684,20 +707,6 @@ class Fuzzer {
     }
     if (Chance(0.15)) req.num_lookahead_tokens = Uniform(1, 3);
     req.num_new_tokens = n;
-    if (opt_.guard_chunk_bugs && Risky(*r, req)) {
-      if (r->allocated) {
-        // Window releases change the pools: apply them and look again.
-        const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
-        AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
-        exact_count = true;
-      }
-      if (Risky(*r, req)) {
-        ++stats_.guarded;
-        Log(absl::StrCat("guarded r", r->id.value, " c ", c, " n ", n));
-        return;
-      }
-    }
-
     // The step's token sequence (drafts included) and its fingerprints.
     Req step_seq = *r;
     if (num_drafts > 0) {
@@ -734,6 +743,7 @@ class Fuzzer {
       Log("  -> false");
       ASSERT_NO_FATAL_FAILURE(ExpectUnchanged(before, *r));
       if (num_drafts > 0 && opt_.draft_flow == DraftFlow::kAppended) {
+        // Nothing was allocated, so nothing can share the drafts' blocks.
         AssertOk(m_->RollbackTokens(r->id, num_drafts));
         r->Truncate(len);
       }
@@ -791,8 +801,17 @@ class Fuzzer {
     const int64_t accepted = Uniform(0, num_drafts);
     if (opt_.draft_flow == DraftFlow::kAppended) {
       if (accepted < num_drafts) {
+        const absl::Status s = m_->RollbackTokens(r->id, num_drafts - accepted);
+        if (absl::IsFailedPrecondition(s)) {
+          // Another request already shares a block the drafts completed: appending drafts
+          // before verifying them is misuse the manager refuses. Give the request up.
+          Log("  rollback refused (shared block): finish the request");
+          AssertOk(m_->Free(r->id));
+          RemoveLive(r);
+          return;
+        }
         Remember(*r);  // the sequence with its rejected drafts
-        AssertOk(m_->RollbackTokens(r->id, num_drafts - accepted));
+        AssertOk(s);
         r->Truncate(len + accepted);
         r->offered = std::min<int64_t>(r->offered, len + accepted);
         ++stats_.rollbacks;
@@ -809,85 +828,6 @@ class Fuzzer {
     r->Push(bonus);
   }
 
-  // Whether AllocateSlots could take the buggy chunk-move path: some pool needs chunks beyond its
-  // free blocks (CanTake counts on other pools' idle chunks or the budget) while the pools, each
-  // mapping as much as BlockPool::Allocate may, could spend more than the budget's free bytes.
-  // When the budget covers every pool's largest possible mapping nothing moves and nothing fails.
-  bool Risky(const Req& r, const AllocationRequest& req) const {
-    if (mode_ == AccountingMode::kVllm || m_->num_groups() < 2) return false;
-    const KvCacheUsage u = m_->Usage();
-    const int64_t budget_free = u.budget_bytes - u.mapped_bytes;
-    // Blocks held by live requests, per group (their refs are > 0), and busy chunks.
-    std::vector<absl::flat_hash_set<int32_t>> held(m_->num_groups());
-    for (const auto& q : live_) {
-      if (!q->allocated) continue;
-      for (int32_t g = 0; g < m_->num_groups(); ++g) {
-        if (IsLinear(g)) {
-          auto s = m_->GetStateSlots(q->id, GroupId(g));
-          if (s.ok()) {
-            if (s->read_slot > 0) held[g].insert(s->read_slot);
-            if (s->write_slot > 0) held[g].insert(s->write_slot);
-          }
-          continue;
-        }
-        auto t = m_->BlockTable(q->id, GroupId(g));
-        if (!t.ok()) continue;
-        for (BlockId b : *t) {
-          if (b != kNullBlock) held[g].insert(b.value);
-        }
-      }
-    }
-    const int64_t total = req.num_computed_tokens + req.num_new_tokens + req.num_lookahead_tokens;
-    // Linear groups (PlanState): write in place unless the state is a shared snapshot or this
-    // step ends on a block boundary of known tokens (a new snapshot); decode snapshots are on.
-    const int64_t end = req.num_computed_tokens + req.num_new_tokens;
-    const bool snapshot_now = end % bs_ == 0 && end <= static_cast<int64_t>(r.tokens.size());
-    const bool has_state = r.allocated || req.hit != nullptr;
-    const bool state_shared = req.hit != nullptr || r.state_shared;
-    bool chunks_short = false;
-    int64_t bytes_needed = 0, bytes_available = budget_free, worst = 0;
-    const std::vector<std::vector<BlockId>> own = Tables(r);
-    for (int32_t g = 0; g < m_->num_groups(); ++g) {
-      const Geometry& geo = geo_[g];
-      const PoolUsage& p = u.pools[g];
-      int64_t fresh = 0, touches = 0;
-      if (IsLinear(g)) {
-        fresh = has_state && !state_shared && !snapshot_now ? 0 : 1;
-        if (req.hit != nullptr && !req.hit->blocks[g].empty() &&
-            !held[g].contains(req.hit->blocks[g][0].value)) {
-          touches = 1;
-        }
-      } else {
-        const int64_t held_len = req.hit != nullptr
-                                     ? static_cast<int64_t>(req.hit->blocks[g].size())
-                                     : static_cast<int64_t>(own[g].size());
-        fresh = std::max<int64_t>(0, CeilDiv(total, bs_) - held_len);
-        if (req.hit != nullptr) {
-          for (BlockId b : req.hit->blocks[g])
-            touches += b != kNullBlock && !held[g].contains(b.value);
-        }
-      }
-      const int64_t need = fresh + touches;
-      const int64_t avail = p.cached_free_blocks + p.clean_blocks;
-      const int64_t unmapped = geo.max_chunks - p.mapped_chunks;
-      if (need > avail) {
-        const int64_t chunks = CeilDiv(need - avail, geo.bpc);
-        chunks_short |= chunks > unmapped;
-        bytes_needed += chunks * geo.chunk_bytes;
-      } else {
-        absl::flat_hash_set<int64_t> busy;
-        for (int32_t b : held[g]) busy.insert((b - 1) / geo.bpc);
-        const int64_t idle = p.mapped_chunks - static_cast<int64_t>(busy.size());
-        bytes_available += std::min<int64_t>((avail - need) / geo.bpc, idle) * geo.chunk_bytes;
-      }
-      worst += std::min<int64_t>(CeilDiv(std::max<int64_t>(0, fresh - p.clean_blocks), geo.bpc),
-                                 unmapped) *
-               geo.chunk_bytes;
-    }
-    if (bytes_needed == 0) return false;
-    if (chunks_short || bytes_needed > bytes_available) return false;  // CanTake refuses
-    return worst > budget_free;
-  }
 
   void ExpectUnchanged(const Snapshot& before, const Req& r) {
     const Snapshot after = Take();
@@ -961,11 +901,10 @@ class Fuzzer {
           ASSERT_EQ(s->read_slot, s->write_slot) << "a fresh state is written where it is zeroed";
           zero_expected_.push_back({g, s->write_slot});
         } else {
-          auto it = shadow_state_.find(Key(pk, s->read_slot));
-          ASSERT_TRUE(it != shadow_state_.end())
-              << "group " << g << " reads unwritten state slot " << s->read_slot;
-          ASSERT_EQ(it->second, seq.fp[c]) << "group " << g << " state slot " << s->read_slot
-                                           << " does not hold the state after " << c << " tokens";
+          const uint64_t state = shadow_state_.Read(pk, s->read_slot);
+          ASSERT_NE(state, 0u) << "group " << g << " reads unwritten state slot " << s->read_slot;
+          ASSERT_EQ(state, seq.fp[c]) << "group " << g << " state slot " << s->read_slot
+                                      << " does not hold the state after " << c << " tokens";
         }
         auto w = step_writers_.find(Key(pk, s->write_slot));
         ASSERT_TRUE(w == step_writers_.end() || w->second == r.id.value)
@@ -990,7 +929,7 @@ class Fuzzer {
         }
         step_writers_[Key(pk, s->write_slot)] = r.id.value;
         step_state_readers_[Key(pk, s->read_slot)] = r.id.value;
-        shadow_state_[Key(pk, s->write_slot)] = seq.fp[c + n];
+        shadow_state_.Write(pk, s->write_slot, seq.fp[c + n]);
         continue;
       }
       std::vector<int64_t> slots(static_cast<size_t>(n + lookahead));
@@ -1020,7 +959,7 @@ class Fuzzer {
             }
           }
         }
-        shadow_kv_[Key(pk, slots[i])] = content;
+        shadow_kv_.Write(pk, slots[i], content);
       }
     }
     std::vector<SlotToZero> zero = m_->TakeSlotsToZero();
@@ -1099,9 +1038,7 @@ class Fuzzer {
         ASSERT_EQ(b.size(), 1u);
         ASSERT_TRUE(mirror_.contains({g, hashes.hashes()[blocks - 1]}))
             << "hit snapshot of group " << g << " was never announced";
-        auto it = shadow_state_.find(Key(pk, b[0].value));
-        ASSERT_TRUE(it != shadow_state_.end());
-        ASSERT_EQ(it->second, r.fp[hit.num_tokens])
+        ASSERT_EQ(shadow_state_.Read(pk, b[0].value), r.fp[hit.num_tokens])
             << "hit state slot " << b[0].value << " of group " << g << " holds another prefix";
         continue;
       }
@@ -1114,9 +1051,7 @@ class Fuzzer {
         ASSERT_TRUE(mirror_.contains({g, hashes.hashes()[i]}))
             << "hit block " << i << " of group " << g << " was never announced";
         for (int64_t p = i * bs_; p < (i + 1) * bs_; ++p) {
-          auto it = shadow_kv_.find(Key(pk, int64_t{b[i].value} * bs_ + p % bs_));
-          ASSERT_TRUE(it != shadow_kv_.end()) << "hit block " << b[i].value << " was never written";
-          ASSERT_EQ(it->second, r.fp[p + 1])
+          ASSERT_EQ(shadow_kv_.Read(pk, int64_t{b[i].value} * bs_ + p % bs_), r.fp[p + 1])
               << "hit block " << b[i].value << " (index " << i << ", group " << g
               << ") holds another prefix at position " << p << " for r" << r.id.value;
         }
@@ -1139,9 +1074,7 @@ class Fuzzer {
         auto s = m_->GetStateSlots(r.id, GroupId(g));
         ASSERT_TRUE(s.ok());
         // After a committed step the request reads its write slot of the last step.
-        auto it = shadow_state_.find(Key(pk, s->write_slot));
-        ASSERT_TRUE(it != shadow_state_.end());
-        ASSERT_EQ(it->second, r.fp[r.computed])
+        ASSERT_EQ(shadow_state_.Read(pk, s->write_slot), r.fp[r.computed])
             << "state of r" << r.id.value << " group " << g << " slot " << s->write_slot;
         continue;
       }
@@ -1150,10 +1083,9 @@ class Fuzzer {
         const size_t i = static_cast<size_t>(p / bs_);
         ASSERT_LT(i, t.size());
         if (t[i] == kNullBlock) continue;
-        auto it = shadow_kv_.find(Key(pk, int64_t{t[i].value} * bs_ + p % bs_));
-        ASSERT_TRUE(it != shadow_kv_.end());
-        ASSERT_EQ(it->second, r.fp[p + 1]) << "r" << r.id.value << " group " << g << " block "
-                                           << t[i].value << " position " << p << " was overwritten";
+        ASSERT_EQ(shadow_kv_.Read(pk, int64_t{t[i].value} * bs_ + p % bs_), r.fp[p + 1])
+            << "r" << r.id.value << " group " << g << " block " << t[i].value << " position " << p
+            << " was overwritten";
       }
     }
   }
@@ -1269,8 +1201,8 @@ class Fuzzer {
   int64_t step_ = 0;
   absl::flat_hash_map<uint64_t, int64_t> step_writers_;  // (pool, block/state slot) -> request
   absl::flat_hash_map<uint64_t, int64_t> step_state_readers_;  // (pool, state slot) -> request
-  absl::flat_hash_map<uint64_t, uint64_t> shadow_kv_;          // (pool, token slot) -> prefix fp
-  absl::flat_hash_map<uint64_t, uint64_t> shadow_state_;       // (pool, state slot) -> prefix fp
+  ShadowMemory shadow_kv_;     // (pool, token slot) -> prefix fingerprint
+  ShadowMemory shadow_state_;  // (pool, state slot) -> prefix fingerprint
   std::vector<std::pair<int32_t, int32_t>> zero_expected_;
   absl::flat_hash_set<std::pair<int32_t, BlockHash>, PairHash> mirror_;
   bool expect_all_cleared_ = false;
@@ -1285,11 +1217,10 @@ class Fuzzer {
   const bool verbose_ = std::getenv("KVPAGE_FUZZ_VERBOSE") != nullptr;
 };
 
-// ---- Bugs the fuzzer found, as small deterministic reproductions --------------------------------
+// ---- Bugs the fuzzer found, kept as small deterministic regression tests --------------------------
 //
-// Each is DISABLED_ until the manager is fixed; run with --gtest_also_run_disabled_tests. The two
-// chunk-move bugs abort on KVPAGE_DCHECK in a debug build and corrupt memory in a release build
-// (BlockPool::Allocate evicts from an empty LRU list: LruRemove(-1)).
+// Before their fixes, the two chunk-move bugs aborted on KVPAGE_DCHECK in a debug build and
+// corrupted memory in a release build (BlockPool::Allocate evicted from an empty LRU list).
 
 using testing::Concat;
 using testing::Ids;
@@ -1317,37 +1248,38 @@ void Prefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) 
   ASSERT_TRUE(m.CheckInvariants().ok()) << m.CheckInvariants();
 }
 
-// Bug: CanTake() counts an idle chunk as spare (to be given to another pool) although the hit
+// Fixed bug: CanTake() counts an idle chunk as spare (to be given to another pool) although the hit
 // blocks it holds are about to be touched, which makes the chunk busy. TakeFromPool then finds
 // nothing to release and BlockPool::Allocate runs past the end of its free blocks.
-TEST(KvCacheManagerFuzzRepro, DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare) {
+TEST(KvCacheManagerFuzzRepro, HitBlocksInAnIdleChunkAreCountedAsSpare) {
   auto m = SwaManager(12 * 2048 + 1024);  // 12 chunks + 1 KiB that no chunk fits in
-  // rH: 32 cached tokens whose sliding blocks sit alone in group 1's chunk 0.
-  ASSERT_NO_FATAL_FAILURE(Prefill(*m, 1, Tokens(33)));
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
-  // Three long requests; each releases one out-of-window block, leaving group 1 with free
-  // blocks in chunks that still hold used ones (chunks 1, 3, 5 and 7).
+  // rH: 32 tokens, its two blocks alone in chunk 0 of both groups. Three longer requests fill
+  // the rest of the 12 chunks exactly (group 0: 4 chunks, group 1: 8).
+  ASSERT_NO_FATAL_FAILURE(Prefill(*m, 1, Tokens(32)));
   ASSERT_NO_FATAL_FAILURE(Prefill(*m, 2, Tokens(49, 1000)));
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(2), 49).ok());
   ASSERT_NO_FATAL_FAILURE(Prefill(*m, 3, Tokens(49, 2000)));
+  ASSERT_NO_FATAL_FAILURE(Prefill(*m, 4, Tokens(81, 3000)));
+  // rH finishes: its blocks stay cached, group 1's chunk 0 is idle. Each long request releases
+  // its first (out-of-window) sliding block: free blocks in group-1 chunks that stay busy.
+  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(2), 49).ok());
   ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(3), 49).ok());
-  ASSERT_NO_FATAL_FAILURE(Prefill(*m, 4, Tokens(65, 3000)));
   ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(4), 47).ok());
   ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
   KvCacheUsage u = m->Usage();
   ASSERT_EQ(u.mapped_bytes, 12 * 2048);
-  ASSERT_EQ(u.pools[0].used_blocks, 13);  // 1, 2 cached-free; 16 clean
-  ASSERT_EQ(u.pools[0].cached_free_blocks + u.pools[0].clean_blocks, 3);
-  ASSERT_EQ(u.pools[1].used_blocks, 10);  // chunk 0 idle (1, 2); 3, 7, 11, 16 free elsewhere
-  ASSERT_EQ(u.pools[1].cached_free_blocks + u.pools[1].clean_blocks, 6);
+  ASSERT_EQ(u.pools[0].mapped_chunks, 4);
+  ASSERT_EQ(u.pools[0].cached_free_blocks + u.pools[0].clean_blocks, 2);  // rH's 1, 2
+  ASSERT_EQ(u.pools[1].mapped_chunks, 8);
+  ASSERT_EQ(u.pools[1].cached_free_blocks + u.pools[1].clean_blocks, 5);  // 1, 2 | 3, 7, 11
 
-  // A 49-token prompt hits the first 32 tokens in both groups and needs 2 new blocks in each.
-  // Group 0 needs a chunk; CanTake counts group 1's idle chunk 0 as spare, but that chunk
-  // holds the two sliding-window hit blocks.
-  ASSERT_TRUE(m->AddRequest({RequestId(5), Concat(Tokens(32), Tokens(17, 7000))}).ok());
+  // 33 tokens hit rH's 32 in both groups and need one new block in each. Group 0 needs a chunk;
+  // CanTake counts group 1's idle chunk 0 as spare, but it holds the two sliding hit blocks.
+  ASSERT_TRUE(m->AddRequest({RequestId(5), Concat(Tokens(32), Tokens(1, 7000))}).ok());
   auto hit = m->GetComputedBlocks(RequestId(5));
   ASSERT_TRUE(hit.ok());
   ASSERT_EQ(hit->num_tokens, 32);
+  ASSERT_EQ(Ids(hit->blocks[0]), (std::vector<int32_t>{1, 2}));
   ASSERT_EQ(Ids(hit->blocks[1]), (std::vector<int32_t>{1, 2}));
   const std::vector<BlockId> order0 = m->FreeBlockOrder(GroupId(0));
   const std::vector<BlockId> order1 = m->FreeBlockOrder(GroupId(1));
@@ -1355,7 +1287,7 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare) 
   // Observed: KVPAGE_DCHECK(pool.AllocatableNow() >= n) in TakeFromPool (debug) / an eviction
   // from an empty LRU list in BlockPool::Allocate (release).
   auto ok = m->AllocateSlots(RequestId(5),
-                             {.num_computed_tokens = 32, .num_new_tokens = 17, .hit = &*hit});
+                             {.num_computed_tokens = 32, .num_new_tokens = 1, .hit = &*hit});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE(*ok);
   EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
@@ -1363,11 +1295,11 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare) 
   EXPECT_EQ(m->FreeBlockOrder(GroupId(1)), order1);
 }
 
-// Bug: the first pool served maps fresh chunks instead of evicting its own cached blocks (as
-// BlockPool::Allocate prefers), spending budget bytes that CanTake() had set aside for a later
-// pool, which then cannot get its chunks.
-TEST(KvCacheManagerFuzzRepro, DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds) {
-  auto m = SwaManager(6 * 2048);
+// Fixed bug: a pool served early maps fresh chunks instead of evicting its own cached blocks (as
+// BlockPool::Allocate prefers while the budget's free bytes exceed its headroom), spending
+// bytes that CanTake() had set aside for a pool served later, which then cannot get its chunks.
+TEST(KvCacheManagerFuzzRepro, FirstPoolSpendsTheBytesALaterPoolNeeds) {
+  auto m = SwaManager(9 * 2048);  // headroom: min(2 chunks, budget / 4) = 4096 bytes
   ASSERT_NO_FATAL_FAILURE(Prefill(*m, 1, Tokens(33)));  // 3 blocks per group, 2 of them cached
   ASSERT_TRUE(m->Free(RequestId(1)).ok());
   KvCacheUsage u = m->Usage();
@@ -1377,28 +1309,29 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds) {
   ASSERT_EQ(u.pools[1].cached_free_blocks, 2);  // group 1: 2 cached + 2 clean in two chunks
   ASSERT_EQ(u.pools[1].clean_blocks, 2);
 
-  // 97 unrelated tokens: 7 blocks per group. Group 0 can serve them from 2 clean + 2 evicted
-  // blocks and one new chunk; group 1 needs its 4 free blocks and two new chunks: exactly the
-  // 3 chunks left in the budget. CanTake agrees.
-  ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(97, 1000)}).ok());
-  EXPECT_EQ(*m->BlocksNeeded(RequestId(2), {.num_new_tokens = 97}), 14);
-  // Expected: true, group 0 mapping 1 chunk and group 1 mapping 2.
-  // Observed: group 0 maps 2 chunks (keeping its cache), group 1 can map only one, and
-  // KVPAGE_DCHECK(pool.AllocatableNow() >= n) fires (debug) / LruRemove(-1) (release).
-  auto ok = m->AllocateSlots(RequestId(2), {.num_new_tokens = 97});
+  // 192 unrelated tokens: 12 blocks per group. Group 0 can serve them from its 4 free blocks
+  // (evicting 2) and 2 new chunks; group 1 needs its 4 free blocks and 4 new chunks: exactly
+  // the 6 chunks left in the budget. CanTake agrees.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(192, 1000)}).ok());
+  EXPECT_EQ(*m->BlocksNeeded(RequestId(2), {.num_new_tokens = 192}), 24);
+  // Expected: true, group 0 mapping 2 chunks and group 1 mapping 4.
+  // Observed: group 0 maps a third chunk to keep its 2 cached blocks (6 KiB free > 4 KiB
+  // headroom), group 1 can map only 3, and KVPAGE_DCHECK(pool.AllocatableNow() >= n) fires
+  // (debug) / BlockPool::Allocate evicts from an empty LRU list (release).
+  auto ok = m->AllocateSlots(RequestId(2), {.num_new_tokens = 192});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(*ok);
   EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
   u = m->Usage();
-  EXPECT_EQ(u.pools[0].mapped_chunks, 2);
-  EXPECT_EQ(u.pools[1].mapped_chunks, 4);
+  EXPECT_EQ(u.pools[0].mapped_chunks, 3);
+  EXPECT_EQ(u.pools[1].mapped_chunks, 6);
 }
 
-// Bug: RollbackTokens drops the request's hashes of the blocks the rolled-back tokens completed,
+// Fixed bug: RollbackTokens drops the request's hashes of the blocks the rolled-back tokens completed,
 // but the pool keeps serving those blocks under the old hashes. The request then overwrites
 // them with its new tokens (and CacheBlock never re-registers them: they are still hashed), so
 // a later request with the old prefix gets another prefix's K/V.
-TEST(KvCacheManagerFuzzRepro, DISABLED_RollbackLeavesStaleHashInPool) {
+TEST(KvCacheManagerFuzzRepro, RollbackLeavesStaleHashInPool) {
   KvCacheConfig c;
   c.kv_budget_bytes = 10 * 16 * 32;  // kTinyFull: 10 blocks of 16 tokens
   c.chunk_bytes = c.kv_budget_bytes;
@@ -1439,10 +1372,10 @@ TEST(KvCacheManagerFuzzRepro, DISABLED_RollbackLeavesStaleHashInPool) {
   EXPECT_EQ(m.GetComputedBlocks(RequestId(4))->num_tokens, 0) << "the old prefix is still served";
 }
 
-// Bug: a miss from GetComputedBlocks (num_tokens 0, every group's list empty) passed as `hit`,
+// Fixed bug: a miss from GetComputedBlocks (num_tokens 0, every group's list empty) passed as `hit`,
 // as the header's usage example does, makes PlanState read hit->blocks[g][0] of an empty vector
 // for each linear-attention group (and Allocate step 2 does the same).
-TEST(KvCacheManagerFuzzRepro, DISABLED_EmptyHitCrashesLinearAttentionModels) {
+TEST(KvCacheManagerFuzzRepro, EmptyHitCrashesLinearAttentionModels) {
   KvCacheConfig c;
   c.kv_budget_bytes = 1 << 20;
   c.chunk_bytes = 64 << 10;
@@ -1478,6 +1411,10 @@ struct FuzzCase {
   AccountingMode mode;
 };
 
+void PrintTo(const FuzzCase& c, std::ostream* os) {
+  *os << c.model << (c.mode == AccountingMode::kVllm ? "/vllm" : "/kvpage");
+}
+
 class KvCacheManagerFuzzTest : public ::testing::TestWithParam<FuzzCase> {};
 
 void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint64_t>& seeds) {
@@ -1495,11 +1432,11 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
       "[ fuzz     ] %-18s %-6s bs %" PRId64 " ops %" PRId64 " adds %" PRId64 " allocs %" PRId64
       " failed %" PRId64 " hits %" PRId64 " (%" PRId64 " tokens) preempts %" PRId64 " (hit %" PRId64
       ") spec %" PRId64 " rollbacks %" PRId64 " evictions %" PRId64 " chunk-moves %" PRId64
-      " resets %" PRId64 " max-live %" PRId64 " guarded %" PRId64 "\n",
+      " resets %" PRId64 " max-live %" PRId64 "\n",
       fc.model.c_str(), fc.mode == AccountingMode::kVllm ? "vllm" : "kvpage", total.block_size,
       total.ops, total.adds, total.allocations, total.failed_allocations, total.hits,
       total.hit_tokens, total.preempts, total.preempt_hits, total.spec_steps, total.rollbacks,
-      total.evictions, total.chunk_moves, total.resets, total.max_live, total.guarded);
+      total.evictions, total.chunk_moves, total.resets, total.max_live);
   // The run must have exercised the interesting paths.
   EXPECT_GT(total.failed_allocations, 0) << "no memory pressure";
   EXPECT_GT(total.hits, 0) << "no prefix hits";
@@ -1508,23 +1445,13 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
 
 TEST_P(KvCacheManagerFuzzTest, RandomOperations) { RunCase(GetParam(), Options{}, {1, 2, 3}); }
 
-// The same runs without the workarounds for the bugs reproduced above: these fail (or crash)
-// until those bugs are fixed.
-TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsWithoutGuards) {
+TEST_P(KvCacheManagerFuzzTest, RandomOperationsRollingBackCachedBlocks) {
   Options o;
-  o.guard_chunk_bugs = false;             // DISABLED_HitBlocksInAnIdleChunkAreCountedAsSpare,
-                                          // DISABLED_FirstPoolSpendsTheBytesALaterPoolNeeds
-  o.avoid_empty_hits_with_state = false;  // DISABLED_EmptyHitCrashesLinearAttentionModels
+  o.rollback_across_blocks = true;  // RollbackLeavesStaleHashInPool
   RunCase(GetParam(), o, {1, 2, 3});
 }
 
-TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsRollingBackCachedBlocks) {
-  Options o;
-  o.rollback_across_blocks = true;  // DISABLED_RollbackLeavesStaleHashInPool
-  RunCase(GetParam(), o, {1, 2, 3});
-}
-
-TEST_P(KvCacheManagerFuzzTest, DISABLED_RandomOperationsWithAppendedDrafts) {
+TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithAppendedDrafts) {
   Options o;
   o.draft_flow = DraftFlow::kAppended;  // rejected drafts are rolled back: the same stale hashes
   RunCase(GetParam(), o, {1, 2, 3});

@@ -417,7 +417,7 @@ TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
   hit.num_tokens = 16;
   hit.blocks = {{BlockId(1)}};
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 16, .num_new_tokens = 1, .hit = &hit})
+      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 0, .num_new_tokens = 1, .hit = &hit})
           .status()));
   EXPECT_TRUE(absl::IsFailedPrecondition(m->GetComputedBlocks(RequestId(1)).status()));
   EXPECT_TRUE(absl::IsOutOfRange(m->AppendTokens(RequestId(1), Tokens(5000))));

@@ -320,7 +320,9 @@ bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationR
       processed > c || processed >= st.next_release) {
     return false;
   }
-  return !config.enable_prefix_caching || std::min(total, known) / block_size <= st.cached_blocks;
+  // No block became full beyond those already cached (a multiply: no divide on this path).
+  return !config.enable_prefix_caching ||
+         std::min(total, known) < (st.cached_blocks + 1) * block_size;
 }
 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {

@@ -63,15 +63,8 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   // the headroom by them while this pool allocates (it still maps what it must).
   const int64_t base_headroom = budget->headroom_bytes();
   budget->set_headroom_bytes(base_headroom + reserved_bytes);
-  // Releases one idle chunk of another pool that it can spare; false if none can.
   auto release_from_others = [&](bool allow_cache_loss) {
-    for (size_t q = 0; q < pools.size(); ++q) {
-      if (static_cast<int32_t>(q) == p) continue;
-      BlockPool& other = *pools[q];
-      if (other.num_free_blocks() - need[q] < other.blocks_per_chunk()) continue;
-      if (other.ReleaseIdleChunk(allow_cache_loss)) return true;
-    }
-    return false;
+    return ReleaseSpareChunk(need, allow_cache_loss, /*except=*/p);
   };
   // Prefer fresh memory over evicting this pool's cache: free other pools' clean idle chunks.
   const int64_t want_chunks = CeilDiv(std::max<int64_t>(0, n - pool.num_clean_blocks()),
@@ -105,8 +98,10 @@ int64_t KvCacheManager::Impl::ReservedForOthers(int32_t p, absl::Span<const int6
   return bytes;
 }
 
-bool KvCacheManager::Impl::ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss) {
+bool KvCacheManager::Impl::ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss,
+                                             int32_t except) {
   for (size_t q = 0; q < pools.size(); ++q) {
+    if (static_cast<int32_t>(q) == except) continue;
     BlockPool& pool = *pools[q];
     if (pool.num_free_blocks() - need[q] < pool.blocks_per_chunk()) continue;
     if (pool.ReleaseIdleChunk(allow_cache_loss)) return true;
@@ -419,7 +414,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   if (!served_by_clean) {
     const int64_t deficit = ReservedForOthers(-1, need);
     for (bool cache_loss : {false, true}) {
-      while (budget->free_bytes() < deficit && ReleaseSpareChunk(need, cache_loss)) {
+      while (budget->free_bytes() < deficit && ReleaseSpareChunk(need, cache_loss, /*except=*/-1)) {
       }
     }
   }

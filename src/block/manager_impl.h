@@ -55,8 +55,9 @@ class KvCacheManager::Impl {
   // pools served later in the same allocation; `need` holds what those pools still need.
   void TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t> need, int64_t reserved_bytes,
                     std::vector<BlockId>* out);
-  // Gives back one idle chunk of a pool that can spare it under `need`; false if none can.
-  bool ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss);
+  // Gives back one idle chunk of a pool (other than `except`) that can spare it under `need`;
+  // false if none can.
+  bool ReleaseSpareChunk(absl::Span<const int64_t> need, bool allow_cache_loss, int32_t except);
   // Budget bytes the pools other than p (all pools for p = -1) still have to map for `need`.
   int64_t ReservedForOthers(int32_t p, absl::Span<const int64_t> need) const;
 

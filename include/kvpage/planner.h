@@ -3,10 +3,11 @@
 // requests fit in a KV budget.
 //
 // Three reservation policies (docs/capacity_planning.md derives each with a worked example):
-//   * kKvpage   — kvpage's per-layer-group pools: no page padding, no padding layers; a
-//                 sliding-window request holds only the blocks its window can reach, while the
-//                 in-flight chunk allowance is charged once per pool (`PlanRow::shared_bytes`);
-//                 recurrent state unpadded in its native dtypes.
+//   * kKvpage   — a dry run of kvpage's block manager (KvCacheManager): per-layer-group pools
+//                 with no page padding and no padding layers; a sliding-window request holds
+//                 only the blocks its window reaches, while the in-flight chunk allowance is
+//                 kept once per pool (`PlanRow::shared_bytes`); recurrent state unpadded in its
+//                 native dtypes.
 //   * kVllm     — what vLLM 0.29 sets aside for one max-length request (hybrid allocator:
 //                 equal-size layer groups with padding layers, one block id = group_size pages,
 //                 page unification, Mamba page padding, per-request SWA in-flight allowance).
@@ -80,8 +81,9 @@ struct PlanRow {
   int64_t reserved_bytes = 0;  // everything one request of this context reserves
   int64_t kv_bytes = 0;        // reserved_bytes − state_bytes
   int64_t state_bytes = 0;     // the length-independent part: linear-attention state
-  // kvpage: bytes charged once per pool, not per request (the sliding-window in-flight
-  // allowance). Counted in max_concurrency, not in reserved_bytes. 0 for other policies.
+  // kvpage: bytes the pools keep once for all requests, not per request: what the
+  // sliding-window pools held beyond the window at the peak of the dry run's prefill (a step's
+  // tokens in flight). Counted in max_concurrency, not in reserved_bytes. 0 for other policies.
   int64_t shared_bytes = 0;
   // kvpage: bytes of one prefix-cache state snapshot (a "double block"), cached on top of the
   // live state when prefix caching is on; not part of reserved_bytes. 0 otherwise.

@@ -29,7 +29,7 @@ constexpr const char* kPlanUsage =
 Reports, for each context length L, the bytes one request of length L reserves for the model
 under a reservation policy (kvpage's allocator, vLLM 0.29, or llama-server), split into the
 length-dependent KV part and the fixed recurrent state, and — given a KV budget — how many
-such requests fit. MiB = 2^20 bytes. docs/capacity_planning.md explains every formula.)";
+such requests fit. MiB = 2^20 bytes. docs/capacity_planning.md explains every policy.)";
 
 struct PlanFlags {
   std::string model;

@@ -320,8 +320,55 @@ bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationR
          std::min(total, known) < (st.cached_blocks + 1) * block_size;
 }
 
+void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
+  if (!config.enable_prefix_caching) return;
+  const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+  const int64_t full = std::min<int64_t>(
+      std::min<int64_t>(end, static_cast<int64_t>(st.tokens.size())) / block_size,
+      static_cast<int64_t>(hashes.size()));
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) continue;
+    GroupState& gs = st.groups[g.id.value];
+    for (int64_t i = gs.num_cached_blocks; i < full; ++i) {
+      if (gs.blocks[i] == kNullBlock) continue;
+      pools[g.pool]->CacheBlock(gs.blocks[i], hashes[i], g.id, i > 0 ? hashes[i - 1] : hasher->root());
+    }
+    gs.num_cached_blocks = std::max(gs.num_cached_blocks, full);
+  }
+}
+
+bool KvCacheManager::Impl::GrowFromCleanBlocks(RequestState& st, const AllocationRequest& req) {
+  // Only a running request of an attention-only model in kvpage mode (a pool per group), whose
+  // window releases nothing this step and whose pools have the clean blocks at hand.
+  if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 || has_state_groups ||
+      pools.size() != groups.size()) {
+    return false;
+  }
+  const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
+  const int64_t known = static_cast<int64_t>(st.tokens.size());
+  const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
+  const int64_t total = c + n;
+  if (n <= 0 || c < 0 || c > known || c > st.covered_tokens || total > max_model_len ||
+      processed > c || processed >= st.next_release) {
+    return false;
+  }
+  for (const GroupLayout& g : groups) {
+    const int64_t want = CeilDiv(total, g.block_size) -
+                         static_cast<int64_t>(st.groups[g.id.value].blocks.size());
+    if (want > pools[g.pool]->num_clean_blocks()) return false;
+  }
+  for (const GroupLayout& g : groups) {
+    GroupState& gs = st.groups[g.id.value];
+    const int64_t want = CeilDiv(total, g.block_size) - static_cast<int64_t>(gs.blocks.size());
+    if (want > 0) pools[g.pool]->Allocate(static_cast<int32_t>(want), &gs.blocks);
+  }
+  CacheFullBlocks(st, total);
+  RefreshSummary(st);
+  return true;
+}
+
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
-  if (NothingToDo(st, req)) return true;
+  if (NothingToDo(st, req) || GrowFromCleanBlocks(st, req)) return true;
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
   const int64_t c = req.num_computed_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
@@ -451,22 +498,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
 
   // 4. Offer newly full blocks of verified tokens to the prefix cache (so a second identical
   // prompt in the same step already hits).
-  if (config.enable_prefix_caching) {
-    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-    const int64_t full = std::min<int64_t>(
-        std::min<int64_t>(c + req.num_new_tokens, static_cast<int64_t>(st.tokens.size())) /
-            block_size,
-        static_cast<int64_t>(hashes.size()));
-    for (const GroupLayout& g : groups) {
-      if (!g.IsAttention()) continue;
-      GroupState& gs = st.groups[g.id.value];
-      for (int64_t i = gs.num_cached_blocks; i < full; ++i) {
-        if (gs.blocks[i] == kNullBlock) continue;
-        pools[g.pool]->CacheBlock(gs.blocks[i], hashes[i], g.id, i > 0 ? hashes[i - 1] : hasher->root());
-      }
-      gs.num_cached_blocks = std::max(gs.num_cached_blocks, full);
-    }
-  }
+  CacheFullBlocks(st, c + req.num_new_tokens);
   if (has_state_groups) pending_commits.push_back(&st);
   st.allocated = true;
   RefreshSummary(st);

@@ -47,6 +47,11 @@ class KvCacheManager::Impl {
   // The decode fast path: true when the step needs no block, no cache entry and no window
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
+  // The decode path that crosses a block boundary: when every pool has the clean blocks at
+  // hand and nothing else is involved, takes them directly. False = not handled, no change.
+  bool GrowFromCleanBlocks(internal::RequestState& st, const AllocationRequest& req);
+  // Offers the blocks filled by tokens [0, end) (verified tokens only) to the prefix cache.
+  void CacheFullBlocks(internal::RequestState& st, int64_t end);
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
   // `pinned_idle[p]` idle chunks of pool p hold hit blocks about to be touched: they will not
   // be idle, so they cannot be given away.

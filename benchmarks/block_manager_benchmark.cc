@@ -404,6 +404,53 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
+// The same step through the batch call a scheduler makes: AllocateDecodeStep over all requests.
+void BM_AllocateDecodeStep(benchmark::State& state, const char* model_name) {
+  const bool cross = state.range(1) != 0;
+  DecodeBatch batch(model_name, static_cast<int32_t>(state.range(0)), cross);
+  if (!batch.ok()) {
+    state.SkipWithError(batch.error().c_str());
+    return;
+  }
+  KvCacheManager& manager = batch.manager();
+  const int32_t n = batch.num_requests();
+  auto append_step_tokens = [&] {
+    for (int32_t i = 0; i < n && batch.ok(); ++i) {
+      const int32_t token = batch.NextToken(i);
+      batch.Check(manager.AppendTokens(batch.id(i), {&token, 1}));
+    }
+  };
+  std::vector<kvpage::DecodeStep> steps(n);
+  auto fill_steps = [&] {
+    for (int32_t i = 0; i < n; ++i) {
+      steps[i] = {batch.id(i), batch.computed(i), 1};
+    }
+  };
+  append_step_tokens();
+  fill_steps();
+  bool ok = batch.ok();
+  for (auto _ : state) {
+    if (!ok) break;
+    auto served = manager.AllocateDecodeStep(steps);
+    ok &= served.ok() && *served == n;
+    if (cross) {
+      state.PauseTiming();
+      batch.AdvanceToBoundary();
+      append_step_tokens();
+      fill_steps();
+      ok &= batch.ok();
+      state.ResumeTiming();
+    }
+  }
+  if (!ok) {
+    state.SkipWithError(batch.ok() ? "AllocateDecodeStep failed" : batch.error().c_str());
+    return;
+  }
+  ReportStep(state, batch);
+}
+BENCHMARK_CAPTURE(BM_AllocateDecodeStep, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
+BENCHMARK_CAPTURE(BM_AllocateDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
+
 BENCHMARK_CAPTURE(BM_AllocateSlotsOnly, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
 BENCHMARK_CAPTURE(BM_AllocateSlotsOnly, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
 

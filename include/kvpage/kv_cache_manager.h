@@ -104,6 +104,13 @@ struct AllocationRequest {
   const CacheHit* hit = nullptr;    // from GetComputedBlocks; first allocation only
 };
 
+// One running request's share of a decode step (AllocateDecodeStep).
+struct DecodeStep {
+  RequestId id;
+  int64_t num_computed_tokens = 0;
+  int64_t num_new_tokens = 1;
+};
+
 // Recurrent-state slots of one request in one linear-attention group for the current step.
 struct StateSlots {
   int32_t read_slot = -1;   // where the kernel reads the state before the step
@@ -182,6 +189,12 @@ class KvCacheManager {
   // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
   // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
   absl::StatusOr<bool> AllocateSlots(RequestId id, const AllocationRequest& request);
+  // AllocateSlots for many running requests at once, in order (no hits, no lookahead): the
+  // decode step of a continuous batch. Returns k, the number of requests served: requests
+  // [0, k) have their slots; request k did not fit and it and the ones after it are unchanged.
+  // Errors as AllocateSlots (NotFound for an unknown id before anything changes); requests
+  // before a failing one keep their slots.
+  absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps);
   // Blocks (all pools together) AllocateSlots would need to take from the pools for this
   // step. Same arguments; does not change anything.
   absl::StatusOr<int64_t> BlocksNeeded(RequestId id, const AllocationRequest& request) const;

@@ -206,6 +206,29 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
   return impl_->Allocate(*it->second, request);
 }
 
+absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
+  Impl& m = *impl_;
+  // Resolve every id first: the lookups are independent, so they overlap, and an unknown id
+  // is reported before anything changes.
+  std::vector<RequestState*>& states = m.scratch_states;
+  states.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto it = m.requests.find(steps[i].id);
+    if (it == m.requests.end()) return UnknownRequest(steps[i].id);
+    states[i] = it->second.get();
+  }
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i + kAhead < steps.size()) __builtin_prefetch(states[i + kAhead]);
+    const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
+                                .num_new_tokens = steps[i].num_new_tokens};
+    if (m.NothingToDo(*states[i], req)) continue;
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[i], req));
+    if (!ok) return static_cast<int64_t>(i);
+  }
+  return static_cast<int64_t>(steps.size());
+}
+
 absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
                                                      const AllocationRequest& request) const {
   auto it = impl_->requests.find(id);

@@ -82,6 +82,7 @@ class KvCacheManager::Impl {
   PrefixCacheStats stats;
   bool has_state_groups = false;        // any linear-attention group
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
+  std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
 };
 
 }  // namespace kvpage

@@ -630,3 +630,43 @@ TEST(KvCacheManagerBudgetTest, CacheGrowthLeavesHeadroomForLiveGrowth) {
 
 }  // namespace
 }  // namespace kvpage
+
+namespace kvpage {
+namespace {
+
+// The batch decode call serves requests in order and stops at the first that does not fit.
+TEST(KvCacheManagerDecodeStepTest, ServesInOrderAndStopsWhereMemoryEnds) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 7 * 16 * 32;  // 7 blocks in one chunk
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.hash_seed = 4;
+  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(m->AddRequest({RequestId(i), testing::Tokens(32, 100 * i)}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(RequestId(i), {.num_new_tokens = 32}));  // 2 blocks each
+    ASSERT_TRUE(m->AppendTokens(RequestId(i), {7}).ok());
+  }
+  // Unknown id: reported before anything changes.
+  std::vector<DecodeStep> steps = {{RequestId(0), 32, 1}, {RequestId(9), 32, 1}};
+  EXPECT_TRUE(absl::IsNotFound(m->AllocateDecodeStep(steps).status()));
+  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 2u);
+  // Each request crosses into a third block; only one block is left.
+  steps = {{RequestId(0), 32, 1}, {RequestId(1), 32, 1}, {RequestId(2), 32, 1}};
+  auto served = m->AllocateDecodeStep(steps);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(*served, 1);
+  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 3u);
+  EXPECT_EQ(m->BlockTable(RequestId(1), GroupId(0))->size(), 2u);
+  EXPECT_EQ(m->BlockTable(RequestId(2), GroupId(0))->size(), 2u);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // Request 0 again needs nothing: served without a block.
+  served = m->AllocateDecodeStep(absl::MakeConstSpan(steps).subspan(0, 1));
+  EXPECT_EQ(*served, 1);
+  // A bad token count is an error naming the value.
+  steps = {{RequestId(1), 40, 1}};
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateDecodeStep(steps).status()));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+}  // namespace
+}  // namespace kvpage

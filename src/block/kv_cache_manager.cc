@@ -217,9 +217,27 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (it == m.requests.end()) return UnknownRequest(steps[i].id);
     states[i] = it->second.get();
   }
-  constexpr size_t kAhead = 8;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i + kAhead < steps.size()) __builtin_prefetch(states[i + kAhead]);
+  // Prefetch in stages, so a request's data is in cache when its turn comes: its state 16
+  // steps ahead; and, only for a request that will need a block (which the state's summary
+  // tells), its group array 8 ahead and its table end and next block hash 4 ahead.
+  const size_t n = steps.size();
+  auto needs_block = [&](size_t j) {
+    const RequestState& st = *states[j];
+    return steps[j].num_computed_tokens + steps[j].num_new_tokens > st.covered_tokens;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (i + 16 < n) __builtin_prefetch(states[i + 16]);
+    if (i + 8 < n && needs_block(i + 8)) __builtin_prefetch(states[i + 8]->groups.data());
+    if (i + 4 < n && needs_block(i + 4)) {
+      const RequestState& ahead = *states[i + 4];
+      for (const GroupState& gs : ahead.groups) {
+        __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+      }
+      const auto hashes = ahead.hashes.hashes();
+      if (ahead.cached_blocks < static_cast<int64_t>(hashes.size())) {
+        __builtin_prefetch(hashes.data() + ahead.cached_blocks);
+      }
+    }
     const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
                                 .num_new_tokens = steps[i].num_new_tokens};
     if (m.NothingToDo(*states[i], req)) continue;

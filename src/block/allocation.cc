@@ -303,21 +303,23 @@ void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
   st.next_release = release;
 }
 
-bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
+bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req) const {
   if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 || has_state_groups) {
     return false;
   }
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
-  const int64_t known = static_cast<int64_t>(st.tokens.size());
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
-  const int64_t total = c + n;
-  if (n <= 0 || c < 0 || c > known || total > st.covered_tokens || total > max_model_len ||
-      processed > c || processed >= st.next_release) {
-    return false;
-  }
+  return n > 0 && c >= 0 && c <= static_cast<int64_t>(st.tokens.size()) &&
+         c + n <= max_model_len && processed <= c && processed < st.next_release;
+}
+
+bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
+  const int64_t total = req.num_computed_tokens + req.num_new_tokens;
+  if (!OnFastPath(st, req) || total > st.covered_tokens) return false;
   // No block became full beyond those already cached (a multiply: no divide on this path).
   return !config.enable_prefix_caching ||
-         std::min(total, known) < (st.cached_blocks + 1) * block_size;
+         std::min<int64_t>(total, static_cast<int64_t>(st.tokens.size())) <
+             (st.cached_blocks + 1) * block_size;
 }
 
 void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
@@ -338,20 +340,13 @@ void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
 }
 
 bool KvCacheManager::Impl::GrowFromCleanBlocks(RequestState& st, const AllocationRequest& req) {
-  // Only a running request of an attention-only model in kvpage mode (a pool per group), whose
-  // window releases nothing this step and whose pools have the clean blocks at hand.
-  if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 || has_state_groups ||
-      pools.size() != groups.size()) {
+  // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
+  // computed tokens the request holds blocks for.
+  if (pools.size() != groups.size() || !OnFastPath(st, req) ||
+      req.num_computed_tokens > st.covered_tokens) {
     return false;
   }
-  const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
-  const int64_t known = static_cast<int64_t>(st.tokens.size());
-  const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
-  const int64_t total = c + n;
-  if (n <= 0 || c < 0 || c > known || c > st.covered_tokens || total > max_model_len ||
-      processed > c || processed >= st.next_release) {
-    return false;
-  }
+  const int64_t total = req.num_computed_tokens + req.num_new_tokens;
   for (const GroupLayout& g : groups) {
     const int64_t want = CeilDiv(total, g.block_size) -
                          static_cast<int64_t>(st.groups[g.id.value].blocks.size());

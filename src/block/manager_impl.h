@@ -44,6 +44,9 @@ class KvCacheManager::Impl {
   void FreeRequestBlocks(internal::RequestState& st);
   // Recomputes RequestState's summary fields from its group tables.
   void RefreshSummary(internal::RequestState& st) const;
+  // Valid arguments for a running request's plain step (no hit, no lookahead, no state
+  // groups, no window release due): the precondition of both fast paths below.
+  bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req) const;
   // The decode fast path: true when the step needs no block, no cache entry and no window
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;

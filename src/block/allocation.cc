@@ -127,7 +127,6 @@ void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed
     }
     gs.num_released = std::max(gs.num_released, dead);
   }
-  RefreshSummary(st);
 }
 
 // ---- Recurrent state ----
@@ -257,28 +256,44 @@ StatePlan PlanState(const KvCacheManager::Impl& m, const RequestState& st, const
 
 }  // namespace
 
-absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st,
-                                                          const AllocationRequest& req) const {
-  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
+namespace {
+
+// What each pool must hand out for the step: new blocks and slots, plus hit blocks now sitting
+// free (taking them removes them from the free lists). Fills the linear-attention plans.
+// Tables keep their length when a window releases blocks (nulls stand in), so the count does
+// not depend on what RemoveSkippedBlocks frees first.
+void CountPoolNeeds(const KvCacheManager::Impl& m, const RequestState& st,
+                    const AllocationRequest& req, absl::Span<int64_t> need,
+                    absl::Span<StatePlan> plans) {
   const int64_t total = req.num_computed_tokens + req.num_new_tokens + req.num_lookahead_tokens;
-  int64_t needed = 0;
-  for (const GroupLayout& g : groups) {
+  for (const GroupLayout& g : m.groups) {
+    const BlockPool& pool = *m.pools[g.pool];
     if (!g.IsAttention()) {
-      const StatePlan plan = PlanState(*this, st, g, req);
-      needed += plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
+      const StatePlan& plan = plans[g.id.value] = PlanState(m, st, g, req);
+      need[g.pool] += plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
       continue;
     }
-    // Tables keep their length when a window releases blocks (nulls stand in), so the count
-    // does not depend on what RemoveSkippedBlocks frees first.
     const std::vector<BlockId>& held =
         req.hit != nullptr ? req.hit->blocks[g.id.value] : st.groups[g.id.value].blocks;
     if (req.hit != nullptr) {
       for (BlockId b : held) {
-        if (b != kNullBlock && pools[g.pool]->ref_count(b) == 0) ++needed;
+        if (b != kNullBlock && pool.ref_count(b) == 0) ++need[g.pool];
       }
     }
-    needed += std::max<int64_t>(0, CeilDiv(total, g.block_size) - static_cast<int64_t>(held.size()));
+    need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - static_cast<int64_t>(held.size()));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st,
+                                                          const AllocationRequest& req) const {
+  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
+  absl::InlinedVector<int64_t, 8> need(pools.size(), 0);
+  absl::InlinedVector<StatePlan, 8> plans(groups.size());
+  CountPoolNeeds(*this, st, req, absl::MakeSpan(need), absl::MakeSpan(plans));
+  int64_t needed = 0;
+  for (int64_t n : need) needed += n;
   return needed;
 }
 
@@ -376,23 +391,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   // 1. Count what each pool must hand out, including hit blocks now sitting free.
   absl::InlinedVector<int64_t, 8> need(pools.size(), 0);
   absl::InlinedVector<StatePlan, 8> plans(groups.size());
-  for (const GroupLayout& g : groups) {
-    const GroupState& gs = st.groups[g.id.value];
-    if (!g.IsAttention()) {
-      plans[g.id.value] = PlanState(*this, st, g, req);
-      need[g.pool] += plans[g.id.value].fresh_slots + (plans[g.id.value].hit_needs_touch ? 1 : 0);
-      continue;
-    }
-    int64_t held = static_cast<int64_t>(gs.blocks.size());
-    if (req.hit != nullptr) {
-      const std::vector<BlockId>& hit = req.hit->blocks[g.id.value];
-      held = static_cast<int64_t>(hit.size());
-      for (BlockId b : hit) {
-        if (b != kNullBlock && pools[g.pool]->ref_count(b) == 0) ++need[g.pool];
-      }
-    }
-    need[g.pool] += std::max<int64_t>(0, CeilDiv(total, g.block_size) - held);
-  }
+  CountPoolNeeds(*this, st, req, absl::MakeSpan(need), absl::MakeSpan(plans));
   // Enough clean blocks in every pool is the common case and needs no chunk arithmetic.
   bool served_by_clean = true;  // also read after the hits are touched
   for (size_t p = 0; p < need.size(); ++p) {
@@ -414,7 +413,10 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
       for (const auto& [pool, chunk] : chunks) ++pinned_idle[pool];
     }
-    if (!CanTake(need, pinned_idle)) return false;
+    if (!CanTake(need, pinned_idle)) {
+      RefreshSummary(st);  // the window release above changed the tables
+      return false;
+    }
   }
 
   // 2. Take the hits in every group before allocating anything, so one group's allocation
@@ -441,14 +443,16 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       }
     }
   }
-  // What is left to take: new blocks and slots only.
+  // What is left to take, per group and per pool: new blocks and slots only.
+  absl::InlinedVector<int64_t, 8> fresh_count(groups.size(), 0);
   std::fill(need.begin(), need.end(), 0);
   for (const GroupLayout& g : groups) {
     const GroupState& gs = st.groups[g.id.value];
-    need[g.pool] += g.IsAttention()
-                        ? std::max<int64_t>(0, CeilDiv(total, g.block_size) -
+    fresh_count[g.id.value] =
+        g.IsAttention() ? std::max<int64_t>(0, CeilDiv(total, g.block_size) -
                                                    static_cast<int64_t>(gs.blocks.size()))
                         : plans[g.id.value].fresh_slots;
+    need[g.pool] += fresh_count[g.id.value];
   }
 
   // Pools short of blocks map chunks; make the budget room for them first, from idle chunks
@@ -466,18 +470,13 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   for (const GroupLayout& g : groups) {
     GroupState& gs = st.groups[g.id.value];
     fresh.clear();
+    const int64_t n = fresh_count[g.id.value];
+    if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), ReservedForOthers(g.pool, need), &fresh);
     if (g.IsAttention()) {
-      const int64_t n = std::max<int64_t>(0, CeilDiv(total, g.block_size) -
-                                                 static_cast<int64_t>(gs.blocks.size()));
-      if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), ReservedForOthers(g.pool, need), &fresh);
       gs.blocks.insert(gs.blocks.end(), fresh.begin(), fresh.end());
       continue;
     }
     const StatePlan& plan = plans[g.id.value];
-    if (plan.fresh_slots > 0) {
-      TakeFromPool(g.pool, plan.fresh_slots, absl::MakeSpan(need), ReservedForOthers(g.pool, need),
-                   &fresh);
-    }
     if (gs.step_pending) CommitStep(st);  // async: the previous step's write is the state now
     const int32_t read = gs.cur;
     gs.read = read;
@@ -516,7 +515,6 @@ void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
     gs = GroupState{};
   }
   st.allocated = false;
-  RefreshSummary(st);
 }
 
 }  // namespace kvpage

@@ -200,10 +200,7 @@ AllocationRequest WithoutEmptyHit(const AllocationRequest& request) {
 absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const AllocationRequest& request) {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
-  if (request.hit != nullptr && request.hit->num_tokens == 0) {
-    return impl_->Allocate(*it->second, WithoutEmptyHit(request));
-  }
-  return impl_->Allocate(*it->second, request);
+  return impl_->Allocate(*it->second, WithoutEmptyHit(request));
 }
 
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
@@ -264,6 +261,7 @@ absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_proce
                                                    "]"));
   }
   impl_->RemoveSkipped(*it->second, num_processed_tokens);
+  impl_->RefreshSummary(*it->second);
   return absl::OkStatus();
 }
 

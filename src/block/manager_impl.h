@@ -39,8 +39,11 @@ class KvCacheManager::Impl {
                                       const AllocationRequest& req) const;
   absl::Status ValidateAllocation(const internal::RequestState& st,
                                   const AllocationRequest& req) const;
+  // Frees sliding-window blocks no token from `num_processed` on can reach. The caller
+  // refreshes the request's summary.
   void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
   void CommitStep(internal::RequestState& st);
+  // Gives back every block and slot of a request that is about to be erased.
   void FreeRequestBlocks(internal::RequestState& st);
   // Recomputes RequestState's summary fields from its group tables.
   void RefreshSummary(internal::RequestState& st) const;

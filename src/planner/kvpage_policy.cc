@@ -57,24 +57,24 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
   DryRun run;
   const int32_t groups = manager->num_groups();
   run.peak_blocks.assign(groups, 0);
-  run.held_blocks.assign(groups, 0);
-  auto observe = [&](std::vector<int64_t>* into) {
+  // Records the blocks each pool holds now into *held and keeps the peaks.
+  auto observe = [&](std::vector<int64_t>* held) {
     const KvCacheUsage usage = manager->Usage();
+    held->resize(groups);
     for (int32_t g = 0; g < groups; ++g) {
-      (*into)[g] = usage.pools[g].used_blocks;
+      (*held)[g] = usage.pools[g].used_blocks;
       run.peak_blocks[g] = std::max<int64_t>(run.peak_blocks[g], usage.pools[g].used_blocks);
     }
   };
   const RequestId id(0);
   const int64_t prompt = std::max<int64_t>(1, context - 1);
   KVPAGE_RETURN_IF_ERROR(manager->AddRequest({id, std::vector<int32_t>(prompt, 0)}));
-  std::vector<int64_t> scratch(groups);
   for (int64_t done = 0; done < prompt;) {
     const int64_t chunk = std::min<int64_t>(options.max_num_batched_tokens, prompt - done);
     KVPAGE_ASSIGN_OR_RETURN(bool ok, manager->AllocateSlots(
                                          id, {.num_computed_tokens = done, .num_new_tokens = chunk}));
     if (!ok) return absl::InternalError("dry run ran out of memory during prefill");
-    observe(&scratch);
+    observe(&run.held_blocks);
     done += chunk;
     manager->NewStep();
   }
@@ -83,11 +83,9 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
     KVPAGE_ASSIGN_OR_RETURN(bool ok, manager->AllocateSlots(
                                          id, {.num_computed_tokens = prompt, .num_new_tokens = 1}));
     if (!ok) return absl::InternalError("dry run ran out of memory during decode");
+    observe(&run.held_blocks);
   }
-  observe(&run.held_blocks);
-  for (int32_t g = 0; g < groups; ++g) {
-    run.block_bytes.push_back(manager->Usage().pools[g].block_bytes);
-  }
+  for (const PoolUsage& pool : manager->Usage().pools) run.block_bytes.push_back(pool.block_bytes);
   return run;
 }
 

@@ -190,7 +190,8 @@ class DecodeBatch {
  public:
   static constexpr int32_t kGrowthSteps = 32;
 
-  DecodeBatch(const char* model_name, int32_t num_requests, bool cross)
+  DecodeBatch(const char* model_name, int32_t num_requests, bool cross,
+              bool prefix_caching = true)
       : num_requests_(num_requests), cross_(cross) {
     auto model = kvpage::LoadModel(model_name);
     if (!model.ok()) {
@@ -212,6 +213,7 @@ class DecodeBatch {
     KvCacheConfig config;
     config.block_size = kBlockSize;
     config.hash_seed = kHashSeed;
+    config.enable_prefix_caching = prefix_caching;
     config.kv_budget_bytes = BudgetFor(*model, peak_tokens);
     auto manager = KvCacheManager::Create(*model, config);
     if (!manager.ok()) {
@@ -405,9 +407,9 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
 // The same step through the batch call a scheduler makes: AllocateDecodeStep over all requests.
-void BM_AllocateDecodeStep(benchmark::State& state, const char* model_name) {
+void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_caching) {
   const bool cross = state.range(1) != 0;
-  DecodeBatch batch(model_name, static_cast<int32_t>(state.range(0)), cross);
+  DecodeBatch batch(model_name, static_cast<int32_t>(state.range(0)), cross, prefix_caching);
   if (!batch.ok()) {
     state.SkipWithError(batch.error().c_str());
     return;
@@ -448,7 +450,19 @@ void BM_AllocateDecodeStep(benchmark::State& state, const char* model_name) {
   }
   ReportStep(state, batch);
 }
+void BM_AllocateDecodeStep(benchmark::State& state, const char* model_name) {
+  RunDecodeStep(state, model_name, /*prefix_caching=*/true);
+}
+// The same with prefix caching off: separates the cost of offering newly full blocks to the
+// prefix cache from the rest of the step.
+void BM_AllocateDecodeStepNoPrefixCache(benchmark::State& state, const char* model_name) {
+  RunDecodeStep(state, model_name, /*prefix_caching=*/false);
+}
 BENCHMARK_CAPTURE(BM_AllocateDecodeStep, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
+BENCHMARK_CAPTURE(BM_AllocateDecodeStepNoPrefixCache, qwen3_8b, "qwen3-8b")
+    ->ArgNames({"requests", "cross"})
+    ->ArgsProduct({{1024}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_AllocateDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
 
 BENCHMARK_CAPTURE(BM_AllocateSlotsOnly, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);

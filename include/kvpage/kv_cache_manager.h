@@ -98,6 +98,10 @@ struct AllocationRequest {
   int64_t num_computed_tokens = 0;  // tokens whose K/V is computed (or hit) before this step
   int64_t num_new_tokens = 0;       // tokens this step computes, drafts included (> 0)
   int64_t num_lookahead_tokens = 0; // extra slots for draft tokens proposed this step
+  // Tokens after this step (say the rest of a prompt being admitted) whose blocks in growing
+  // groups (full attention, MLA) must also be obtainable for the step to succeed. They are
+  // checked, not taken: a scheduler admits a prompt only if all of it will fit.
+  int64_t num_reserve_tokens = 0;
   // Tokens whose step has finished on the device; sliding-window blocks before the window of
   // the first unprocessed token are freed. -1 = num_computed_tokens (synchronous scheduling).
   int64_t num_processed_tokens = -1;
@@ -205,6 +209,8 @@ class KvCacheManager {
   int32_t num_groups() const;
   LayerKind group_kind(GroupId group) const;
   int32_t group_block_size(GroupId group) const;
+  // Sliding-window length in tokens (0 for other kinds).
+  int32_t group_window(GroupId group) const;
   // The request's block table in an attention group (null blocks included).
   absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group) const;
   // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b

@@ -167,9 +167,14 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
     return absl::InvalidArgumentError(
         absl::StrCat("num_lookahead_tokens must be >= 0, got ", req.num_lookahead_tokens));
   }
-  if (c + n + req.num_lookahead_tokens > max_model_len) {
+  if (req.num_reserve_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_reserve_tokens must be >= 0, got ", req.num_reserve_tokens));
+  }
+  if (c + n + req.num_lookahead_tokens + req.num_reserve_tokens > max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", st.id.value, " would hold ",
-                                              c + n + req.num_lookahead_tokens,
+                                              c + n + req.num_lookahead_tokens +
+                                                  req.num_reserve_tokens,
                                               " tokens, past max_model_len ", max_model_len));
   }
   if (req.num_processed_tokens > c) {
@@ -319,7 +324,8 @@ void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
 }
 
 bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req) const {
-  if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 || has_state_groups) {
+  if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 ||
+      req.num_reserve_tokens != 0 || has_state_groups) {
     return false;
   }
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
@@ -392,10 +398,23 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   absl::InlinedVector<int64_t, 8> need(pools.size(), 0);
   absl::InlinedVector<StatePlan, 8> plans(groups.size());
   CountPoolNeeds(*this, st, req, absl::MakeSpan(need), absl::MakeSpan(plans));
+  // The reserve: blocks growing groups will need for the tokens after this step.
+  absl::InlinedVector<int64_t, 8> check = need;
+  if (req.num_reserve_tokens > 0) {
+    for (const GroupLayout& g : groups) {
+      if (g.kind != LayerKind::kFullAttention && g.kind != LayerKind::kMla) continue;
+      const int64_t held = std::max<int64_t>(
+          CeilDiv(total, g.block_size),
+          static_cast<int64_t>(req.hit != nullptr ? req.hit->blocks[g.id.value].size()
+                                                  : st.groups[g.id.value].blocks.size()));
+      check[g.pool] += std::max<int64_t>(
+          0, CeilDiv(total + req.num_reserve_tokens, g.block_size) - held);
+    }
+  }
   // Enough clean blocks in every pool is the common case and needs no chunk arithmetic.
   bool served_by_clean = true;  // also read after the hits are touched
   for (size_t p = 0; p < need.size(); ++p) {
-    served_by_clean &= need[p] <= pools[p]->num_clean_blocks();
+    served_by_clean &= check[p] <= pools[p]->num_clean_blocks();
   }
   if (!served_by_clean) {
     // Idle chunks holding hit blocks stop being idle when the hits are touched.
@@ -413,7 +432,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
       for (const auto& [pool, chunk] : chunks) ++pinned_idle[pool];
     }
-    if (!CanTake(need, pinned_idle)) {
+    if (!CanTake(check, pinned_idle)) {
       RefreshSummary(st);  // the window release above changed the tables
       return false;
     }

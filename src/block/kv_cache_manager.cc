@@ -41,6 +41,10 @@ LayerKind KvCacheManager::group_kind(GroupId group) const {
 int32_t KvCacheManager::group_block_size(GroupId group) const {
   return impl_->groups.at(group.value).block_size;
 }
+int32_t KvCacheManager::group_window(GroupId group) const {
+  const internal::GroupLayout& g = impl_->groups.at(group.value);
+  return g.kind == LayerKind::kSlidingWindow ? g.window : 0;
+}
 
 // ---- Requests ----
 

@@ -1,0 +1,235 @@
+// Scheduler: continuous batching on top of the KvCacheManager.
+//
+// A server hands the scheduler its requests and, every step, asks what to run:
+//
+//   auto scheduler = *Scheduler::Create(model, config);
+//   scheduler->AddRequest({.id = id, .prompt_token_ids = prompt, .max_new_tokens = 256});
+//   while (scheduler->HasUnfinishedRequests()) {
+//     const SchedulerOutput& out = scheduler->Schedule();
+//     ... zero out.slots_to_zero, run out.state_copies, then the forward pass on
+//         out.groups[g].block_table / slot_mapping, out.seq_lens, out.query_start_loc ...
+//     ModelOutput result = ...;   // one sampled token per request that finished its prompt
+//     auto step = scheduler->Update(out, result);
+//   }
+//
+// There are no prefill and decode phases: every request has tokens computed and tokens still
+// to compute, and one token budget per step covers both (vLLM v1's model). Running requests are
+// served first, in queue order; then waiting ones, if the step preempted nobody. When the KV
+// cache runs out, the scheduler preempts by recompute: FCFS takes the last running request,
+// priority the worst (highest priority value, latest arrival). Preempted requests go back to
+// the front of the waiting queue and usually resume from the prefix cache.
+//
+// Batch layout. The scheduler keeps one row per running request in device-ready tables that it
+// updates in place (only new blocks are written), so a decode step costs O(requests), not
+// O(context). Rows are dense: when a request leaves, the last row moves into its place
+// (reported in `row_moves`). Rows of running requests not scheduled this step have zero query
+// tokens and a sequence length of 0; kernels skip them.
+//
+// Time and randomness are the caller's: the scheduler reads no clock (arrival times come with
+// the requests) and draws no random numbers. Not thread-safe: one thread drives it.
+#ifndef KVPAGE_SCHEDULER_H_
+#define KVPAGE_SCHEDULER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvpage/kv_cache_manager.h"
+#include "kvpage/model_spec.h"
+#include "kvpage/types.h"
+
+namespace kvpage {
+
+enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
+
+// Field names and defaults follow vLLM's engine arguments where the concept is the same.
+struct SchedulerConfig {
+  // The KV cache. Its max_num_batched_tokens and max_model_len are overwritten with the
+  // scheduler's below.
+  KvCacheConfig kv;
+  int32_t max_num_batched_tokens = 8192;  // token budget of one step
+  int32_t max_num_seqs = 256;             // running requests at most
+  int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
+  bool enable_chunked_prefill = true;
+  // A request computes at most this many prompt tokens per step (0 = no cap): long prompts
+  // then share the budget instead of filling it.
+  int32_t long_prefill_token_threshold = 0;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // Admit a waiting request only if its whole prompt fits in the KV cache now (vLLM's
+  // scheduler_reserve_full_isl): no admission that would preempt itself later.
+  bool reserve_full_prompt = true;
+  // Admit only while KV usage stays at or below 1 − watermark after the admission.
+  double watermark = 0.0;
+  // Draft tokens per request and step (speculative decoding); the server proposes them in
+  // ModelOutput. Not supported with linear-attention layers (their state cannot roll back).
+  int32_t num_speculative_tokens = 0;
+  // Block size of the kernels' block tables; 0 = the cache's. Must divide every attention
+  // group's block size.
+  int32_t kernel_block_size = 0;
+
+  absl::Status Validate() const;
+};
+
+struct RequestSpec {
+  RequestId id;
+  std::vector<int32_t> prompt_token_ids;
+  int32_t max_new_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // any of them ends the request (and is output)
+  int32_t priority = 0;                 // lower runs first (priority policy)
+  double arrival_time = 0;              // seconds, the caller's clock
+  std::string cache_salt;               // requests with different salts never share blocks
+  int64_t lora_id = 0;                  // 0 = none
+};
+
+enum class FinishReason : uint8_t { kStop, kLength, kMaxModelLen, kAborted };
+absl::string_view FinishReasonName(FinishReason reason);
+
+// One request in this step's batch.
+struct ScheduledRequest {
+  RequestId id;
+  int32_t row = -1;                 // its row in every table of the step
+  bool is_new = false;              // first step since admission (or resumption)
+  bool resumed = false;             // is_new after a preemption: outputs so far are recomputed
+  int64_t num_computed_tokens = 0;  // before this step
+  int32_t num_scheduled_tokens = 0; // drafts included
+  int32_t num_draft_tokens = 0;     // the last num_draft_tokens scheduled tokens are drafts
+  bool samples = false;             // the step ends at the request's last known token
+  uint32_t handle = 0;              // opaque, for Update
+};
+
+// An attention group's part of the batch.
+struct AttentionBatch {
+  GroupId group;
+  LayerKind kind = LayerKind::kFullAttention;
+  int32_t kernel_block_size = 0;
+  int32_t window = 0;             // sliding window in tokens, 0 otherwise
+  int32_t max_blocks_per_row = 0; // row stride of block_table
+  // int32 [num_rows, max_blocks_per_row] kernel-block ids, 0 past a request's blocks and where
+  // a sliding window released a block. Owned by the scheduler; valid until the next call.
+  absl::Span<const int32_t> block_table;
+  // int64 [num_scheduled_tokens]: slot = block · kernel_block_size + offset of each new token
+  // (in scheduled-request order, drafts included).
+  std::vector<int64_t> slot_mapping;
+  // Blocks this step added to the tables, per scheduled request (CSR over `requests`): the
+  // incremental form of block_table for a server that keeps its own copy.
+  std::vector<int32_t> new_block_ids;
+  std::vector<int32_t> new_block_offsets;  // [num_scheduled + 1]
+};
+
+// A linear-attention group's part of the batch: where each row reads and writes its state.
+struct StateBatch {
+  GroupId group;
+  std::vector<int32_t> read_slots;   // [num_rows], -1 for rows not scheduled
+  std::vector<int32_t> write_slots;  // [num_rows]
+};
+
+struct SchedulerOutput {
+  uint64_t step = 0;
+  std::vector<ScheduledRequest> requests;  // this step's batch, in query order
+  int64_t total_num_scheduled_tokens = 0;
+  int32_t num_rows = 0;                    // running requests, scheduled or not
+  // Per row: query start offsets [num_rows + 1] and sequence lengths after the step (0 for
+  // rows not scheduled).
+  std::vector<int32_t> query_start_loc;
+  std::vector<int32_t> seq_lens;
+  std::vector<AttentionBatch> attention;
+  std::vector<StateBatch> states;
+  // Run before the forward pass: zero these state slots, then copy src -> dst.
+  std::vector<SlotToZero> slots_to_zero;
+  std::vector<StateCopy> state_copies;
+  // Rows that moved since the last step (a request left and the last row filled its place).
+  std::vector<std::pair<int32_t, int32_t>> row_moves;  // (from, to)
+  std::vector<RequestId> finished_ids;    // finished or aborted since the last step
+  std::vector<RequestId> preempted_ids;   // preempted in this step
+};
+
+// What the forward pass produced, aligned with SchedulerOutput::requests.
+struct ModelOutput {
+  // Sampled tokens of request i: sampled_token_ids[offsets[i] .. offsets[i + 1]). A request
+  // with samples = false gets none; otherwise 1 + the number of accepted drafts.
+  std::vector<int32_t> sampled_token_ids;
+  std::vector<int32_t> sampled_offsets;  // [num_scheduled + 1]
+  // Drafts proposed for the next step (speculative decoding), same CSR layout; may be empty.
+  std::vector<int32_t> draft_token_ids;
+  std::vector<int32_t> draft_offsets;
+};
+
+struct FinishedRequest {
+  RequestId id;
+  FinishReason reason = FinishReason::kStop;
+  int32_t num_output_tokens = 0;
+};
+
+struct StepStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int64_t num_scheduled_tokens = 0;
+  int32_t num_preempted = 0;
+  int64_t num_accepted_drafts = 0;
+  int64_t num_rejected_drafts = 0;
+};
+
+struct UpdateResult {
+  std::vector<FinishedRequest> finished;
+  StepStats stats;
+};
+
+// Lifetime counters.
+struct SchedulerStats {
+  uint64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t finished = 0;
+  int64_t aborted = 0;
+};
+
+class Scheduler {
+ public:
+  // InvalidArgument naming the field for a bad config (or one the model cannot run, such as
+  // drafts with linear-attention layers); the KV cache's errors otherwise.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const ModelSpec& model,
+                                                           const SchedulerConfig& config);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. AlreadyExists for a live id; InvalidArgument for an empty prompt, a
+  // negative token id or max_new_tokens < 1; OutOfRange when the prompt leaves no room for one
+  // output token under max_model_len.
+  absl::Status AddRequest(RequestSpec spec);
+  // Removes a waiting or running request and frees its blocks at once. NotFound if unknown
+  // (or already finished).
+  absl::Status Abort(RequestId id);
+
+  // Decides the next step. The returned output lives in the scheduler until the next call.
+  const SchedulerOutput& Schedule();
+  // Applies the step's results: appends sampled tokens, rolls back rejected drafts, finishes
+  // requests (stop token, max_new_tokens, max_model_len) and frees their blocks.
+  // InvalidArgument (nothing changed) when `result` does not match `output` (sizes, a token
+  // for a request that does not sample, more tokens than drafts + 1, negative ids);
+  // FailedPrecondition when `output` is not the latest Schedule() output or was applied.
+  absl::StatusOr<UpdateResult> Update(const SchedulerOutput& output, const ModelOutput& result);
+
+  bool HasUnfinishedRequests() const;
+  int32_t num_running() const;
+  int32_t num_waiting() const;
+  const SchedulerStats& stats() const;
+  const KvCacheManager& kv_cache() const;
+  const SchedulerConfig& config() const;
+  // Every running request's table row matches the manager's, rows are dense, queues hold each
+  // live request once, and the KV cache's own invariants hold.
+  absl::Status CheckInvariants() const;
+
+  class Impl;
+
+ private:
+  explicit Scheduler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_SCHEDULER_H_

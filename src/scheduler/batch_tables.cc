@@ -1,0 +1,159 @@
+// The scheduler's device-ready rows: one per running request, kept equal to the KV cache's
+// block tables by copying only what changed.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+#include "planner/policies.h"
+#include "scheduler/scheduler_impl.h"
+
+namespace kvpage {
+
+using internal::SchedRequest;
+
+void Scheduler::Impl::InitTables() {
+  const size_t rows = static_cast<size_t>(config.max_num_seqs);
+  out.attention.clear();
+  for (GroupInfo& g : attention) {
+    g.max_manager_blocks = static_cast<int32_t>(internal::CeilDiv(max_model_len, g.block_size));
+    g.stride = g.max_manager_blocks * g.ratio;
+    g.table.assign(rows * static_cast<size_t>(g.stride), 0);
+    AttentionBatch batch;
+    batch.group = g.id;
+    batch.kind = g.kind;
+    batch.kernel_block_size = g.block_size / g.ratio;
+    batch.window = g.window;
+    batch.max_blocks_per_row = g.stride;
+    out.attention.push_back(std::move(batch));
+  }
+  out.states.clear();
+  for (GroupId g : state_groups) out.states.push_back(StateBatch{.group = g});
+  row_owner.reserve(rows);
+}
+
+int32_t Scheduler::Impl::TakeRow(int32_t q) {
+  SchedRequest& r = reqs[q];
+  r.row = static_cast<int32_t>(row_owner.size());
+  row_owner.push_back(q);
+  std::fill(r.synced_blocks.begin(), r.synced_blocks.end(), 0);
+  std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
+  r.sync_tokens = 0;
+  r.sync_release = 0;
+  return r.row;
+}
+
+void Scheduler::Impl::FreeRow(int32_t q) {
+  SchedRequest& r = reqs[q];
+  const int32_t row = r.row;
+  const int32_t last = static_cast<int32_t>(row_owner.size()) - 1;
+  const int32_t mover = row_owner[last];
+  for (size_t a = 0; a < attention.size(); ++a) {
+    GroupInfo& g = attention[a];
+    int32_t* dst = g.table.data() + static_cast<size_t>(row) * g.stride;
+    int32_t* src = g.table.data() + static_cast<size_t>(last) * g.stride;
+    std::fill(dst, dst + static_cast<size_t>(r.synced_blocks[a]) * g.ratio, 0);
+    if (row != last) {
+      const size_t used = static_cast<size_t>(reqs[mover].synced_blocks[a]) * g.ratio;
+      std::memcpy(dst, src, used * sizeof(int32_t));
+      std::fill(src, src + used, 0);
+    }
+  }
+  if (row != last) {
+    row_owner[row] = mover;
+    reqs[mover].row = row;
+    pending_row_moves.emplace_back(last, row);
+  }
+  row_owner.pop_back();
+  r.row = -1;
+}
+
+void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
+  for (size_t a = 0; a < attention.size(); ++a) {
+    GroupInfo& g = attention[a];
+    absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id);
+    KVPAGE_DCHECK(blocks.ok());
+    if (!blocks.ok()) continue;
+    const absl::Span<const BlockId> table = *blocks;
+    const int32_t size = static_cast<int32_t>(table.size());
+    int32_t* row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
+    // Blocks a window released since the last copy are null now.
+    int32_t released = r.synced_released[a];
+    while (released < size && table[released] == kNullBlock) {
+      std::fill(row + static_cast<size_t>(released) * g.ratio,
+                row + static_cast<size_t>(released + 1) * g.ratio, 0);
+      ++released;
+    }
+    r.synced_released[a] = released;
+    for (int32_t i = std::max(r.synced_blocks[a], released); i < size; ++i) {
+      if (table[i] == kNullBlock) continue;
+      for (int32_t k = 0; k < g.ratio; ++k) {
+        const int32_t id = table[i].value * g.ratio + k;
+        row[static_cast<size_t>(i) * g.ratio + k] = id;
+        if (record) out.attention[a].new_block_ids.push_back(id);
+      }
+    }
+    r.synced_blocks[a] = std::max(r.synced_blocks[a], size);
+  }
+  ComputeSyncBounds(r);
+}
+
+void Scheduler::Impl::ComputeSyncBounds(SchedRequest& r) const {
+  int64_t tokens = max_model_len;
+  int64_t release = max_model_len + 1;
+  for (size_t a = 0; a < attention.size(); ++a) {
+    const GroupInfo& g = attention[a];
+    tokens = std::min<int64_t>(tokens, int64_t{r.synced_blocks[a]} * g.block_size);
+    if (g.kind == LayerKind::kSlidingWindow) {
+      // The cache frees block f once the first unprocessed token p has p − W + 1 >= (f + 1)·bs.
+      release = std::min<int64_t>(
+          release, int64_t{r.synced_released[a] + 1} * g.block_size + g.window - 1);
+    }
+  }
+  r.sync_tokens = tokens;
+  r.sync_release = release;
+}
+
+absl::Status Scheduler::Impl::CheckTables() const {
+  if (row_owner.size() != running.size()) {
+    return absl::InternalError(absl::StrCat(row_owner.size(), " rows for ", running.size(),
+                                            " running requests"));
+  }
+  for (size_t row = 0; row < row_owner.size(); ++row) {
+    const SchedRequest& r = reqs[row_owner[row]];
+    if (r.row != static_cast<int32_t>(row) || r.status != internal::RequestStatus::kRunning) {
+      return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
+                                              " whose row is ", r.row));
+    }
+    for (size_t a = 0; a < attention.size(); ++a) {
+      const GroupInfo& g = attention[a];
+      KVPAGE_ASSIGN_OR_RETURN(absl::Span<const BlockId> table, kv->BlockTable(r.id, g.id));
+      const int32_t* data = g.table.data() + row * static_cast<size_t>(g.stride);
+      for (int32_t i = 0; i < g.stride; ++i) {
+        const size_t block = static_cast<size_t>(i / g.ratio);
+        const int32_t want = block < table.size() && table[block] != kNullBlock
+                                 ? table[block].value * g.ratio + i % g.ratio
+                                 : 0;
+        if (data[i] != want) {
+          return absl::InternalError(absl::StrCat("row ", row, " of group ", g.id.value,
+                                                  " has ", data[i], " at ", i, " where request ",
+                                                  r.id.value, "'s table gives ", want));
+        }
+      }
+    }
+  }
+  // Rows past the running requests stay zero (the next request starts from a clean row).
+  for (const GroupInfo& g : attention) {
+    const size_t begin = row_owner.size() * static_cast<size_t>(g.stride);
+    const size_t end = std::min(g.table.size(), begin + (size_t{1} << 20));
+    for (size_t i = begin; i < end; ++i) {
+      if (g.table[i] != 0) {
+        return absl::InternalError(absl::StrCat("unused table entry ", i, " of group ",
+                                                g.id.value, " is ", g.table[i]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvpage

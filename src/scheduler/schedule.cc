@@ -1,0 +1,295 @@
+// Scheduler::Schedule: one token budget, running requests first, then waiting ones.
+#include <algorithm>
+
+#include "internal/status_macros.h"
+#include "kvpage/scheduler.h"
+#include "scheduler/scheduler_impl.h"
+
+namespace kvpage {
+
+using internal::RequestStatus;
+using internal::SchedRequest;
+
+const SchedulerOutput& Scheduler::Schedule() {
+  Impl& s = *impl_;
+  ++s.step;
+  s.applied = false;
+  s.preempted_this_step = false;
+  s.scheduled.clear();
+  s.out.preempted_ids.clear();
+  s.kv->NewStep();
+  int64_t budget = s.config.max_num_batched_tokens;
+  s.ScheduleRunning(budget);
+  if (!s.preempted_this_step) s.ScheduleWaiting(budget);
+  s.BuildOutput();
+  ++s.stats.steps;
+  return s.out;
+}
+
+int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget) const {
+  const int64_t remaining = r.num_tokens() - r.num_computed;  // prompt or recompute left
+  int64_t n = remaining + static_cast<int64_t>(r.drafts.size());
+  if (remaining > 1 && config.long_prefill_token_threshold > 0) {
+    n = std::min<int64_t>(n, config.long_prefill_token_threshold);
+  }
+  n = std::min(n, budget);
+  n = std::min(n, max_model_len - r.num_computed);
+  // A prompt chunk of a model with recurrent state ends on a block boundary when it can, so
+  // the state there is snapshotted and later requests can resume from it. That holds for the
+  // last chunk too: a prompt of 100 tokens runs as 96 + 4, and the next turn of the
+  // conversation resumes from the state after 96.
+  if (has_state_groups && config.kv.enable_prefix_caching && remaining > 1) {
+    const int64_t end = (r.num_computed + n) / cache_block_size * cache_block_size;
+    if (end > r.num_computed) n = end - r.num_computed;
+  }
+  return static_cast<int32_t>(n);
+}
+
+void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
+  SchedRequest& r = reqs[q];
+  r.step_computed = r.num_computed;
+  r.num_scheduled = n;
+  r.num_scheduled_drafts = drafts;
+  r.num_computed += n;
+  r.scheduled_step = step;
+  budget -= n;
+  scheduled.push_back(q);
+}
+
+int32_t Scheduler::Impl::PickVictim() const {
+  if (config.policy == SchedulingPolicy::kFcfs) return running.back();
+  // The worst running request: the largest (priority, arrival, add order).
+  return *std::max_element(running.begin(), running.end(), [&](int32_t a, int32_t b) {
+    return internal::PriorityLess{&reqs}(b, a);
+  });
+}
+
+void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
+  SchedRequest& r = reqs[victim];
+  if (r.scheduled_step == step) {
+    // Scheduled earlier in this step: give its tokens back.
+    budget += r.num_scheduled;
+    r.num_computed = r.step_computed;
+    r.scheduled_step = 0;
+    scheduled.erase(std::find(scheduled.begin(), scheduled.end(), victim));
+  }
+  LeaveRunning(victim);
+  r.num_computed = 0;
+  r.drafts.clear();
+  r.resumed = true;
+  ++r.num_preemptions;
+  ++stats.preemptions;
+  preempted_this_step = true;
+  out.preempted_ids.push_back(r.id);
+  PushWaiting(victim, /*front=*/true);
+}
+
+bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
+  SchedRequest& r = reqs[q];
+  const int32_t drafts = std::max<int32_t>(
+      0, static_cast<int32_t>(r.num_computed + n - r.num_tokens()));
+  while (true) {
+    AllocationRequest req{.num_computed_tokens = r.num_computed,
+                          .num_new_tokens = n,
+                          .num_lookahead_tokens = std::min<int64_t>(
+                              config.num_speculative_tokens,
+                              max_model_len - r.num_computed - n)};
+    absl::StatusOr<bool> ok = kv->AllocateSlots(r.id, req);
+    KVPAGE_DCHECK(ok.ok());  // the scheduler only asks for valid steps
+    if (ok.ok() && *ok) {
+      RecordScheduled(q, n, drafts, budget);
+      return true;
+    }
+    const int32_t victim = PickVictim();
+    Preempt(victim, budget);
+    if (victim == q) return false;
+  }
+}
+
+void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
+  // Plain decode steps (one token, no drafts) of consecutive running requests go to the KV
+  // cache in one AllocateDecodeStep call; anything else, or a decode step that does not fit,
+  // goes through AllocateOrPreempt.
+  const bool batchable = config.num_speculative_tokens == 0;
+  size_t i = 0;
+  while (i < running.size() && budget > 0) {
+    if (batchable) {
+      decode_batch.clear();
+      decode_batch_index.clear();
+      size_t j = i;
+      while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
+        const SchedRequest& r = reqs[running[j]];
+        if (r.num_tokens() - r.num_computed != 1 || !r.drafts.empty()) break;
+        decode_batch.push_back({r.id, r.num_computed, 1});
+        decode_batch_index.push_back(running[j]);
+        ++j;
+      }
+      if (!decode_batch.empty()) {
+        const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
+        KVPAGE_DCHECK(served.ok());
+        const int64_t k = served.ok() ? *served : 0;
+        for (int64_t t = 0; t < k; ++t) {
+          reqs[decode_batch_index[t]].visited_step = step;
+          RecordScheduled(decode_batch_index[t], 1, 0, budget);
+        }
+        i += static_cast<size_t>(k);
+        if (k == static_cast<int64_t>(decode_batch.size())) continue;
+        // Request i did not fit: the general path below preempts for it.
+      }
+    }
+    const int32_t q = running[i];
+    const int32_t n = TokensToSchedule(reqs[q], budget);
+    reqs[q].visited_step = step;
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    // Preemption removes requests behind q (FCFS) or anywhere (priority), q itself included
+    // when it is the victim; the running list keeps its order, visited requests first, so
+    // the pass goes on at the first request not visited yet. (vLLM stops the pass when a
+    // request preempts itself; under FCFS nothing follows it anyway, and under priority the
+    // memory it gave back can serve the better requests after it.)
+    if (AllocateOrPreempt(q, n, budget)) {
+      ++i;
+    } else {
+      i = 0;
+    }
+    while (i < running.size() && reqs[running[i]].visited_step == step) ++i;
+  }
+}
+
+void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
+  while (budget > 0 && static_cast<int32_t>(running.size()) < config.max_num_seqs) {
+    const int32_t q = PeekWaiting();
+    if (q < 0) break;
+    SchedRequest& r = reqs[q];
+    KvRequestSpec spec;
+    spec.id = r.id;
+    spec.prompt_tokens = r.tokens;  // outputs too, after a preemption: they are recomputed
+    spec.extras.lora_id = r.lora_id;
+    spec.extras.cache_salt = r.cache_salt;
+    if (!kv->AddRequest(std::move(spec)).ok()) break;  // cannot fail: the id is not in the cache
+    absl::StatusOr<CacheHit> hit = kv->GetComputedBlocks(r.id);
+    KVPAGE_DCHECK(hit.ok());
+    const int64_t c = hit.ok() ? hit->num_tokens : 0;
+    r.num_computed = c;
+    const int64_t remaining = r.num_tokens() - c;
+    if (!config.enable_chunked_prefill && remaining > budget) {
+      (void)kv->Free(r.id);
+      r.num_computed = 0;
+      break;  // nothing is scheduled ahead of it
+    }
+    const int32_t n = TokensToSchedule(r, budget);
+    AllocationRequest req{.num_computed_tokens = c,
+                          .num_new_tokens = n,
+                          .num_reserve_tokens = config.reserve_full_prompt ? remaining - n : 0,
+                          .hit = hit.ok() && c > 0 ? &*hit : nullptr};
+    absl::StatusOr<bool> ok = n > 0 ? kv->AllocateSlots(r.id, req) : absl::StatusOr<bool>(false);
+    KVPAGE_DCHECK(ok.ok());
+    bool admitted = ok.ok() && *ok;
+    if (admitted && config.watermark > 0 && !running.empty()) {
+      const KvCacheUsage usage = kv->Usage();
+      admitted = usage.used_bytes <= (1.0 - config.watermark) * usage.budget_bytes;
+    }
+    if (!admitted) {
+      (void)kv->Free(r.id);
+      r.num_computed = 0;
+      break;  // waiting requests never preempt running ones
+    }
+    PopWaiting();
+    r.status = RequestStatus::kRunning;
+    r.in_manager = true;
+    r.fresh = true;
+    running.push_back(q);
+    TakeRow(q);
+    RecordScheduled(q, n, 0, budget);
+  }
+}
+
+void Scheduler::Impl::BuildOutput() {
+  SchedulerOutput& o = out;
+  o.step = step;
+  o.requests.clear();
+  o.total_num_scheduled_tokens = 0;
+  o.num_rows = static_cast<int32_t>(running.size());
+  o.row_moves.swap(pending_row_moves);
+  pending_row_moves.clear();
+  o.finished_ids.swap(pending_finished);
+  pending_finished.clear();
+  o.slots_to_zero = kv->TakeSlotsToZero();
+  o.state_copies = kv->TakeStateCopies();
+
+  // Rows in order; a row's tokens follow the previous row's.
+  row_scheduled.assign(static_cast<size_t>(o.num_rows), 0);
+  for (int32_t q : scheduled) row_scheduled[reqs[q].row] = 1;
+  o.query_start_loc.resize(static_cast<size_t>(o.num_rows) + 1);
+  o.seq_lens.resize(static_cast<size_t>(o.num_rows));
+  for (size_t a = 0; a < attention.size(); ++a) {
+    AttentionBatch& batch = o.attention[a];
+    batch.block_table = absl::MakeConstSpan(attention[a].table.data(),
+                                            static_cast<size_t>(o.num_rows) * attention[a].stride);
+    batch.slot_mapping.clear();
+    batch.new_block_ids.clear();
+    batch.new_block_offsets.assign(1, 0);
+  }
+  for (StateBatch& sb : o.states) {
+    sb.read_slots.assign(static_cast<size_t>(o.num_rows), -1);
+    sb.write_slots.assign(static_cast<size_t>(o.num_rows), -1);
+  }
+  int32_t tokens = 0;
+  for (int32_t row = 0; row < o.num_rows; ++row) {
+    o.query_start_loc[row] = tokens;
+    if (!row_scheduled[row]) {
+      o.seq_lens[row] = 0;
+      continue;
+    }
+    const int32_t q = row_owner[row];
+    SchedRequest& r = reqs[q];
+    const int64_t c = r.step_computed;
+    const int32_t n = r.num_scheduled;
+    const bool fresh = r.fresh;
+    o.requests.push_back(ScheduledRequest{
+        .id = r.id,
+        .row = row,
+        .is_new = fresh,
+        .resumed = fresh && r.resumed,
+        .num_computed_tokens = c,
+        .num_scheduled_tokens = n,
+        .num_draft_tokens = r.num_scheduled_drafts,
+        .samples = c + n - r.num_scheduled_drafts >= r.num_tokens(),
+        .handle = static_cast<uint32_t>(q)});
+    if (fresh) {
+      r.fresh = false;
+      r.resumed = false;
+    }
+    // The row is current unless the step grew a table or a window released blocks.
+    const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens,
+                                                max_model_len - c - n);
+    if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release) {
+      SyncRow(r, /*record=*/true);
+    }
+    for (size_t a = 0; a < attention.size(); ++a) {
+      const GroupInfo& g = attention[a];
+      AttentionBatch& batch = o.attention[a];
+      const int32_t* table = g.table.data() + static_cast<size_t>(row) * g.stride;
+      const int32_t kbs = g.block_size / g.ratio;
+      for (int64_t pos = c; pos < c + n; ++pos) {
+        batch.slot_mapping.push_back(int64_t{table[pos / kbs]} * kbs + pos % kbs);
+      }
+      batch.new_block_offsets.push_back(static_cast<int32_t>(batch.new_block_ids.size()));
+    }
+    for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
+      absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);
+      KVPAGE_DCHECK(slots.ok());
+      if (!slots.ok()) continue;
+      o.states[sgi].read_slots[row] = slots->read_slot;
+      o.states[sgi].write_slots[row] = slots->write_slot;
+    }
+    tokens += n;
+    o.seq_lens[row] = static_cast<int32_t>(c + n);
+  }
+  o.query_start_loc[o.num_rows] = tokens;
+  o.total_num_scheduled_tokens = tokens;
+}
+
+}  // namespace kvpage

@@ -1,0 +1,431 @@
+// Scheduler: configuration, requests, queues, Update and invariants.
+#include "kvpage/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+#include "scheduler/scheduler_impl.h"
+
+namespace kvpage {
+
+using internal::RequestStatus;
+using internal::SchedRequest;
+
+absl::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kMaxModelLen:
+      return "max_model_len";
+    case FinishReason::kAborted:
+      return "aborted";
+  }
+  return "unknown";
+}
+
+absl::Status SchedulerConfig::Validate() const {
+  if (max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens must be >= 1, got ", max_num_batched_tokens));
+  }
+  if (max_num_seqs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs must be >= 1, got ", max_num_seqs));
+  }
+  if (max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_model_len must be >= 0, got ", max_model_len));
+  }
+  if (long_prefill_token_threshold < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "long_prefill_token_threshold must be >= 0, got ", long_prefill_token_threshold));
+  }
+  if (!(watermark >= 0.0 && watermark < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("watermark must be in [0, 1), got ", watermark));
+  }
+  if (num_speculative_tokens < 0 || num_speculative_tokens >= max_num_batched_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("num_speculative_tokens ",
+                                                   num_speculative_tokens, " must be in [0, ",
+                                                   max_num_batched_tokens, ")"));
+  }
+  if (kernel_block_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel_block_size must be >= 0, got ", kernel_block_size));
+  }
+  return absl::OkStatus();
+}
+
+bool internal::PriorityLess::operator()(int32_t a, int32_t b) const {
+  const SchedRequest& x = (*reqs)[a];
+  const SchedRequest& y = (*reqs)[b];
+  if (x.priority != y.priority) return x.priority > y.priority;
+  if (x.arrival_time != y.arrival_time) return x.arrival_time > y.arrival_time;
+  return x.seq > y.seq;
+}
+
+// ---- Construction ----
+
+absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
+    const ModelSpec& model, const SchedulerConfig& config) {
+  KVPAGE_RETURN_IF_ERROR(config.Validate());
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  KvCacheConfig kv = config.kv;
+  kv.max_num_batched_tokens = config.max_num_batched_tokens;
+  kv.max_model_len = config.max_model_len;
+  KVPAGE_ASSIGN_OR_RETURN(impl->kv, KvCacheManager::Create(model, kv));
+  const KvCacheManager& m = *impl->kv;
+  impl->max_model_len = m.config().max_model_len > 0 ? m.config().max_model_len
+                                                      : model.max_position_embeddings;
+  for (int32_t g = 0; g < m.num_groups(); ++g) {
+    if (m.group_kind(GroupId(g)) == LayerKind::kLinearAttention) {
+      impl->has_state_groups = true;
+      impl->state_groups.push_back(GroupId(g));
+      continue;
+    }
+    GroupInfo info;
+    info.id = GroupId(g);
+    info.kind = m.group_kind(info.id);
+    info.block_size = m.group_block_size(info.id);
+    info.window = m.group_window(info.id);
+    const int32_t kbs = config.kernel_block_size > 0 ? config.kernel_block_size : info.block_size;
+    if (info.block_size % kbs != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel_block_size ", kbs,
+                                                     " does not divide the block size ",
+                                                     info.block_size, " of group ", g));
+    }
+    info.ratio = info.block_size / kbs;
+    impl->cache_block_size = info.block_size;
+    impl->attention.push_back(std::move(info));
+  }
+  if (impl->has_state_groups && config.num_speculative_tokens > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_speculative_tokens ", config.num_speculative_tokens, " is not supported for ",
+        model.name, ": its linear-attention state cannot roll back rejected drafts"));
+  }
+  if (impl->cache_block_size == 0) impl->cache_block_size = kv.block_size;
+  impl->InitTables();
+  return impl;
+}
+
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Scheduler::~Scheduler() = default;
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ModelSpec& model,
+                                                             const SchedulerConfig& config) {
+  KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Build(model, config));
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(impl)));
+}
+
+// ---- Requests ----
+
+absl::Status Scheduler::AddRequest(RequestSpec spec) {
+  Impl& s = *impl_;
+  if (s.index_of.contains(spec.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
+  }
+  if (spec.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " has an empty prompt"));
+  }
+  for (int32_t t : spec.prompt_token_ids) {
+    if (t < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", spec.id.value, " has a negative token id ", t));
+    }
+  }
+  if (spec.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value,
+                                                   ": max_new_tokens must be >= 1, got ",
+                                                   spec.max_new_tokens));
+  }
+  const int64_t len = static_cast<int64_t>(spec.prompt_token_ids.size());
+  if (len >= s.max_model_len) {
+    return absl::OutOfRangeError(absl::StrCat("request ", spec.id.value, " has a ", len,
+                                              "-token prompt; max_model_len ", s.max_model_len,
+                                              " leaves no room for an output token"));
+  }
+  int32_t q;
+  if (!s.free_indices.empty()) {
+    q = s.free_indices.back();
+    s.free_indices.pop_back();
+  } else {
+    q = static_cast<int32_t>(s.reqs.size());
+    s.reqs.emplace_back();
+  }
+  SchedRequest& r = s.reqs[q];
+  r = SchedRequest{};
+  r.id = spec.id;
+  r.status = RequestStatus::kWaiting;
+  r.tokens = std::move(spec.prompt_token_ids);
+  r.tokens.reserve(static_cast<size_t>(len + spec.max_new_tokens));
+  r.prompt_len = len;
+  r.max_new_tokens = spec.max_new_tokens;
+  r.stop_token_ids = std::move(spec.stop_token_ids);
+  r.priority = spec.priority;
+  r.arrival_time = spec.arrival_time;
+  r.seq = s.next_seq++;
+  r.cache_salt = std::move(spec.cache_salt);
+  r.lora_id = spec.lora_id;
+  r.synced_blocks.assign(s.attention.size(), 0);
+  r.synced_released.assign(s.attention.size(), 0);
+  s.index_of.emplace(r.id, q);
+  s.PushWaiting(q, /*front=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Abort(RequestId id) {
+  Impl& s = *impl_;
+  auto it = s.index_of.find(id);
+  if (it == s.index_of.end()) {
+    return absl::NotFoundError(absl::StrCat("request ", id.value, " is not queued or running"));
+  }
+  const int32_t q = it->second;
+  if (s.reqs[q].status == RequestStatus::kWaiting) {
+    s.EraseWaiting(q);
+    if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(id));
+  } else {
+    s.LeaveRunning(q);
+  }
+  s.pending_finished.push_back(id);
+  ++s.stats.aborted;
+  s.Release(q);
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::PushWaiting(int32_t q, bool front) {
+  reqs[q].status = RequestStatus::kWaiting;
+  if (config.policy == SchedulingPolicy::kFcfs) {
+    if (front) {
+      fcfs_waiting.push_front(q);
+    } else {
+      fcfs_waiting.push_back(q);
+    }
+    return;
+  }
+  priority_waiting.push_back(q);
+  std::push_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
+}
+
+int32_t Scheduler::Impl::PeekWaiting() const {
+  if (config.policy == SchedulingPolicy::kFcfs) return fcfs_waiting.empty() ? -1 : fcfs_waiting.front();
+  return priority_waiting.empty() ? -1 : priority_waiting.front();
+}
+
+void Scheduler::Impl::PopWaiting() {
+  if (config.policy == SchedulingPolicy::kFcfs) {
+    fcfs_waiting.pop_front();
+    return;
+  }
+  std::pop_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
+  priority_waiting.pop_back();
+}
+
+void Scheduler::Impl::EraseWaiting(int32_t q) {
+  if (config.policy == SchedulingPolicy::kFcfs) {
+    fcfs_waiting.erase(std::find(fcfs_waiting.begin(), fcfs_waiting.end(), q));
+    return;
+  }
+  priority_waiting.erase(std::find(priority_waiting.begin(), priority_waiting.end(), q));
+  std::make_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
+}
+
+void Scheduler::Impl::LeaveRunning(int32_t q) {
+  SchedRequest& r = reqs[q];
+  // The manager knows every running request; Free cannot fail for it.
+  const absl::Status freed = kv->Free(r.id);
+  KVPAGE_DCHECK(freed.ok());
+  (void)freed;
+  r.in_manager = false;
+  FreeRow(q);
+  running.erase(std::find(running.begin(), running.end(), q));
+  r.status = RequestStatus::kWaiting;
+}
+
+void Scheduler::Impl::Release(int32_t q) {
+  SchedRequest& r = reqs[q];
+  index_of.erase(r.id);
+  r.status = RequestStatus::kFree;
+  r.tokens = {};
+  r.stop_token_ids = {};
+  r.drafts = {};
+  r.scheduled_step = 0;
+  free_indices.push_back(q);
+}
+
+// ---- Update ----
+
+namespace {
+
+absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t rows,
+                      absl::string_view name) {
+  if (offsets.empty() && values == 0) return absl::OkStatus();
+  if (offsets.size() != rows + 1 || offsets.front() != 0 ||
+      static_cast<size_t>(offsets.back()) != values) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " offsets must have ", rows + 1,
+                                                   " entries from 0 to ", values, ", got ",
+                                                   offsets.size(), " entries"));
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    if (offsets[i + 1] < offsets[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " offsets decrease at ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
+  return offsets.empty() ? 0 : offsets[i + 1] - offsets[i];
+}
+
+}  // namespace
+
+absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
+                                               const ModelOutput& result) {
+  Impl& s = *impl_;
+  if (&output != &s.out || output.step != s.step || s.applied) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Update expects the output of the latest Schedule() (step ", s.step,
+        "), once; got step ", output.step));
+  }
+  const size_t n = output.requests.size();
+  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.sampled_offsets, result.sampled_token_ids.size(), n,
+                                  "sampled"));
+  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  for (int32_t t : result.sampled_token_ids) {
+    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("sampled token id ", t, " is negative"));
+  }
+  for (int32_t t : result.draft_token_ids) {
+    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("draft token id ", t, " is negative"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledRequest& sr = output.requests[i];
+    const int32_t k = CsrCount(result.sampled_offsets, i);
+    if (!sr.samples && k != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
+    }
+    if (sr.samples && (k < 1 || k > sr.num_draft_tokens + 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
+                                                     sr.num_draft_tokens + 1, " tokens, got ", k));
+    }
+  }
+
+  UpdateResult update;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledRequest& sr = output.requests[i];
+    SchedRequest& r = s.reqs[sr.handle];
+    // Aborted (or its index reused) since the step was scheduled: its results are dropped.
+    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != s.step) continue;
+    const int32_t k = CsrCount(result.sampled_offsets, i);
+    if (!sr.samples) continue;
+    const int32_t rejected = sr.num_draft_tokens - (k - 1);
+    r.num_computed -= rejected;
+    update.stats.num_rejected_drafts += rejected;
+    update.stats.num_accepted_drafts += k - 1;
+    // Keep tokens up to the first that ends the request.
+    const int32_t* sampled = result.sampled_token_ids.data() + result.sampled_offsets[i];
+    int32_t keep = 0;
+    bool finished = false;
+    FinishReason reason = FinishReason::kStop;
+    while (keep < k && !finished) {
+      const int32_t t = sampled[keep++];
+      ++r.num_output;
+      if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
+        finished = true;
+        reason = FinishReason::kStop;
+      } else if (r.num_output >= r.max_new_tokens) {
+        finished = true;
+        reason = FinishReason::kLength;
+      } else if (r.num_tokens() + keep >= s.max_model_len) {
+        finished = true;
+        reason = FinishReason::kMaxModelLen;
+      }
+    }
+    r.tokens.insert(r.tokens.end(), sampled, sampled + keep);
+    if (finished) {
+      update.finished.push_back({r.id, reason, r.num_output});
+      s.pending_finished.push_back(r.id);
+      s.LeaveRunning(sr.handle);
+      s.Release(sr.handle);
+      ++s.stats.finished;
+      continue;
+    }
+    const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
+    KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
+    (void)appended;
+    // Drafts for the next step, capped by the configuration and by max_model_len.
+    const int32_t d = CsrCount(result.draft_offsets, i);
+    const int64_t room = s.max_model_len - r.num_tokens() - s.config.num_speculative_tokens;
+    const int32_t take = static_cast<int32_t>(std::clamp<int64_t>(
+        std::min<int64_t>(d, s.config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
+    r.drafts.assign(result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0),
+                    result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0) + take);
+  }
+  s.applied = true;
+  update.stats.num_running = static_cast<int32_t>(s.running.size());
+  update.stats.num_waiting = num_waiting();
+  update.stats.num_scheduled_tokens = output.total_num_scheduled_tokens;
+  update.stats.num_preempted = static_cast<int32_t>(output.preempted_ids.size());
+  return update;
+}
+
+// ---- Accessors ----
+
+bool Scheduler::HasUnfinishedRequests() const { return !impl_->index_of.empty(); }
+int32_t Scheduler::num_running() const { return static_cast<int32_t>(impl_->running.size()); }
+int32_t Scheduler::num_waiting() const {
+  return static_cast<int32_t>(impl_->config.policy == SchedulingPolicy::kFcfs
+                                  ? impl_->fcfs_waiting.size()
+                                  : impl_->priority_waiting.size());
+}
+const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
+const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
+const SchedulerConfig& Scheduler::config() const { return impl_->config; }
+
+absl::Status Scheduler::CheckInvariants() const {
+  const Impl& s = *impl_;
+  KVPAGE_RETURN_IF_ERROR(s.kv->CheckInvariants());
+  std::vector<int32_t> waiting(s.fcfs_waiting.begin(), s.fcfs_waiting.end());
+  waiting.insert(waiting.end(), s.priority_waiting.begin(), s.priority_waiting.end());
+  size_t live = 0;
+  for (size_t q = 0; q < s.reqs.size(); ++q) {
+    const SchedRequest& r = s.reqs[q];
+    if (r.status == RequestStatus::kFree) continue;
+    ++live;
+    auto it = s.index_of.find(r.id);
+    if (it == s.index_of.end() || it->second != static_cast<int32_t>(q)) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " is not indexed"));
+    }
+    const int64_t in_waiting = std::count(waiting.begin(), waiting.end(), static_cast<int32_t>(q));
+    const int64_t in_running = std::count(s.running.begin(), s.running.end(), static_cast<int32_t>(q));
+    const bool is_running = r.status == RequestStatus::kRunning;
+    if (in_waiting != (is_running ? 0 : 1) || in_running != (is_running ? 1 : 0)) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " is queued ", in_waiting,
+                                              " times and running ", in_running, " times"));
+    }
+    if (is_running != r.in_manager || s.kv->HasRequest(r.id) != r.in_manager) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value,
+                                              " disagrees with the KV cache on being admitted"));
+    }
+    if (is_running && (r.num_computed > r.num_tokens() + static_cast<int64_t>(r.drafts.size()) + s.config.num_speculative_tokens ||
+                       r.num_output > r.max_new_tokens)) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,
+                                              " of ", r.num_tokens(), " tokens"));
+    }
+  }
+  if (live != s.index_of.size() || live + s.free_indices.size() != s.reqs.size()) {
+    return absl::InternalError("request index and free list disagree");
+  }
+  if (s.running.size() > static_cast<size_t>(s.config.max_num_seqs)) {
+    return absl::InternalError(absl::StrCat(s.running.size(), " running requests exceed max_num_seqs"));
+  }
+  if (s.kv->num_requests() != static_cast<int64_t>(s.running.size())) {
+    return absl::InternalError(absl::StrCat("the KV cache holds ", s.kv->num_requests(),
+                                            " requests for ", s.running.size(), " running"));
+  }
+  return s.CheckTables();
+}
+
+}  // namespace kvpage

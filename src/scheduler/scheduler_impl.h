@@ -1,0 +1,162 @@
+// Scheduler::Impl, shared by the scheduler's source files (internal).
+//
+//   scheduler.cc     public API: requests, Update, invariants
+//   schedule.cc      Schedule(): the running pass, the waiting pass, preemption
+//   batch_tables.cc  the persistent device-ready rows (block tables, slot mappings)
+#ifndef KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
+#define KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "kvpage/kv_cache_manager.h"
+#include "kvpage/scheduler.h"
+
+namespace kvpage {
+
+namespace internal {
+
+enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
+
+// One request as the scheduler sees it. Lives in Scheduler::Impl::reqs, indexed by a dense
+// index that outlives nothing: it is reused once the request is gone.
+struct SchedRequest {
+  RequestId id;
+  RequestStatus status = RequestStatus::kFree;
+  std::vector<int32_t> tokens;  // prompt, then every output token
+  int64_t prompt_len = 0;
+  int32_t max_new_tokens = 0;
+  int32_t num_output = 0;
+  std::vector<int32_t> stop_token_ids;
+  int32_t priority = 0;
+  double arrival_time = 0;
+  uint64_t seq = 0;  // order of AddRequest: the last tie-break
+  std::string cache_salt;
+  int64_t lora_id = 0;
+
+  // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
+  // until Update rejects them).
+  int64_t num_computed = 0;
+  std::vector<int32_t> drafts;  // proposed for the next step
+  bool in_manager = false;      // the KvCacheManager knows the request (admitted, not preempted)
+  bool fresh = false;           // admitted or resumed and not yet reported as new
+  bool resumed = false;
+  int32_t num_preemptions = 0;
+
+  // This step.
+  uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  uint64_t visited_step = 0;    // the step whose running pass last considered it
+  int32_t num_scheduled = 0;
+  int32_t num_scheduled_drafts = 0;
+  int64_t step_computed = 0;    // num_computed before the step
+
+  // Its row in the batch tables (-1 when not running) and how far each attention group's
+  // row copies the manager's table.
+  int32_t row = -1;
+  absl::InlinedVector<int32_t, 2> synced_blocks;    // manager blocks copied
+  absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
+  // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
+  int64_t sync_tokens = 0;
+  int64_t sync_release = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// Orders the priority queue: lower priority value, then earlier arrival, then earlier add.
+struct PriorityLess {
+  const std::vector<SchedRequest>* reqs;
+  bool operator()(int32_t a, int32_t b) const;  // true if a runs after b (a max-heap on "worse")
+};
+
+}  // namespace internal
+
+class Scheduler::Impl {
+ public:
+  // ---- Construction (scheduler.cc) ----
+  static absl::StatusOr<std::unique_ptr<Impl>> Build(const ModelSpec& model,
+                                                     const SchedulerConfig& config);
+
+  // ---- Queues (scheduler.cc) ----
+  void PushWaiting(int32_t q, bool front);
+  int32_t PeekWaiting() const;
+  void PopWaiting();
+  void EraseWaiting(int32_t q);
+  // Frees the request's blocks and row and drops it from `running` (order kept).
+  void LeaveRunning(int32_t q);
+  void Release(int32_t q);  // the index can be reused
+
+  // ---- Schedule (schedule.cc) ----
+  void ScheduleRunning(int64_t& budget);
+  void ScheduleWaiting(int64_t& budget);
+  // Allocates a running request's step through AllocateSlots, preempting others when memory
+  // is short. False when the request itself was preempted (the running pass stops).
+  bool AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget);
+  // The victim for the next preemption: FCFS the last running request, priority the worst.
+  int32_t PickVictim() const;
+  void Preempt(int32_t victim, int64_t& budget);
+  void RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget);
+  // Tokens request q would compute this step before the budget (prompt chunking rules).
+  int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
+  void BuildOutput();
+
+  // ---- Batch tables (batch_tables.cc) ----
+  void InitTables();
+  int32_t TakeRow(int32_t q);
+  void FreeRow(int32_t q);
+  // Copies what changed in the manager's tables into the request's row; appends the new
+  // blocks to each group's CSR when `record` is set.
+  void SyncRow(internal::SchedRequest& r, bool record);
+  void ComputeSyncBounds(internal::SchedRequest& r) const;
+  absl::Status CheckTables() const;
+
+  // ---- State ----
+  SchedulerConfig config;
+  std::unique_ptr<KvCacheManager> kv;
+  int64_t max_model_len = 0;
+  bool has_state_groups = false;
+  int32_t cache_block_size = 0;  // the manager's hash block size
+
+  struct GroupInfo {
+    GroupId id;
+    LayerKind kind = LayerKind::kFullAttention;
+    int32_t block_size = 0;
+    int32_t window = 0;
+    int32_t ratio = 1;       // manager block -> kernel blocks
+    int32_t stride = 0;      // kernel blocks per row
+    int32_t max_manager_blocks = 0;
+    std::vector<int32_t> table;  // [max_num_seqs, stride]
+  };
+  std::vector<GroupInfo> attention;  // attention groups, in group order
+  std::vector<GroupId> state_groups;
+
+  std::vector<internal::SchedRequest> reqs;
+  std::vector<int32_t> free_indices;
+  absl::flat_hash_map<RequestId, int32_t> index_of;
+  std::vector<int32_t> running;     // queue order
+  std::deque<int32_t> fcfs_waiting;
+  std::vector<int32_t> priority_waiting;  // a heap under PriorityLess
+  std::vector<int32_t> row_owner;   // row -> request index
+  uint64_t next_seq = 0;
+
+  // The step being built.
+  uint64_t step = 0;
+  bool applied = true;  // Update has consumed the latest output
+  bool preempted_this_step = false;
+  std::vector<int32_t> scheduled;  // request indices scheduled this step
+  std::vector<DecodeStep> decode_batch;
+  std::vector<int32_t> decode_batch_index;
+  SchedulerOutput out;
+  std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
+  std::vector<RequestId> pending_finished;
+  std::vector<uint8_t> row_scheduled;  // scratch, per row
+  SchedulerStats stats;
+};
+
+}  // namespace kvpage
+
+#endif  // KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_

@@ -1,0 +1,590 @@
+// The scheduler against vLLM's scheduler scenarios (vllm.md §6.5) with exact token counts,
+// plus preemption, prefix reuse, speculative decoding, bad input, and end-to-end runs of a
+// sliding-window and a hybrid model with invariants checked after every call.
+#include "kvpage/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "block/manager_test_util.h"
+#include "kvpage/catalog.h"
+
+namespace kvpage {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Concat;
+using testing::Tokens;
+using testing::TinyModel;
+
+#define EXPECT_SCHED_INVARIANTS(s)              \
+  do {                                          \
+    absl::Status st_ = (s).CheckInvariants();   \
+    ASSERT_TRUE(st_.ok()) << st_;               \
+  } while (false)
+
+// kTinyFull costs 512 bytes per 16-token block: a budget of `blocks` blocks, one chunk.
+SchedulerConfig TinyConfig(int32_t blocks, int32_t budget_tokens = 8192) {
+  SchedulerConfig c;
+  c.kv.block_size = 16;
+  c.kv.kv_budget_bytes = int64_t{blocks} * 512;
+  c.kv.chunk_bytes = c.kv.kv_budget_bytes;
+  c.kv.hash_seed = 7;
+  c.max_num_batched_tokens = budget_tokens;
+  return c;
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(const ModelSpec& model, const SchedulerConfig& c) {
+  auto s = Scheduler::Create(model, c);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+RequestSpec Req(int64_t id, std::vector<int32_t> prompt, int32_t max_new = 16) {
+  RequestSpec r;
+  r.id = RequestId(id);
+  r.prompt_token_ids = std::move(prompt);
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+// Every request that reaches its last known token samples `token`.
+ModelOutput SampleAll(const SchedulerOutput& out, int32_t token = 5) {
+  ModelOutput m;
+  m.sampled_offsets.push_back(0);
+  for (const ScheduledRequest& r : out.requests) {
+    if (r.samples) m.sampled_token_ids.push_back(token);
+    m.sampled_offsets.push_back(static_cast<int32_t>(m.sampled_token_ids.size()));
+  }
+  return m;
+}
+
+// (id, tokens) of the step, in row order.
+std::map<int64_t, int32_t> Scheduled(const SchedulerOutput& out) {
+  std::map<int64_t, int32_t> m;
+  for (const ScheduledRequest& r : out.requests) m[r.id.value] = r.num_scheduled_tokens;
+  return m;
+}
+
+UpdateResult Step(Scheduler& s, int32_t token = 5) {
+  const SchedulerOutput& out = s.Schedule();
+  EXPECT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  auto u = s.Update(out, SampleAll(out, token));
+  EXPECT_TRUE(u.ok()) << u.status();
+  EXPECT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  return u.ok() ? *u : UpdateResult{};
+}
+
+// K1: ten small requests fit one step.
+TEST(SchedulerTest, TenSmallRequestsInOneStep) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(200));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->AddRequest(Req(i, Tokens(20 + i, 100 * i))).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(out.requests[i].id, RequestId(i));
+    EXPECT_EQ(out.requests[i].row, i);
+    EXPECT_EQ(out.requests[i].num_scheduled_tokens, 20 + i);
+    EXPECT_TRUE(out.requests[i].is_new);
+    EXPECT_TRUE(out.requests[i].samples);
+  }
+  EXPECT_EQ(out.total_num_scheduled_tokens, 245);
+  EXPECT_EQ(s->num_waiting(), 0);
+  EXPECT_EQ(s->num_running(), 10);
+  EXPECT_EQ(out.query_start_loc[10], 245);
+  EXPECT_EQ(out.seq_lens[3], 23);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// K2: long_prefill_token_threshold shares the budget between long prompts.
+TEST(SchedulerTest, LongPrefillThresholdSplitsPrompts) {
+  SchedulerConfig c = TinyConfig(400, 1024);
+  c.long_prefill_token_threshold = 400;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->AddRequest(Req(i, Tokens(800, 1000 * i))).ok());
+  const std::map<int64_t, int32_t> s1 = {{0, 400}, {1, 400}, {2, 224}};
+  const std::map<int64_t, int32_t> s3 = {{0, 1}, {1, 1}, {2, 352}};
+  const SchedulerOutput& o1 = s->Schedule();
+  EXPECT_EQ(Scheduled(o1), s1);
+  ASSERT_TRUE(s->Update(o1, SampleAll(o1)).ok());
+  const SchedulerOutput& o2 = s->Schedule();
+  EXPECT_EQ(Scheduled(o2), s1);
+  EXPECT_FALSE(o2.requests[0].is_new);
+  EXPECT_TRUE(o2.requests[0].samples);   // 400 + 400 = 800: the prompt is done
+  EXPECT_FALSE(o2.requests[2].samples);  // 448 of 800
+  ASSERT_TRUE(s->Update(o2, SampleAll(o2)).ok());
+  const SchedulerOutput& o3 = s->Schedule();
+  EXPECT_EQ(Scheduled(o3), s3);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// K4: without chunked prefill, a prompt that does not fit the budget waits and nothing is
+// scheduled ahead of it.
+TEST(SchedulerTest, OrderWithoutChunkedPrefill) {
+  for (bool chunked : {true, false}) {
+    SchedulerConfig c = TinyConfig(400, 1024);
+    c.max_num_seqs = 3;
+    c.enable_chunked_prefill = chunked;
+    auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+    ASSERT_TRUE(s->AddRequest(Req(0, Tokens(800, 0))).ok());
+    ASSERT_TRUE(s->AddRequest(Req(1, Tokens(800, 1000))).ok());
+    ASSERT_TRUE(s->AddRequest(Req(2, Tokens(10, 2000))).ok());
+    ASSERT_TRUE(s->AddRequest(Req(3, Tokens(10, 3000))).ok());
+    const SchedulerOutput& out = s->Schedule();
+    if (chunked) {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 800}, {1, 224}}));
+    } else {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 800}}));
+    }
+    EXPECT_SCHED_INVARIANTS(*s);
+  }
+}
+
+// Two identical 100-token prompts in one step: the second hits the 6 blocks the first just
+// filled and computes 100 mod 16 = 4 tokens.
+TEST(SchedulerTest, SameStepPrefixDedup) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(100, 7))).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(100, 7))).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].num_scheduled_tokens, 100);
+  EXPECT_EQ(out.requests[1].num_computed_tokens, 96);
+  EXPECT_EQ(out.requests[1].num_scheduled_tokens, 4);
+  // Both rows start with the same six blocks; the seventh differs.
+  const AttentionBatch& g = out.attention[0];
+  for (int b = 0; b < 6; ++b) {
+    EXPECT_EQ(g.block_table[b], g.block_table[g.max_blocks_per_row + b]);
+  }
+  EXPECT_NE(g.block_table[6], g.block_table[g.max_blocks_per_row + 6]);
+  EXPECT_EQ(s->kv_cache().prefix_cache_stats().hit_tokens, 96);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// A follow-up turn reuses the finished turn's full blocks.
+TEST(SchedulerTest, MultiTurnReuse) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  const std::vector<int32_t> turn1 = Tokens(100, 7);
+  ASSERT_TRUE(s->AddRequest(Req(0, turn1, /*max_new=*/10)).ok());
+  std::vector<int32_t> outputs;
+  for (int i = 0; i < 10; ++i) {
+    UpdateResult u = Step(*s, 500 + i);
+    outputs.push_back(500 + i);
+    if (i < 9) {
+      EXPECT_TRUE(u.finished.empty());
+    }
+  }
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  // 100 prompt + 9 computed outputs = 109 tokens of K/V: 6 full blocks stay cached.
+  const std::vector<int32_t> turn2 = Concat(Concat(turn1, outputs), Tokens(50, 900));
+  ASSERT_TRUE(s->AddRequest(Req(1, turn2)).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 1u);
+  EXPECT_EQ(out.requests[0].num_computed_tokens, 96);
+  EXPECT_EQ(out.requests[0].num_scheduled_tokens, 160 - 96);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// FCFS preemption: 10 blocks, two 80-token prompts, a step budget of 100 tokens.
+TEST(SchedulerTest, FcfsPreemptsTheLastRunningRequest) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(10, 100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(80, 0), 40)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(80, 1000), 40)).ok());
+  // Step 1: A's prompt (5 blocks); B's first 20 tokens (2 blocks), admitted because all of its
+  // prompt (5 blocks) fits in the 5 left.
+  const SchedulerOutput& o1 = s->Schedule();
+  EXPECT_EQ(Scheduled(o1), (std::map<int64_t, int32_t>{{0, 80}, {1, 20}}));
+  ASSERT_TRUE(s->Update(o1, SampleAll(o1)).ok());
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 7 * 512);
+  // Step 2: A's first decode token starts its 6th block; B needs 4 more for its next 60
+  // tokens but 2 are left: B, the last running request, is preempted.
+  const SchedulerOutput& o2 = s->Schedule();
+  EXPECT_EQ(Scheduled(o2), (std::map<int64_t, int32_t>{{0, 1}}));
+  EXPECT_THAT(o2.preempted_ids, ElementsAre(RequestId(1)));
+  EXPECT_EQ(s->num_waiting(), 1);
+  EXPECT_EQ(s->stats().preemptions, 1);
+  ASSERT_TRUE(s->Update(o2, SampleAll(o2)).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+  // B waits while A runs: resuming needs its first block (cached) plus 4 new ones, 5 > 4 free.
+  for (int i = 0; i < 38; ++i) {
+    const SchedulerOutput& o = s->Schedule();
+    EXPECT_EQ(Scheduled(o), (std::map<int64_t, int32_t>{{0, 1}})) << "step " << i;
+    ASSERT_TRUE(s->Update(o, SampleAll(o)).ok());
+  }
+  EXPECT_EQ(s->num_running(), 0);  // A finished after 40 tokens
+  // B resumes from its cached first block.
+  const SchedulerOutput& o3 = s->Schedule();
+  ASSERT_EQ(o3.requests.size(), 1u);
+  EXPECT_TRUE(o3.requests[0].resumed);
+  EXPECT_EQ(o3.requests[0].num_computed_tokens, 16);
+  EXPECT_EQ(o3.requests[0].num_scheduled_tokens, 64);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// Admission waits until the whole prompt fits (no admission that must preempt itself later),
+// unless reserve_full_prompt is off.
+TEST(SchedulerTest, AdmissionReservesTheWholePrompt) {
+  for (bool reserve : {true, false}) {
+    SchedulerConfig c = TinyConfig(10, 120);
+    c.reserve_full_prompt = reserve;
+    auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+    ASSERT_TRUE(s->AddRequest(Req(0, Tokens(100, 0))).ok());   // 7 blocks
+    ASSERT_TRUE(s->AddRequest(Req(1, Tokens(80, 1000))).ok());  // 5 blocks, 3 left
+    const SchedulerOutput& out = s->Schedule();
+    if (reserve) {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 100}}));
+      EXPECT_EQ(s->num_waiting(), 1);
+    } else {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 100}, {1, 20}}));
+    }
+    EXPECT_SCHED_INVARIANTS(*s);
+  }
+}
+
+// Priority preemption: the worst request goes, even when it is not last.
+TEST(SchedulerTest, PriorityPreemptsTheWorstRequest) {
+  SchedulerConfig c = TinyConfig(6);
+  c.policy = SchedulingPolicy::kPriority;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  RequestSpec low = Req(0, Tokens(32, 0), 50);
+  low.priority = 5;
+  ASSERT_TRUE(s->AddRequest(low).ok());
+  Step(*s);  // low: 2 blocks, 33 tokens
+  RequestSpec high = Req(1, Tokens(32, 1000), 50);
+  high.priority = 0;
+  high.arrival_time = 1.0;
+  ASSERT_TRUE(s->AddRequest(high).ok());
+  // low decodes (its token 33 takes its 3rd block), high is admitted (2 blocks): 5 of 6 used.
+  const SchedulerOutput& o1 = s->Schedule();
+  EXPECT_EQ(Scheduled(o1), (std::map<int64_t, int32_t>{{0, 1}, {1, 32}}));
+  ASSERT_TRUE(s->Update(o1, SampleAll(o1)).ok());
+  // Both decode; low runs first in queue order and fills to 48 tokens, high's 33rd token
+  // takes the last block.
+  for (int i = 0; i < 15; ++i) Step(*s);
+  EXPECT_EQ(s->num_running(), 2);
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 6 * 512);
+  // low's token 50 needs a 4th block: the worst running request is low itself; high, after
+  // it in the queue, still decodes in this step.
+  const SchedulerOutput& o2 = s->Schedule();
+  EXPECT_THAT(o2.preempted_ids, ElementsAre(RequestId(0)));
+  EXPECT_EQ(Scheduled(o2), (std::map<int64_t, int32_t>{{1, 1}}));
+  ASSERT_TRUE(s->Update(o2, SampleAll(o2)).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// A hybrid model's prompt runs in two chunks, the first ending on the last block boundary, so
+// the recurrent state there is snapshotted and the next turn resumes from it.
+TEST(SchedulerTest, HybridPromptsEndChunksOnBlockBoundaries) {
+  SchedulerConfig c = TinyConfig(0);
+  c.kv.kv_budget_bytes = 1 << 20;
+  c.kv.chunk_bytes = 16 << 10;
+  auto s = MakeScheduler(TinyModel(testing::kTinyGdn), c);
+  const std::vector<int32_t> turn1 = Tokens(100, 7);
+  ASSERT_TRUE(s->AddRequest(Req(0, turn1, 3)).ok());
+  const SchedulerOutput& o1 = s->Schedule();
+  ASSERT_EQ(o1.requests.size(), 1u);
+  EXPECT_EQ(o1.requests[0].num_scheduled_tokens, 96);
+  EXPECT_FALSE(o1.requests[0].samples);
+  ASSERT_EQ(o1.slots_to_zero.size(), 1u);  // the new state starts from zeros
+  ASSERT_TRUE(s->Update(o1, SampleAll(o1)).ok());
+  const SchedulerOutput& o2 = s->Schedule();
+  EXPECT_EQ(o2.requests[0].num_scheduled_tokens, 4);
+  EXPECT_TRUE(o2.requests[0].samples);
+  // The step after the snapshot reads it and writes a fresh slot.
+  EXPECT_NE(o2.states[0].read_slots[0], o2.states[0].write_slots[0]);
+  ASSERT_TRUE(s->Update(o2, SampleAll(o2, 11)).ok());
+  Step(*s, 12);
+  Step(*s, 13);
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  ASSERT_TRUE(s->AddRequest(Req(1, Concat(Concat(turn1, {11, 12, 13}), Tokens(40, 500)))).ok());
+  const SchedulerOutput& o3 = s->Schedule();
+  ASSERT_EQ(o3.requests.size(), 1u);
+  EXPECT_EQ(o3.requests[0].num_computed_tokens, 96);
+  EXPECT_EQ(o3.requests[0].num_scheduled_tokens, 128 - 96);  // 143 tokens: up to 128 first
+  EXPECT_TRUE(o3.state_copies.empty());
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+TEST(SchedulerTest, RowsStayDenseWhenRequestsFinish) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(20, 0), 1)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(20, 100), 5)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, Tokens(20, 200), 5)).ok());
+  UpdateResult u = Step(*s);
+  ASSERT_EQ(u.finished.size(), 1u);
+  EXPECT_EQ(u.finished[0].id, RequestId(0));
+  EXPECT_EQ(u.finished[0].reason, FinishReason::kLength);
+  const SchedulerOutput& out = s->Schedule();
+  EXPECT_THAT(out.row_moves, ElementsAre(std::make_pair(2, 0)));
+  EXPECT_THAT(out.finished_ids, ElementsAre(RequestId(0)));
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].id, RequestId(2));
+  EXPECT_EQ(out.requests[0].row, 0);
+  EXPECT_EQ(out.requests[1].id, RequestId(1));
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+TEST(SchedulerTest, StopTokenAndMaxModelLenFinish) {
+  SchedulerConfig c = TinyConfig(100);
+  c.max_model_len = 24;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  RequestSpec a = Req(0, Tokens(20, 0), 100);
+  a.stop_token_ids = {9};
+  ASSERT_TRUE(s->AddRequest(a).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(20, 100), 100)).ok());
+  Step(*s, 5);
+  UpdateResult u = Step(*s, 9);
+  ASSERT_EQ(u.finished.size(), 1u);
+  EXPECT_EQ(u.finished[0].reason, FinishReason::kStop);
+  EXPECT_EQ(u.finished[0].num_output_tokens, 2);
+  Step(*s, 5);
+  u = Step(*s, 5);  // 20 + 4 = 24 tokens
+  ASSERT_EQ(u.finished.size(), 1u);
+  EXPECT_EQ(u.finished[0].id, RequestId(1));
+  EXPECT_EQ(u.finished[0].reason, FinishReason::kMaxModelLen);
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+}
+
+// Drafts: 1 + 2 tokens per step; rejected drafts are recomputed.
+TEST(SchedulerTest, SpeculativeDraftsAndRollback) {
+  SchedulerConfig c = TinyConfig(100);
+  c.num_speculative_tokens = 2;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(30, 0), 20)).ok());
+  const SchedulerOutput& o1 = s->Schedule();
+  ModelOutput m1 = SampleAll(o1);
+  m1.draft_token_ids = {40, 41};
+  m1.draft_offsets = {0, 2};
+  ASSERT_TRUE(s->Update(o1, m1).ok());
+  const SchedulerOutput& o2 = s->Schedule();
+  ASSERT_EQ(o2.requests.size(), 1u);
+  EXPECT_EQ(o2.requests[0].num_computed_tokens, 30);
+  EXPECT_EQ(o2.requests[0].num_scheduled_tokens, 3);
+  EXPECT_EQ(o2.requests[0].num_draft_tokens, 2);
+  EXPECT_EQ(o2.attention[0].slot_mapping.size(), 3u);
+  // One draft accepted plus the bonus token: 2 sampled, 1 rejected.
+  ModelOutput m2;
+  m2.sampled_token_ids = {40, 77};
+  m2.sampled_offsets = {0, 2};
+  auto u = s->Update(o2, m2);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->stats.num_accepted_drafts, 1);
+  EXPECT_EQ(u->stats.num_rejected_drafts, 1);
+  const SchedulerOutput& o3 = s->Schedule();
+  EXPECT_EQ(o3.requests[0].num_computed_tokens, 32);  // 30 + token 31 + accepted draft
+  EXPECT_EQ(o3.requests[0].num_scheduled_tokens, 1);
+  // Too many tokens for the drafts scheduled: rejected, nothing changes.
+  ModelOutput bad;
+  bad.sampled_token_ids = {1, 2};
+  bad.sampled_offsets = {0, 2};
+  EXPECT_EQ(s->Update(o3, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->Update(o3, SampleAll(o3)).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+TEST(SchedulerTest, BadInputIsRejected) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(20, 0))).ok());
+  EXPECT_EQ(s->AddRequest(Req(0, Tokens(20, 0))).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s->AddRequest(Req(1, {})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->AddRequest(Req(1, {3, -4})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->AddRequest(Req(1, Tokens(4096, 0))).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(s->AddRequest(Req(1, Tokens(5, 0), 0)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Abort(RequestId(9)).code(), absl::StatusCode::kNotFound);
+  const SchedulerOutput& out = s->Schedule();
+  ModelOutput wrong;
+  wrong.sampled_token_ids = {1};
+  wrong.sampled_offsets = {0, 0, 1};
+  EXPECT_EQ(s->Update(out, wrong).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());
+  EXPECT_EQ(s->Update(out, SampleAll(out)).status().code(), absl::StatusCode::kFailedPrecondition);
+  SchedulerConfig c = TinyConfig(100);
+  c.max_num_seqs = 0;
+  EXPECT_EQ(Scheduler::Create(TinyModel(testing::kTinyFull), c).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  c = TinyConfig(100);
+  c.num_speculative_tokens = 2;
+  EXPECT_EQ(Scheduler::Create(TinyModel(testing::kTinyGdn), c).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+TEST(SchedulerTest, AbortFreesAtOnce) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(40, 0))).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(40, 100))).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_TRUE(s->Abort(RequestId(0)).ok());  // between Schedule and Update
+  ASSERT_TRUE(s->AddRequest(Req(2, Tokens(40, 200))).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+  ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());  // request 0's result is dropped
+  ASSERT_TRUE(s->Abort(RequestId(2)).ok());          // waiting
+  const SchedulerOutput& next = s->Schedule();
+  EXPECT_THAT(next.finished_ids, ElementsAre(RequestId(0), RequestId(2)));
+  EXPECT_EQ(s->stats().aborted, 2);
+  ASSERT_TRUE(s->Update(next, SampleAll(next)).ok());
+  ASSERT_TRUE(s->Abort(RequestId(1)).ok());
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// A fake forward pass: checks every slot the step writes is inside a block of the request's
+// own row, that no two tokens of the step write one slot, and samples random tokens.
+class FakeModel {
+ public:
+  explicit FakeModel(uint32_t seed) : rng_(seed) {}
+
+  ModelOutput Run(const SchedulerOutput& out) {
+    for (const AttentionBatch& g : out.attention) {
+      std::set<int64_t> slots;
+      size_t t = 0;
+      for (const ScheduledRequest& r : out.requests) {
+        EXPECT_EQ(out.query_start_loc[r.row], static_cast<int32_t>(t));
+        EXPECT_EQ(out.seq_lens[r.row], r.num_computed_tokens + r.num_scheduled_tokens);
+        const int32_t* row = g.block_table.data() + static_cast<size_t>(r.row) * g.max_blocks_per_row;
+        for (int64_t pos = r.num_computed_tokens; pos < r.num_computed_tokens + r.num_scheduled_tokens;
+             ++pos, ++t) {
+          const int64_t slot = g.slot_mapping[t];
+          const int32_t block = row[pos / g.kernel_block_size];
+          EXPECT_GT(block, 0) << "request " << r.id.value << " pos " << pos;
+          EXPECT_EQ(slot, int64_t{block} * g.kernel_block_size + pos % g.kernel_block_size);
+          EXPECT_TRUE(slots.insert(slot).second) << "slot " << slot << " written twice";
+        }
+        // A sliding window's tokens read only blocks inside the window.
+        if (g.window > 0) {
+          const int64_t first = std::max<int64_t>(0, r.num_computed_tokens - g.window + 1);
+          for (int64_t b = first / g.kernel_block_size;
+               b <= (r.num_computed_tokens + r.num_scheduled_tokens - 1) / g.kernel_block_size; ++b) {
+            EXPECT_GT(row[b], 0) << "window block " << b << " of request " << r.id.value;
+          }
+        }
+      }
+      EXPECT_EQ(t, g.slot_mapping.size());
+    }
+    for (const StateBatch& sb : out.states) {
+      std::set<int32_t> writes;
+      for (const ScheduledRequest& r : out.requests) {
+        EXPECT_GE(sb.read_slots[r.row], 0);
+        EXPECT_TRUE(writes.insert(sb.write_slots[r.row]).second)
+            << "state slot " << sb.write_slots[r.row] << " written twice";
+      }
+    }
+    ModelOutput m;
+    m.sampled_offsets.push_back(0);
+    for (const ScheduledRequest& r : out.requests) {
+      if (r.samples) m.sampled_token_ids.push_back(static_cast<int32_t>(rng_() % 50));
+      m.sampled_offsets.push_back(static_cast<int32_t>(m.sampled_token_ids.size()));
+    }
+    return m;
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
+// Random requests (half sharing prefixes) through a small cache until all finish, invariants
+// after every call; at the end every block is free.
+struct RunStats {
+  int64_t preemptions = 0;
+  int64_t hit_tokens = 0;
+  int64_t steps = 0;
+};
+
+void RunToCompletion(const ModelSpec& model, SchedulerConfig c, uint32_t seed,
+                     RunStats* stats) {
+  auto s = MakeScheduler(model, c);
+  ASSERT_NE(s, nullptr);
+  std::mt19937 rng(seed);
+  FakeModel fake(seed);
+  const std::vector<int32_t> shared = Tokens(200, 3);
+  int64_t next_id = 0;
+  int64_t finished = 0;
+  for (int step = 0; step < 5000 && (next_id < 60 || s->HasUnfinishedRequests()); ++step) {
+    if (next_id < 60 && rng() % 2 == 0) {
+      const int32_t len = 1 + static_cast<int32_t>(rng() % 300);
+      std::vector<int32_t> prompt =
+          rng() % 2 ? Concat(std::vector<int32_t>(shared.begin(), shared.begin() + rng() % 200),
+                             Tokens(len, 1000 + 400 * static_cast<int32_t>(next_id)))
+                    : Tokens(len, 1000 + 400 * static_cast<int32_t>(next_id));
+      RequestSpec r = Req(next_id++, prompt, 1 + static_cast<int32_t>(rng() % 60));
+      r.priority = static_cast<int32_t>(rng() % 3);
+      r.arrival_time = step;
+      ASSERT_TRUE(s->AddRequest(r).ok());
+    }
+    const SchedulerOutput& out = s->Schedule();
+    EXPECT_SCHED_INVARIANTS(*s);
+    ModelOutput m = fake.Run(out);
+    auto u = s->Update(out, m);
+    ASSERT_TRUE(u.ok()) << u.status();
+    finished += static_cast<int64_t>(u->finished.size());
+    EXPECT_SCHED_INVARIANTS(*s);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_EQ(finished, 60);
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+  EXPECT_EQ(s->kv_cache().num_requests(), 0);
+  stats->preemptions = s->stats().preemptions;
+  stats->hit_tokens = s->kv_cache().prefix_cache_stats().hit_tokens;
+  stats->steps = static_cast<int64_t>(s->stats().steps);
+}
+
+TEST(SchedulerEndToEnd, FullAttentionUnderPressure) {
+  SchedulerConfig c = TinyConfig(60, 256);
+  c.max_num_seqs = 8;
+  RunStats fcfs, priority;
+  RunToCompletion(TinyModel(testing::kTinyFull), c, 1, &fcfs);
+  c.policy = SchedulingPolicy::kPriority;
+  RunToCompletion(TinyModel(testing::kTinyFull), c, 2, &priority);
+  // The cache is small enough that both runs preempt, and shared prefixes hit.
+  EXPECT_GT(fcfs.preemptions, 0);
+  EXPECT_GT(priority.preemptions, 0);
+  EXPECT_GT(fcfs.hit_tokens, 0);
+}
+
+TEST(SchedulerEndToEnd, SlidingWindowModel) {
+  SchedulerConfig c = TinyConfig(0, 128);
+  c.kv.kv_budget_bytes = 120 * 512 * 3;
+  c.kv.chunk_bytes = 8 * 512;
+  c.max_num_seqs = 8;
+  c.kernel_block_size = 8;  // two kernel blocks per cache block
+  RunStats stats;
+  RunToCompletion(TinyModel(testing::kTinyHybridSwa), c, 3, &stats);
+  EXPECT_GT(stats.hit_tokens, 0);
+}
+
+TEST(SchedulerEndToEnd, HybridRecurrentModel) {
+  SchedulerConfig c = TinyConfig(0, 128);
+  c.kv.kv_budget_bytes = 1 << 20;
+  c.kv.chunk_bytes = 16 << 10;
+  c.max_num_seqs = 8;
+  RunStats stats;
+  RunToCompletion(TinyModel(testing::kTinyGdn), c, 4, &stats);
+  EXPECT_GT(stats.hit_tokens, 0);  // resumed from state snapshots
+}
+
+// The real configs: Gemma 3 (sliding window 1,024) and Qwen3.5 (Gated DeltaNet) end to end.
+TEST(SchedulerEndToEnd, RealGemmaAndQwen35) {
+  for (const char* name : {"gemma-3-4b-it", "qwen3.5-0.8b"}) {
+    auto model = LoadModel(name);
+    ASSERT_TRUE(model.ok()) << model.status();
+    SchedulerConfig c;
+    c.kv.kv_budget_bytes = int64_t{512} << 20;
+    c.kv.chunk_bytes = int64_t{8} << 20;
+    c.kv.hash_seed = 1;
+    c.max_num_batched_tokens = 512;
+    c.max_num_seqs = 16;
+    c.max_model_len = 4096;
+    SCOPED_TRACE(name);
+    RunStats stats;
+    RunToCompletion(*model, c, 5, &stats);
+  }
+}
+
+}  // namespace
+}  // namespace kvpage

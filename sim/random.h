@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 
 #include "sim/trace.h"
 
@@ -44,7 +45,7 @@ class SplitMix64 {
   double Normal() {
     const double u1 = 1.0 - Uniform01();  // (0, 1]: log stays finite
     const double u2 = Uniform01();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   }
 
  private:

@@ -292,6 +292,7 @@ uint64_t StreamKey(uint64_t seed, StreamKind kind, uint64_t id) {
 }
 
 void AppendPromptTokens(const TraceRequest& request, std::vector<int32_t>* out) {
+  KVPAGE_DCHECK(request.vocab_size >= 2);
   const uint64_t vocab = static_cast<uint64_t>(request.vocab_size);
   out->reserve(out->size() + static_cast<size_t>(request.prompt_len));
   for (const PromptSegment& seg : request.segments) {

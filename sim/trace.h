@@ -65,6 +65,7 @@ struct TraceRequest {
 };
 
 // Appends the request's prompt token ids to *out (prompt_len of them).
+// REQUIRES: request.vocab_size >= 2.
 void AppendPromptTokens(const TraceRequest& request, std::vector<int32_t>* out);
 std::vector<int32_t> PromptTokens(const TraceRequest& request);
 

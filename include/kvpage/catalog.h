@@ -22,6 +22,18 @@ std::vector<std::string> BundledModelNames();
 // it is neither; InvalidArgument when the config is malformed.
 absl::StatusOr<ModelSpec> LoadModel(absl::string_view name_or_path);
 
+// How close a step gets to the datasheet peaks, and the fixed costs around it: the simulator's
+// roofline cost model reads these (JSON object "roofline"; every field optional). The defaults
+// are the ideal roofline — full peak, full bandwidth, no overhead — so a hardware file without
+// the object gives a speed-of-light bound.
+struct RooflineFactors {
+  double mfu = 1.0;                  // achieved / peak dense FLOP/s for matmul and attention
+  double hbm_efficiency = 1.0;       // achieved / peak HBM bandwidth
+  double step_overhead_s = 0.0;      // per forward step (launch, scheduling, sampling)
+  double layer_overhead_s = 0.0;     // per decoder layer per step
+  double request_overhead_s = 0.0;   // per scheduled request per step
+};
+
 // One GPU's capacity and speed figures, from a hardware data file (units in the field names).
 struct GpuSpec {
   std::string name;                  // e.g. "H100-SXM5-80GB"
@@ -31,6 +43,7 @@ struct GpuSpec {
   int64_t peak_dense_flops_bf16 = 0;
   int64_t peak_dense_flops_fp16 = 0;
   int64_t peak_dense_flops_fp8 = 0;  // 0 when the GPU has no fp8 tensor cores
+  RooflineFactors roofline;
 };
 
 // Names of the bundled GPUs' files, sorted ("a100-sxm-80gb", "h100-sxm", "h200-sxm").

@@ -99,11 +99,21 @@ struct ModelSpec {
   DType dtype = DType::kBF16;  // torch_dtype / dtype
   int64_t max_position_embeddings = 0;
   int32_t hidden_size = 0;
+  int32_t num_attention_heads = 0;  // query heads of the attention layers
   int64_t vocab_size = 0;
   int64_t num_params = 0;  // language model only (vision towers and MTP layers excluded)
   // Bytes of those parameters as published: model dtype, or the checkpoint's quantization
   // (fp8 linear weights for DeepSeek-V3, mxfp4 experts for gpt-oss).
   int64_t weight_bytes = 0;
+  int64_t num_embedding_params = 0;  // input embeddings plus LM head (counted once if tied)
+  // Mixture of experts; all zero for dense models. Each token runs `experts_per_token` of the
+  // `num_experts` routed experts of an MoE layer; `routed_expert_params` counts the weight
+  // matrices of all routed experts (a subset of num_params), `routed_expert_weight_bytes`
+  // their share of weight_bytes.
+  int32_t num_experts = 0;
+  int32_t experts_per_token = 0;
+  int64_t routed_expert_params = 0;
+  int64_t routed_expert_weight_bytes = 0;
 
   std::vector<LayerSpec> layers;   // one per decoder layer, index = layer id
   std::vector<LayerGroup> groups;  // partition of `layers`, ordered by first layer
@@ -112,6 +122,11 @@ struct ModelSpec {
   int32_t NumLayersOfKind(LayerKind kind) const;
   bool HasKind(LayerKind kind) const { return NumLayersOfKind(kind) > 0; }
   int64_t WeightBytes() const { return weight_bytes; }
+  // Parameters one token is multiplied through: num_params minus the routed experts it skips.
+  int64_t NumActiveParams() const {
+    if (num_experts <= 0) return num_params;
+    return num_params - routed_expert_params / num_experts * (num_experts - experts_per_token);
+  }
 };
 
 // Parses config.json text. `name` names the model; `source` is used in error messages

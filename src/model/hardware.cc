@@ -34,6 +34,46 @@ absl::StatusOr<int64_t> ReadCount(const nlohmann::json& obj, absl::string_view s
   return v;
 }
 
+// An optional number in [lo, hi]; `*out` keeps its default when the field is absent.
+absl::Status ReadOptionalReal(const nlohmann::json& obj, absl::string_view source,
+                              const std::string& field, double lo, double hi, double* out) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) {
+    return FieldError(source, field, absl::StrCat("must be a number, got ", it->dump()));
+  }
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    return FieldError(source, field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+// "roofline": {"mfu", "hbm_efficiency", "step_overhead_us", "layer_overhead_us",
+// "request_overhead_us"}. Efficiencies must be in (0, 1]; overheads in [0, 1 s].
+absl::Status ReadRoofline(const nlohmann::json& root, absl::string_view source,
+                          RooflineFactors* out) {
+  auto it = root.find("roofline");
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) return FieldError(source, "roofline", "must be an object");
+  const std::string src = absl::StrCat(source, " roofline");
+  constexpr double kTiny = 1e-6;
+  KVPAGE_RETURN_IF_ERROR(ReadOptionalReal(*it, src, "mfu", kTiny, 1.0, &out->mfu));
+  KVPAGE_RETURN_IF_ERROR(
+      ReadOptionalReal(*it, src, "hbm_efficiency", kTiny, 1.0, &out->hbm_efficiency));
+  double us[3] = {out->step_overhead_s * 1e6, out->layer_overhead_s * 1e6,
+                  out->request_overhead_s * 1e6};
+  const char* names[3] = {"step_overhead_us", "layer_overhead_us", "request_overhead_us"};
+  for (int i = 0; i < 3; ++i) {
+    KVPAGE_RETURN_IF_ERROR(ReadOptionalReal(*it, src, names[i], 0.0, 1e6, &us[i]));
+  }
+  out->step_overhead_s = us[0] * 1e-6;
+  out->layer_overhead_s = us[1] * 1e-6;
+  out->request_overhead_s = us[2] * 1e-6;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GpuSpec> ParseGpuSpec(absl::string_view json_text, absl::string_view source) {
@@ -64,6 +104,7 @@ absl::StatusOr<GpuSpec> ParseGpuSpec(absl::string_view json_text, absl::string_v
   KVPAGE_ASSIGN_OR_RETURN(gpu.peak_dense_flops_bf16, ReadCount(*flops, flops_source, "bf16", false));
   KVPAGE_ASSIGN_OR_RETURN(gpu.peak_dense_flops_fp16, ReadCount(*flops, flops_source, "fp16", false));
   KVPAGE_ASSIGN_OR_RETURN(gpu.peak_dense_flops_fp8, ReadCount(*flops, flops_source, "fp8", true));
+  KVPAGE_RETURN_IF_ERROR(ReadRoofline(root, source, &gpu.roofline));
   return gpu;
 }
 

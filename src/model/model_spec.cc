@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -116,6 +117,30 @@ absl::StatusOr<DType> ReadModelDType(const ConfigReader& cfg) {
 
 int32_t Narrow(int64_t v) { return static_cast<int32_t>(v); }
 
+// Routed-expert counts of an MoE config (the same field spellings param_count.cc accepts).
+absl::Status ReadExperts(const internal::ConfigReader& cfg, ModelSpec* spec) {
+  std::optional<int64_t> experts;
+  for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
+    KVPAGE_ASSIGN_OR_RETURN(experts, cfg.OptionalPositiveInt(field));
+    if (experts.has_value()) break;
+  }
+  std::optional<int64_t> per_token;
+  for (const char* field : {"num_experts_per_tok", "experts_per_token"}) {
+    KVPAGE_ASSIGN_OR_RETURN(per_token, cfg.OptionalPositiveInt(field));
+    if (per_token.has_value()) break;
+  }
+  if (!experts.has_value()) return cfg.Error("num_experts", "is missing");
+  if (!per_token.has_value()) return cfg.Error("num_experts_per_tok", "is missing");
+  if (*per_token > *experts) {
+    return cfg.Error("num_experts_per_tok", absl::StrCat("(", *per_token,
+                                                         ") exceeds the number of experts (",
+                                                         *experts, ")"));
+  }
+  spec->num_experts = Narrow(*experts);
+  spec->experts_per_token = Narrow(*per_token);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view LayerKindName(LayerKind kind) {
@@ -189,6 +214,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     head_dim = hidden / num_heads;
   }
   spec.hidden_size = Narrow(hidden);
+  spec.num_attention_heads = Narrow(num_heads);
 
   KVPAGE_ASSIGN_OR_RETURN(std::vector<LayerKind> kinds, ReadLayerKinds(cfg, num_layers));
   bool any_sliding = false, any_linear = false;
@@ -234,6 +260,16 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts, internal::CountParameters(cfg, spec));
   spec.num_params = counts.total;
   KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
+  spec.num_embedding_params = counts.embeddings;
+  if (counts.routed_experts > 0) {
+    KVPAGE_RETURN_IF_ERROR(ReadExperts(cfg, &spec));
+    spec.routed_expert_params = counts.routed_experts;
+    internal::ParamCounts rest = counts;  // the same model without its routed experts
+    rest.total -= counts.routed_experts;
+    rest.routed_experts = 0;
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rest_bytes, internal::WeightBytes(cfg, rest, spec.dtype));
+    spec.routed_expert_weight_bytes = spec.weight_bytes - rest_bytes;
+  }
   return spec;
 }
 

@@ -1,0 +1,161 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+
+namespace kvpage::sim {
+namespace {
+
+// Sum of min(q, w) for q in [a, b] (keys seen by the queries at 1-based positions a..b of a
+// sliding layer with window w). REQUIRES: 1 <= a, a <= b + 1.
+double WindowedKeys(int64_t a, int64_t b, int64_t w) {
+  auto sum = [](int64_t lo, int64_t hi) {  // lo + ... + hi, 0 when empty
+    return hi < lo ? 0.0 : (static_cast<double>(lo) + static_cast<double>(hi)) *
+                               static_cast<double>(hi - lo + 1) / 2.0;
+  };
+  if (b <= w) return sum(a, b);
+  if (a >= w) return static_cast<double>(b - a + 1) * static_cast<double>(w);
+  return sum(a, w) + static_cast<double>(b - w) * static_cast<double>(w);
+}
+
+absl::StatusOr<double> KvBytesPerToken(const AttentionShape& a, DType kv_dtype) {
+  KVPAGE_ASSIGN_OR_RETURN(int64_t k, RowBytes(kv_dtype, a.KValuesPerToken()));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t v, RowBytes(kv_dtype, a.VValuesPerToken()));
+  return static_cast<double>(k + v);
+}
+
+absl::StatusOr<double> PeakFlops(const GpuSpec& gpu, DType compute) {
+  switch (compute) {
+    case DType::kF16:
+      return static_cast<double>(gpu.peak_dense_flops_fp16);
+    case DType::kFP8:
+      if (gpu.peak_dense_flops_fp8 <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("GPU ", gpu.name, " has no fp8 tensor cores; pick bf16 or f16"));
+      }
+      return static_cast<double>(gpu.peak_dense_flops_fp8);
+    case DType::kBF16:
+    case DType::kF32:
+      return static_cast<double>(gpu.peak_dense_flops_bf16);
+    case DType::kQ8_0:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("compute dtype ", DTypeName(compute), " is not a matmul type"));
+}
+
+}  // namespace
+
+int64_t StepShape::NumNewTokens() const {
+  int64_t n = 0;
+  for (const ScheduledRequest& r : requests) n += r.num_new_tokens;
+  return n;
+}
+
+absl::Status RooflineOptions::Validate() const {
+  if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("tp must be >= 1, got ", tp));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RooflineCostModel>> RooflineCostModel::Create(
+    const ModelSpec& model, const GpuSpec& gpu, const RooflineOptions& options) {
+  KVPAGE_RETURN_IF_ERROR(options.Validate());
+  Constants c;
+  const DType kv_dtype = options.kv_dtype.value_or(model.dtype);
+  KVPAGE_ASSIGN_OR_RETURN(c.peak_flops, PeakFlops(gpu, options.compute_dtype.value_or(model.dtype)));
+  c.bandwidth = static_cast<double>(gpu.hbm_bandwidth_bytes_per_s);
+  c.num_layers = model.num_layers();
+
+  const double vocab_hidden = static_cast<double>(model.vocab_size) * model.hidden_size;
+  c.matmul_flops_per_token =
+      2.0 * static_cast<double>(model.NumActiveParams() - model.num_embedding_params);
+  c.lm_head_flops_per_request = 2.0 * vocab_hidden;
+  // An untied input-embedding table is gathered a few rows at a time, never streamed.
+  const bool untied = static_cast<double>(model.num_embedding_params) > vocab_hidden;
+  const double input_table_bytes =
+      untied ? vocab_hidden * static_cast<double>(BytesPerValue(model.dtype)) : 0.0;
+  c.routed_weight_bytes = static_cast<double>(model.routed_expert_weight_bytes);
+  c.dense_weight_bytes =
+      static_cast<double>(model.weight_bytes) - c.routed_weight_bytes - input_table_bytes;
+  c.num_experts = model.num_experts;
+  c.experts_per_token = model.experts_per_token;
+
+  const double q_heads = model.num_attention_heads;
+  for (const LayerSpec& layer : model.layers) {
+    const AttentionShape& a = layer.attention;
+    switch (layer.kind) {
+      case LayerKind::kFullAttention: {
+        KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
+        c.full_kv_bytes_per_token += kv;
+        c.full_flops_per_pair += 2.0 * q_heads * (a.head_dim_k + a.head_dim_v);
+        break;
+      }
+      case LayerKind::kMla: {
+        // Absorbed MLA: scores and outputs both run over the latent (rope part included).
+        KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
+        c.full_kv_bytes_per_token += kv;
+        c.full_flops_per_pair += 4.0 * q_heads * a.head_dim_k;
+        break;
+      }
+      case LayerKind::kSlidingWindow: {
+        KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
+        c.sliding_kv_bytes_per_token += kv;
+        c.sliding_flops_per_pair += 2.0 * q_heads * (a.head_dim_k + a.head_dim_v);
+        c.sliding_window = layer.sliding_window;
+        break;
+      }
+      case LayerKind::kLinearAttention:
+        // Gated DeltaNet per token: S^T k, the rank-1 state update and the S^T q readout,
+        // each 2 · d_k · d_v per value head.
+        c.linear_flops_per_token += 6.0 * static_cast<double>(layer.linear.RecurrentValues());
+        c.linear_state_bytes += static_cast<double>(layer.linear.NativeBytes());
+        break;
+    }
+  }
+  return std::unique_ptr<RooflineCostModel>(new RooflineCostModel(c, gpu.roofline, options.tp));
+}
+
+StepCost RooflineCostModel::Cost(const StepShape& step) const {
+  StepCost cost;
+  if (step.requests.empty()) return cost;
+  const double tokens = static_cast<double>(step.NumNewTokens());
+  const double requests = static_cast<double>(step.requests.size());
+
+  double flops = c_.matmul_flops_per_token * tokens + c_.lm_head_flops_per_request * requests +
+                 c_.linear_flops_per_token * tokens;
+  double weights = c_.dense_weight_bytes;
+  if (c_.num_experts > 0) {
+    // Expected share of experts at least one of `tokens` uniform top-k draws lands on.
+    const double miss = 1.0 - static_cast<double>(c_.experts_per_token) / c_.num_experts;
+    weights += c_.routed_weight_bytes * (1.0 - std::pow(miss, tokens));
+  }
+  double kv = 0;
+  for (const ScheduledRequest& r : step.requests) {
+    const int64_t ctx = r.num_computed_tokens, n = r.num_new_tokens;
+    // Query at 1-based position q sees q keys (causal); positions ctx+1 .. ctx+n are new.
+    const double pairs = static_cast<double>(n) * static_cast<double>(ctx) +
+                         static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
+    flops += c_.full_flops_per_pair * pairs;
+    if (c_.sliding_window > 0) {
+      flops += c_.sliding_flops_per_pair * WindowedKeys(ctx + 1, ctx + n, c_.sliding_window);
+    }
+    kv += c_.full_kv_bytes_per_token * static_cast<double>(ctx + n) +
+          c_.sliding_kv_bytes_per_token *
+              static_cast<double>(std::min<int64_t>(ctx, c_.sliding_window) + n) +
+          2.0 * c_.linear_state_bytes;
+  }
+  const double tp = tp_;
+  cost.flops = flops / tp;
+  cost.bytes = (weights + kv) / tp;
+  cost.compute_s = cost.flops / (c_.peak_flops * f_.mfu);
+  cost.memory_s = cost.bytes / (c_.bandwidth * f_.hbm_efficiency);
+  cost.overhead_s = f_.step_overhead_s + f_.layer_overhead_s * c_.num_layers +
+                    f_.request_overhead_s * requests;
+  cost.total_s = std::max(cost.compute_s, cost.memory_s) + cost.overhead_s;
+  return cost;
+}
+
+}  // namespace kvpage::sim

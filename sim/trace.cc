@@ -1,0 +1,419 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "internal/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "sim/random.h"
+
+namespace kvpage::sim {
+namespace {
+
+// Where an error happened: "<source>:<line>: ".
+std::string At(absl::string_view source, int64_t line) { return absl::StrCat(source, ":", line, ": "); }
+
+absl::Status LineError(absl::string_view source, int64_t line, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(At(source, line), what));
+}
+
+// A request whose whole prompt is its private stream.
+TraceRequest PrivateRequest(const TraceOptions& options, int64_t index, double arrival_s,
+                            int32_t prompt_len, int32_t output_len) {
+  TraceRequest r;
+  r.index = index;
+  r.arrival_s = arrival_s;
+  r.prompt_len = prompt_len;
+  r.output_len = output_len;
+  r.vocab_size = options.vocab_size;
+  r.segments.push_back(
+      {StreamKey(options.seed, StreamKind::kRequestUnique, static_cast<uint64_t>(index)),
+       prompt_len});
+  return r;
+}
+
+// A token count in [1, INT32_MAX] from a CSV cell or a JSON number.
+absl::StatusOr<int32_t> ParseCount(absl::string_view cell, absl::string_view field,
+                                   absl::string_view source, int64_t line) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(cell, &v)) {
+    return LineError(source, line, absl::StrCat(field, " '", cell, "' is not an integer"));
+  }
+  if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
+    return LineError(source, line, absl::StrCat(field, " ", v, " must be in [1, 2147483647]"));
+  }
+  return static_cast<int32_t>(v);
+}
+
+absl::StatusOr<int32_t> JsonCount(const nlohmann::json& row, const char* field,
+                                  absl::string_view source, int64_t line) {
+  auto it = row.find(field);
+  if (it == row.end() || it->is_null()) {
+    return LineError(source, line, absl::StrCat("field '", field, "' is missing"));
+  }
+  if (!it->is_number_integer()) {
+    return LineError(source, line, absl::StrCat("field '", field, "' must be an integer, got ",
+                                                it->dump()));
+  }
+  return ParseCount(absl::StrCat(it->get<int64_t>()), field, source, line);
+}
+
+// Calls fn(line_text, line_number) for every non-blank line; stops at the first error.
+template <typename Fn>
+absl::Status ForEachLine(absl::string_view text, Fn fn) {
+  int64_t line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    KVPAGE_RETURN_IF_ERROR(fn(line, line_no));
+  }
+  return absl::OkStatus();
+}
+
+bool Done(const TraceOptions& options, const std::vector<TraceRequest>& out) {
+  return options.max_requests > 0 && static_cast<int64_t>(out.size()) >= options.max_requests;
+}
+
+absl::Status ParseMooncake(absl::string_view text, absl::string_view source,
+                           const TraceOptions& options, std::vector<TraceRequest>* out) {
+  double last_ms = -std::numeric_limits<double>::infinity();
+  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+    if (Done(options, *out)) return absl::OkStatus();
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded() || !row.is_object()) {
+      return LineError(source, line_no, absl::StrCat("not a JSON object: '", line.substr(0, 80),
+                                                     "'"));
+    }
+    auto ts = row.find("timestamp");
+    if (ts == row.end() || ts->is_null()) return LineError(source, line_no, "field 'timestamp' is missing");
+    if (!ts->is_number()) {
+      return LineError(source, line_no,
+                       absl::StrCat("field 'timestamp' must be a number, got ", ts->dump()));
+    }
+    const double ms = ts->get<double>();
+    if (!std::isfinite(ms) || ms < 0) {
+      return LineError(source, line_no, absl::StrCat("timestamp ", ts->dump(), " must be >= 0"));
+    }
+    if (ms < last_ms) {
+      return LineError(source, line_no, absl::StrCat("timestamp ", ts->dump(),
+                                                     " goes back (previous ", last_ms, ")"));
+    }
+    last_ms = ms;
+    KVPAGE_ASSIGN_OR_RETURN(int32_t input_len, JsonCount(row, "input_length", source, line_no));
+    KVPAGE_ASSIGN_OR_RETURN(int32_t output_len, JsonCount(row, "output_length", source, line_no));
+    auto ids = row.find("hash_ids");
+    if (ids == row.end() || !ids->is_array()) {
+      return LineError(source, line_no, "field 'hash_ids' must be an array");
+    }
+    TraceRequest r;
+    r.index = static_cast<int64_t>(out->size());
+    r.arrival_s = ms / 1000.0;
+    r.prompt_len = input_len;
+    r.output_len = output_len;
+    r.vocab_size = options.vocab_size;
+    int32_t covered = 0;
+    for (const nlohmann::json& id : *ids) {
+      if (!id.is_number_unsigned()) {
+        return LineError(source, line_no,
+                         absl::StrCat("hash id ", id.dump(), " must be a non-negative integer"));
+      }
+      if (covered == input_len) continue;  // ids past the prompt's end are dropped
+      const int32_t len = std::min(kMooncakeBlockTokens, input_len - covered);
+      r.segments.push_back(
+          {StreamKey(options.seed, StreamKind::kMooncakeBlock, id.get<uint64_t>()), len});
+      covered += len;
+    }
+    if (covered < input_len) {  // more tokens than the hash ids cover: private tail
+      r.segments.push_back(
+          {StreamKey(options.seed, StreamKind::kRequestUnique, static_cast<uint64_t>(r.index)),
+           input_len - covered});
+    }
+    out->push_back(std::move(r));
+    return absl::OkStatus();
+  });
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+// Seconds since the epoch as (whole, fraction) so a fraction's 7 digits survive the subtraction.
+struct WallTime {
+  int64_t seconds = 0;
+  double fraction = 0.0;
+};
+
+absl::StatusOr<WallTime> ParseWallTime(absl::string_view cell, absl::string_view source,
+                                       int64_t line) {
+  absl::string_view s = cell;
+  if (!absl::ConsumeSuffix(&s, "Z")) absl::ConsumeSuffix(&s, "+00:00");
+  auto bad = [&] {
+    return LineError(source, line, absl::StrCat("TIMESTAMP '", cell,
+                                                "' is not 'YYYY-MM-DD HH:MM:SS[.fraction]'"));
+  };
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') ||
+      s[13] != ':' || s[16] != ':') {
+    return bad();
+  }
+  int64_t f[6];
+  const size_t pos[6] = {0, 5, 8, 11, 14, 17}, len[6] = {4, 2, 2, 2, 2, 2};
+  for (int i = 0; i < 6; ++i) {
+    absl::string_view part = s.substr(pos[i], len[i]);
+    if (!std::all_of(part.begin(), part.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(part, &f[i])) {
+      return bad();
+    }
+  }
+  if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 60) {
+    return bad();
+  }
+  WallTime t;
+  t.seconds = DaysFromCivil(f[0], f[1], f[2]) * 86400 + f[3] * 3600 + f[4] * 60 + f[5];
+  absl::string_view rest = s.substr(19);
+  if (!rest.empty()) {
+    if (rest[0] != '.' || rest.size() == 1) return bad();
+    double scale = 0.1;
+    for (char c : rest.substr(1)) {
+      if (!absl::ascii_isdigit(c)) return bad();
+      t.fraction += (c - '0') * scale;
+      scale /= 10;
+    }
+  }
+  return t;
+}
+
+// The header's column index of each name in `wanted`, or an error naming the missing one.
+absl::StatusOr<std::vector<size_t>> FindColumns(absl::string_view header,
+                                                const std::vector<absl::string_view>& wanted,
+                                                absl::string_view source, int64_t line) {
+  std::vector<std::string> cols = absl::StrSplit(header, ',');
+  for (std::string& c : cols) c = std::string(absl::StripAsciiWhitespace(c));
+  std::vector<size_t> idx;
+  for (absl::string_view w : wanted) {
+    auto it = std::find(cols.begin(), cols.end(), w);
+    if (it == cols.end()) {
+      return LineError(source, line, absl::StrCat("header '", header, "' lacks column '", w, "'"));
+    }
+    idx.push_back(static_cast<size_t>(it - cols.begin()));
+  }
+  return idx;
+}
+
+// Splits a CSV row (no quoting in these formats) and checks it reaches every wanted column.
+absl::StatusOr<std::vector<absl::string_view>> Cells(absl::string_view row,
+                                                     const std::vector<size_t>& columns,
+                                                     absl::string_view source, int64_t line) {
+  std::vector<absl::string_view> cells = absl::StrSplit(row, ',');
+  const size_t need = *std::max_element(columns.begin(), columns.end()) + 1;
+  if (cells.size() < need) {
+    return LineError(source, line, absl::StrCat("row '", row, "' has ", cells.size(),
+                                                " fields, expected at least ", need));
+  }
+  std::vector<absl::string_view> picked;
+  for (size_t c : columns) picked.push_back(absl::StripAsciiWhitespace(cells[c]));
+  return picked;
+}
+
+absl::Status ParseAzure(absl::string_view text, absl::string_view source,
+                        const TraceOptions& options, std::vector<TraceRequest>* out) {
+  std::vector<size_t> columns;
+  WallTime first, last;
+  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+    if (columns.empty()) {
+      KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"TIMESTAMP", "ContextTokens",
+                                                          "GeneratedTokens"}, source, line_no));
+      return absl::OkStatus();
+    }
+    if (Done(options, *out)) return absl::OkStatus();
+    KVPAGE_ASSIGN_OR_RETURN(std::vector<absl::string_view> cells,
+                            Cells(line, columns, source, line_no));
+    KVPAGE_ASSIGN_OR_RETURN(WallTime t, ParseWallTime(cells[0], source, line_no));
+    if (out->empty()) first = last = t;
+    if (t.seconds < last.seconds || (t.seconds == last.seconds && t.fraction < last.fraction)) {
+      return LineError(source, line_no, absl::StrCat("TIMESTAMP '", cells[0],
+                                                     "' goes back in time"));
+    }
+    last = t;
+    KVPAGE_ASSIGN_OR_RETURN(int32_t prompt, ParseCount(cells[1], "ContextTokens", source, line_no));
+    KVPAGE_ASSIGN_OR_RETURN(int32_t output,
+                            ParseCount(cells[2], "GeneratedTokens", source, line_no));
+    const double arrival = static_cast<double>(t.seconds - first.seconds) +
+                           (t.fraction - first.fraction);
+    out->push_back(PrivateRequest(options, static_cast<int64_t>(out->size()), arrival, prompt,
+                                  output));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParseLengths(absl::string_view text, absl::string_view source,
+                          const TraceOptions& options, std::vector<TraceRequest>* out) {
+  std::vector<size_t> columns;
+  ArrivalClock clock(options.arrival, options.seed);
+  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+    if (columns.empty()) {
+      KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"num_prefill_tokens",
+                                                          "num_decode_tokens"}, source, line_no));
+      return absl::OkStatus();
+    }
+    if (Done(options, *out)) return absl::OkStatus();
+    KVPAGE_ASSIGN_OR_RETURN(std::vector<absl::string_view> cells,
+                            Cells(line, columns, source, line_no));
+    KVPAGE_ASSIGN_OR_RETURN(int32_t prompt,
+                            ParseCount(cells[0], "num_prefill_tokens", source, line_no));
+    KVPAGE_ASSIGN_OR_RETURN(int32_t output,
+                            ParseCount(cells[1], "num_decode_tokens", source, line_no));
+    out->push_back(PrivateRequest(options, static_cast<int64_t>(out->size()), clock.Next(),
+                                  prompt, output));
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+uint64_t StreamKey(uint64_t seed, StreamKind kind, uint64_t id) {
+  return SplitMix64Finalize(SplitMix64Finalize(seed ^ (static_cast<uint64_t>(kind) << 56)) + id);
+}
+
+void AppendPromptTokens(const TraceRequest& request, std::vector<int32_t>* out) {
+  KVPAGE_DCHECK(request.vocab_size >= 2);
+  const uint64_t vocab = static_cast<uint64_t>(request.vocab_size);
+  out->reserve(out->size() + static_cast<size_t>(request.prompt_len));
+  for (const PromptSegment& seg : request.segments) {
+    uint64_t state = seg.key;
+    for (int32_t j = 0; j < seg.length; ++j) {
+      state += kSplitMix64Gamma;
+      out->push_back(static_cast<int32_t>(SplitMix64Finalize(state) % vocab));
+    }
+  }
+}
+
+std::vector<int32_t> PromptTokens(const TraceRequest& request) {
+  std::vector<int32_t> tokens;
+  AppendPromptTokens(request, &tokens);
+  return tokens;
+}
+
+absl::Status ArrivalOptions::Validate() const {
+  if (kind == ArrivalKind::kBurst) return absl::OkStatus();
+  if (!(rate_per_s > 0) || !std::isfinite(rate_per_s)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arrival rate must be a positive finite number of requests/s, got ",
+                     rate_per_s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TraceOptions::Validate() const {
+  if (vocab_size < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 2, got ", vocab_size));
+  }
+  if (max_requests < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_requests must be >= 0, got ", max_requests));
+  }
+  return arrival.Validate();
+}
+
+absl::StatusOr<TraceFormat> ParseTraceFormat(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "mooncake") return TraceFormat::kMooncake;
+  if (lower == "azure") return TraceFormat::kAzure;
+  if (lower == "lengths") return TraceFormat::kLengths;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace format '", name, "': expected mooncake, azure or lengths"));
+}
+
+absl::string_view TraceFormatName(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::kMooncake: return "mooncake";
+    case TraceFormat::kAzure: return "azure";
+    case TraceFormat::kLengths: return "lengths";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::vector<TraceRequest>> ParseTrace(TraceFormat format, absl::string_view text,
+                                                     absl::string_view source,
+                                                     const TraceOptions& options) {
+  KVPAGE_RETURN_IF_ERROR(options.Validate());
+  std::vector<TraceRequest> out;
+  switch (format) {
+    case TraceFormat::kMooncake:
+      KVPAGE_RETURN_IF_ERROR(ParseMooncake(text, source, options, &out));
+      break;
+    case TraceFormat::kAzure:
+      KVPAGE_RETURN_IF_ERROR(ParseAzure(text, source, options, &out));
+      break;
+    case TraceFormat::kLengths:
+      KVPAGE_RETURN_IF_ERROR(ParseLengths(text, source, options, &out));
+      break;
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": no requests in this ", TraceFormatName(format), " trace"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<TraceRequest>> ReadTrace(TraceFormat format, const std::string& path,
+                                                    const TraceOptions& options) {
+  std::error_code ec;
+  std::ifstream in(path, std::ios::binary);
+  if (!std::filesystem::is_regular_file(path, ec) || !in) {
+    return absl::NotFoundError(absl::StrCat("cannot read trace file '", path, "'"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseTrace(format, text.str(), path, options);
+}
+
+IdealPrefixHits ComputeIdealPrefixHits(const std::vector<TraceRequest>& trace,
+                                       int32_t block_size) {
+  KVPAGE_DCHECK(block_size >= 1);
+  // Each full block is identified by a hash chained over all blocks before it, so a set of
+  // chain hashes is a trie of every cached prefix.
+  absl::flat_hash_set<uint64_t> cached;
+  IdealPrefixHits hits;
+  std::vector<int32_t> tokens;
+  for (const TraceRequest& r : trace) {
+    tokens.clear();
+    AppendPromptTokens(r, &tokens);
+    ++hits.num_requests;
+    hits.input_tokens += r.prompt_len;
+    const int64_t full_blocks = r.prompt_len / block_size;
+    const int64_t max_hit_blocks = (r.prompt_len - 1) / block_size;
+    uint64_t chain = 0x6b767061676500ULL;  // "kvpage": a fixed non-zero root
+    bool matching = true;
+    for (int64_t b = 0; b < full_blocks; ++b) {
+      for (int32_t i = 0; i < block_size; ++i) {
+        chain = SplitMix64Finalize(chain ^ static_cast<uint32_t>(tokens[b * block_size + i]));
+      }
+      const bool seen = !cached.insert(chain).second;
+      if (matching && seen && b < max_hit_blocks) {
+        hits.hit_tokens += block_size;
+      } else {
+        matching = false;
+      }
+    }
+  }
+  return hits;
+}
+
+}  // namespace kvpage::sim

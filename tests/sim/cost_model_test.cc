@@ -1,0 +1,233 @@
+#include "sim/cost_model.h"
+
+#include <cmath>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvpage/catalog.h"
+
+namespace kvpage::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<RooflineCostModel> Make(const char* model, const char* gpu,
+                                        RooflineOptions options = {}) {
+  auto spec = LoadModel(model);
+  auto hw = LoadGpu(gpu);
+  EXPECT_TRUE(spec.ok() && hw.ok());
+  auto cm = RooflineCostModel::Create(*spec, *hw, options);
+  EXPECT_TRUE(cm.ok()) << cm.status();
+  return std::move(cm).value();
+}
+
+StepShape Step(std::initializer_list<ScheduledRequest> requests) { return StepShape{requests}; }
+
+// Qwen3-8B (bf16, untied embeddings): hidden 4096, 36 layers, 32 query heads, 8 KV heads,
+// head_dim 128, intermediate 12288, vocab 151936.
+//   per layer: q 4096·4096 + k,v 2·4096·1024 + o 4096·4096 + q/k norms 2·128
+//              + MLP 3·4096·12288 + 2 layer norms 2·4096          = 192,946,432
+//   embeddings + LM head: 2 · 151936 · 4096                         = 1,244,659,712
+//   total: 36 · 192,946,432 + 1,244,659,712 + final norm 4096      = 8,190,735,360
+constexpr double kQwenParams = 8190735360.0;
+constexpr double kQwenTable = 151936.0 * 4096;  // 622,329,856 values per table
+
+TEST(ModelSpecFieldsTest, DenseAndMoeCounts) {
+  auto qwen = LoadModel("qwen3-8b");
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(qwen->num_params, 8190735360);
+  EXPECT_EQ(qwen->num_attention_heads, 32);
+  EXPECT_EQ(qwen->num_embedding_params, 1244659712);
+  EXPECT_EQ(qwen->num_experts, 0);
+  EXPECT_EQ(qwen->NumActiveParams(), qwen->num_params);
+
+  auto oss = LoadModel("gpt-oss-20b");
+  ASSERT_TRUE(oss.ok());
+  EXPECT_EQ(oss->num_experts, 32);
+  EXPECT_EQ(oss->experts_per_token, 4);
+  // 24 layers · 32 experts · 3 · 2880 · 2880 weight values (gate, up, down).
+  EXPECT_EQ(oss->routed_expert_params, int64_t{24} * 32 * 3 * 2880 * 2880);
+  // mxfp4: 17 bytes per 32 weights.
+  EXPECT_EQ(oss->routed_expert_weight_bytes, oss->routed_expert_params * 17 / 32);
+  EXPECT_EQ(oss->NumActiveParams(),
+            oss->num_params - oss->routed_expert_params / 32 * 28);
+}
+
+TEST(RooflineTest, QwenConstantsByHand) {
+  auto cm = Make("qwen3-8b", "h100");
+  const auto& c = cm->constants();
+  // 2 · (8,190,735,360 − 1,244,659,712) = 2 · 6,946,075,648.
+  EXPECT_DOUBLE_EQ(c.matmul_flops_per_token, 13892151296.0);
+  EXPECT_DOUBLE_EQ(c.lm_head_flops_per_request, 2 * kQwenTable);
+  // bf16 weights minus the untied input table: (8,190,735,360 − 622,329,856) · 2.
+  EXPECT_DOUBLE_EQ(c.dense_weight_bytes, (kQwenParams - kQwenTable) * 2);
+  EXPECT_DOUBLE_EQ(c.dense_weight_bytes, 15136811008.0);
+  // K and V: 36 layers · 2 · 8 heads · 128 · 2 bytes = 147,456 bytes per token.
+  EXPECT_DOUBLE_EQ(c.full_kv_bytes_per_token, 147456.0);
+  // Per query–key pair and layer: QK^T 2·32·128 + PV 2·32·128 = 16,384; · 36 = 589,824.
+  EXPECT_DOUBLE_EQ(c.full_flops_per_pair, 589824.0);
+  EXPECT_EQ(c.num_layers, 36);
+  EXPECT_DOUBLE_EQ(c.peak_flops, 989.4e12);
+  EXPECT_DOUBLE_EQ(c.bandwidth, 3.35e12);
+}
+
+// One decode step of one Qwen3-8B request with 1,000 cached tokens on an H100 SXM.
+//   FLOPs: matmuls 13,892,151,296 + LM head 1,244,659,712
+//          + attention 589,824 · (1 · 1000 + 1) = 590,413,824     = 15,727,224,832
+//   bytes: weights 15,136,811,008 + KV read 1000 · 147,456 + KV written 147,456
+//                                                                  = 15,284,414,464
+//   memory time 15,284,414,464 / (3.35e12 · 0.8) = 5.7031 ms (compute 0.035 ms)
+//   overheads 126 + 36 · 32 + 4 µs = 1,282 µs  ->  6.9851 ms
+TEST(RooflineTest, QwenDecodeStepOnH100ByHand) {
+  auto cm = Make("qwen3-8b", "h100");
+  StepCost cost = cm->Cost(Step({{1000, 1}}));
+  EXPECT_DOUBLE_EQ(cost.flops, 15727224832.0);
+  EXPECT_DOUBLE_EQ(cost.bytes, 15284414464.0);
+  EXPECT_DOUBLE_EQ(cost.compute_s, 15727224832.0 / (989.4e12 * 0.45));
+  EXPECT_DOUBLE_EQ(cost.memory_s, 15284414464.0 / (3.35e12 * 0.8));
+  EXPECT_NEAR(cost.overhead_s, 1282e-6, 1e-15);
+  EXPECT_NEAR(cost.total_s, 15284414464.0 / (3.35e12 * 0.8) + 1282e-6, 1e-15);
+  EXPECT_NEAR(cost.total_s, 6.9851e-3, 1e-7);
+  EXPECT_DOUBLE_EQ(cm->StepTime(Step({{1000, 1}})), cost.total_s);
+}
+
+// A 2,048-token prefill chunk after 512 cached tokens: compute-bound.
+//   pairs: 2048 · 512 + 2048 · 2049 / 2 = 1,048,576 + 2,098,176 = 3,146,752
+//   FLOPs: 13,892,151,296 · 2048 + 1,244,659,712 + 589,824 · 3,146,752
+//        = 28,451,125,854,208 + 1,244,659,712 + 1,856,029,851,648 = 30,308,400,365,568
+//   bytes: 15,136,811,008 + (512 + 2048) · 147,456 = 15,514,298,368
+//   compute 30,308,400,365,568 / (989.4e12 · 0.45) = 68.07 ms > memory 5.79 ms
+TEST(RooflineTest, QwenPrefillChunkIsComputeBound) {
+  auto cm = Make("qwen3-8b", "h100");
+  StepCost cost = cm->Cost(Step({{512, 2048}}));
+  EXPECT_DOUBLE_EQ(cost.flops, 30308400365568.0);
+  EXPECT_DOUBLE_EQ(cost.bytes, 15514298368.0);
+  EXPECT_GT(cost.compute_s, cost.memory_s);
+  EXPECT_NEAR(cost.total_s, 30308400365568.0 / (989.4e12 * 0.45) + 1282e-6, 1e-12);
+}
+
+TEST(RooflineTest, BatchTensorParallelAndKvDtype) {
+  auto cm = Make("qwen3-8b", "h100");
+  const StepShape batch = Step({{1000, 1}, {3000, 1}, {0, 16}});
+  StepCost one = cm->Cost(batch);
+  // Weights once; KV of every request: (1001 + 3001 + 16) · 147,456.
+  EXPECT_DOUBLE_EQ(one.bytes, 15136811008.0 + 4018.0 * 147456);
+  EXPECT_NEAR(one.overhead_s, (126 + 36 * 32 + 3 * 4) * 1e-6, 1e-15);
+
+  RooflineOptions tp2;
+  tp2.tp = 2;
+  StepCost two = Make("qwen3-8b", "h100", tp2)->Cost(batch);
+  EXPECT_DOUBLE_EQ(two.flops, one.flops / 2);
+  EXPECT_DOUBLE_EQ(two.bytes, one.bytes / 2);
+  EXPECT_DOUBLE_EQ(two.overhead_s, one.overhead_s);
+
+  RooflineOptions fp8;
+  fp8.kv_dtype = DType::kFP8;
+  StepCost small = Make("qwen3-8b", "h100", fp8)->Cost(batch);
+  EXPECT_DOUBLE_EQ(small.bytes, 15136811008.0 + 4018.0 * 73728);
+  EXPECT_DOUBLE_EQ(small.flops, one.flops);
+
+  EXPECT_EQ(cm->Cost(StepShape{}).total_s, 0.0);
+}
+
+// gpt-oss-20b: 12 full and 12 sliding (window 128) layers, 64 query heads, 8 KV heads,
+// head_dim 64; 32 experts, 4 per token.
+TEST(RooflineTest, SlidingWindowAndMoe) {
+  auto cm = Make("gpt-oss-20b", "h100");
+  const auto& c = cm->constants();
+  EXPECT_EQ(c.sliding_window, 128);
+  // Per layer per pair 2 · 64 · (64 + 64) = 16,384; 12 layers of each kind.
+  EXPECT_DOUBLE_EQ(c.full_flops_per_pair, 12 * 16384.0);
+  EXPECT_DOUBLE_EQ(c.sliding_flops_per_pair, 12 * 16384.0);
+  // 2 · 8 · 64 · 2 bytes = 2,048 bytes per layer and token.
+  EXPECT_DOUBLE_EQ(c.full_kv_bytes_per_token, 12 * 2048.0);
+  EXPECT_DOUBLE_EQ(c.sliding_kv_bytes_per_token, 12 * 2048.0);
+
+  // Beyond the window, more context only costs full layers.
+  StepCost near = cm->Cost(Step({{4000, 1}}));
+  StepCost far = cm->Cost(Step({{5000, 1}}));
+  EXPECT_DOUBLE_EQ(far.flops - near.flops, 1000 * c.full_flops_per_pair);
+  EXPECT_DOUBLE_EQ(far.bytes - near.bytes, 1000 * c.full_kv_bytes_per_token);
+  // A 200-token prefill from scratch: sliding keys 1+2+…+128 + 72 · 128 = 8,256 + 9,216.
+  StepCost prefill = cm->Cost(Step({{0, 200}}));
+  const double full_pairs = 200.0 * 201 / 2;
+  EXPECT_DOUBLE_EQ(prefill.flops, c.matmul_flops_per_token * 200 + c.lm_head_flops_per_request +
+                                      c.full_flops_per_pair * full_pairs +
+                                      c.sliding_flops_per_pair * (8256 + 9216));
+
+  // One token touches 4 of 32 experts; many tokens touch nearly all.
+  StepCost decode = cm->Cost(Step({{0, 1}}));
+  const double kv1 = c.full_kv_bytes_per_token + c.sliding_kv_bytes_per_token;
+  EXPECT_DOUBLE_EQ(decode.bytes, c.dense_weight_bytes + c.routed_weight_bytes * 4 / 32 + kv1);
+  StepCost wide = cm->Cost(Step({{0, 1000}}));
+  EXPECT_NEAR(wide.bytes, c.dense_weight_bytes + c.routed_weight_bytes + 1000 * kv1, 1.0);
+}
+
+// Qwen3.5-0.8B: 18 Gated DeltaNet layers (16 value heads, 128 × 128 state each) and 6 full
+// layers. The state is read and written once per request and step.
+TEST(RooflineTest, LinearAttentionState) {
+  auto cm = Make("qwen3.5-0.8b", "h100");
+  const auto& c = cm->constants();
+  EXPECT_DOUBLE_EQ(c.linear_flops_per_token, 18 * 6.0 * 16 * 128 * 128);
+  StepCost one = cm->Cost(Step({{100, 1}}));
+  StepCost two = cm->Cost(Step({{100, 1}, {100, 1}}));
+  EXPECT_DOUBLE_EQ(two.bytes - one.bytes,
+                   101 * c.full_kv_bytes_per_token + 2 * c.linear_state_bytes);
+  EXPECT_GT(c.linear_state_bytes, 18.0 * 1024 * 1024);  // ≥ 1 MiB fp32 recurrent state/layer
+}
+
+TEST(RooflineTest, MlaUsesTheLatent) {
+  auto cm = Make("deepseek-v2-lite", "h100");
+  const auto& c = cm->constants();
+  // 27 layers, latent 512 + 64 = 576 values (bf16), 16 query heads.
+  EXPECT_DOUBLE_EQ(c.full_kv_bytes_per_token, 27 * 576 * 2.0);
+  EXPECT_DOUBLE_EQ(c.full_flops_per_pair, 27 * 4.0 * 16 * 576);
+}
+
+TEST(RooflineTest, Errors) {
+  auto spec = LoadModel("qwen3-8b");
+  auto a100 = LoadGpu("a100");
+  ASSERT_TRUE(spec.ok() && a100.ok());
+  RooflineOptions bad_tp;
+  bad_tp.tp = 0;
+  EXPECT_THAT(RooflineCostModel::Create(*spec, *a100, bad_tp).status().message(),
+              HasSubstr("tp must be >= 1"));
+  RooflineOptions fp8;
+  fp8.compute_dtype = DType::kFP8;
+  EXPECT_THAT(RooflineCostModel::Create(*spec, *a100, fp8).status().message(),
+              HasSubstr("no fp8"));
+}
+
+TEST(GpuSpecTest, RooflineFactorsAreOptional) {
+  const std::string base = R"({"name": "X", "memory_bytes": 1, "hbm_bandwidth_bytes_per_s": 2,
+      "peak_dense_flops": {"bf16": 3, "fp16": 3, "fp8": 0})";
+  auto plain = ParseGpuSpec(base + "}", "x.json");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->roofline.mfu, 1.0);
+  EXPECT_EQ(plain->roofline.hbm_efficiency, 1.0);
+  EXPECT_EQ(plain->roofline.step_overhead_s, 0.0);
+
+  auto tuned = ParseGpuSpec(base + R"(, "roofline": {"mfu": 0.5, "layer_overhead_us": 20}})",
+                            "x.json");
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->roofline.mfu, 0.5);
+  EXPECT_EQ(tuned->roofline.hbm_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(tuned->roofline.layer_overhead_s, 20e-6);
+
+  auto bad = ParseGpuSpec(base + R"(, "roofline": {"mfu": 1.5}})", "x.json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'mfu' must be in"));
+
+  auto h100 = LoadGpu("h100");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_EQ(h100->roofline.mfu, 0.45);
+  EXPECT_EQ(h100->roofline.hbm_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(h100->roofline.step_overhead_s, 126e-6);
+  EXPECT_DOUBLE_EQ(h100->roofline.layer_overhead_s, 32e-6);
+  EXPECT_DOUBLE_EQ(h100->roofline.request_overhead_s, 4e-6);
+  EXPECT_EQ(LoadGpu("a100")->roofline.mfu, 0.38);
+}
+
+}  // namespace
+}  // namespace kvpage::sim

@@ -20,7 +20,7 @@ using kvpage::SchedulerConfig;
 using kvpage::SchedulerOutput;
 
 // Steps between resets: requests grow by one token a step, so the cache is sized for this.
-constexpr int32_t kStepsPerRound = 2048;
+constexpr int32_t kStepsPerRound = 8192;
 
 class DecodeServer {
  public:
@@ -36,7 +36,7 @@ class DecodeServer {
     config_.max_num_batched_tokens = 8192;
     config_.kv.hash_seed = 1;
     config_.kv.enable_prefix_caching = prefix_caching;
-    config_.max_model_len = 8192;
+    config_.max_model_len = 16384;
     // Prompts of 1,000 to 2,023 tokens: requests sit at every offset within their blocks, so
     // one in 16 starts a new block each step.
     int64_t tokens = 0;

@@ -99,6 +99,11 @@ class BlockPool {
   // Registers a full block under (hash, group). No-op when caching is off or the block already
   // carries a hash. REQUIRES: the block is used.
   void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
+  // Starts loading the prefix-cache map's slot for (hash, group) into the CPU cache, ahead of
+  // a CacheBlock or Lookup with that key. No effect on state.
+  void PrefetchCacheSlot(BlockHash hash, GroupId group) const {
+    cached_.prefetch(HashKey{hash, group.value});
+  }
   // A block cached under (hash, group), or kNullBlock. Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
   // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A
@@ -189,6 +194,7 @@ class BlockPool {
   int32_t lru_head_ = -1, lru_tail_ = -1;
   absl::flat_hash_map<HashKey, int32_t, HashKeyHasher> cached_;  // key -> first dup-chain block
 
+  int32_t first_unmapped_hint_ = 0;  // every chunk below it is mapped
   int32_t num_mapped_chunks_ = 0;
   int32_t num_idle_chunks_ = 0;
   int32_t num_used_ = 0;

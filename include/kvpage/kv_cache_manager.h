@@ -172,6 +172,11 @@ class KvCacheManager {
   absl::Status AddRequest(KvRequestSpec spec);
   // Appends sampled (accepted) tokens. OutOfRange past max_model_len; NotFound for an unknown id.
   absl::Status AppendTokens(RequestId id, absl::Span<const int32_t> tokens);
+  // AppendTokens of one token for each of many requests (the sampled tokens of a decode
+  // step): ids[i] gets tokens[i]. All or nothing: errors as AppendTokens, for the first bad
+  // entry, before anything changes. InvalidArgument if the spans differ in length.
+  absl::Status AppendDecodeTokens(absl::Span<const RequestId> ids,
+                                  absl::Span<const int32_t> tokens);
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
@@ -181,6 +186,8 @@ class KvCacheManager {
   // Frees every block and slot of the request, last block first. NotFound for an unknown id.
   absl::Status Free(RequestId id);
   bool HasRequest(RequestId id) const;
+  // The request's tokens: prompt, then appended tokens. NotFound for an unknown id.
+  absl::StatusOr<absl::Span<const int32_t>> Tokens(RequestId id) const;
   int64_t num_requests() const;
 
   // ---- Steps -------------------------------------------------------------------------------

@@ -114,6 +114,7 @@ void BlockPool::UnmapChunk(int32_t c) {
   const int32_t first = 1 + c * bpc_;
   for (int32_t b = first; b < first + bpc_; ++b) next_[b] = -1;
   ch = Chunk{};
+  first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
   --num_mapped_chunks_;
   --num_idle_chunks_;
   budget_->GiveChunk(pool_index_, c, chunk_bytes());
@@ -180,9 +181,11 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     const int64_t free_after = budget_->free_bytes() - chunk_bytes();
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
         (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
-      // Map the lowest unmapped chunk: keeps the live id range compact.
-      int32_t c = 0;
+      // Map the lowest unmapped chunk: keeps the live id range compact. Chunks below the
+      // hint are all mapped, so the search does not rescan them.
+      int32_t c = first_unmapped_hint_;
       while (chunks_[c].mapped) ++c;
+      first_unmapped_hint_ = c;
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) MapChunk(c);
     }
     if (num_clean_ > 0) {
@@ -415,6 +418,9 @@ absl::Status BlockPool::CheckInvariants() const {
   int32_t used = 0, cached = 0, clean = 0, mapped = 0, idle = 0;
   for (int32_t c = 0; c < max_chunks_; ++c) {
     const Chunk& ch = chunks_[c];
+    if (c < first_unmapped_hint_ && !ch.mapped) {
+      return fail("chunk ", c, " is unmapped below the hint ", first_unmapped_hint_);
+    }
     const int32_t first = 1 + c * bpc_;
     int32_t u = 0, k = 0;
     for (int32_t b = first; b < first + bpc_; ++b) {

@@ -90,10 +90,24 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<absl::Span<const int32_t>> KvCacheManager::Tokens(RequestId id) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return UnknownRequest(id);
+  return absl::MakeConstSpan(it->second->tokens);
+}
+
 absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t> tokens) {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
   RequestState& st = *it->second;
+  if (tokens.size() == 1 && tokens[0] >= 0 &&
+      static_cast<int64_t>(st.tokens.size()) < impl_->max_model_len) {
+    // One sampled token, the decode case: no range insert, and hashing only when a block
+    // has just become full.
+    st.tokens.push_back(tokens[0]);
+    if (st.tokens.size() % static_cast<size_t>(impl_->block_size) == 0) st.hashes.Update(st.tokens);
+    return absl::OkStatus();
+  }
   if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ",
                                               st.tokens.size() + tokens.size(),
@@ -105,6 +119,52 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   }
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
   st.hashes.Update(st.tokens);
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const RequestId> ids,
+                                               absl::Span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  if (ids.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("AppendDecodeTokens got ", ids.size(),
+                                                   " ids and ", tokens.size(), " tokens"));
+  }
+  // Check everything first (all or nothing); the lookups are independent, so they overlap.
+  std::vector<RequestState*>& states = m.scratch_states;
+  states.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = m.requests.find(ids[i]);
+    if (it == m.requests.end()) return UnknownRequest(ids[i]);
+    states[i] = it->second.get();
+    if (i >= 8) __builtin_prefetch(states[i - 8]);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (tokens[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " is negative"));
+    }
+    if (static_cast<int64_t>(states[i]->tokens.size()) >= m.max_model_len) {
+      return absl::OutOfRangeError(absl::StrCat("request ", ids[i].value, " would have ",
+                                                states[i]->tokens.size() + 1,
+                                                " tokens, more than max_model_len ",
+                                                m.max_model_len));
+    }
+    // The token's destination, 4 requests ahead, and where a block hash will go if the
+    // token completes a block.
+    if (i + 4 < ids.size()) {
+      const RequestState& ahead = *states[i + 4];
+      __builtin_prefetch(ahead.tokens.data() + ahead.tokens.size(), 1);
+      if ((ahead.tokens.size() + 1) % static_cast<size_t>(m.block_size) == 0) {
+        const absl::Span<const BlockHash> hashes = ahead.hashes.hashes();
+        __builtin_prefetch(hashes.data() + hashes.size(), 1);
+      }
+    }
+  }
+  const size_t block_size = static_cast<size_t>(m.block_size);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    RequestState& st = *states[i];
+    st.tokens.push_back(tokens[i]);
+    if (st.tokens.size() % block_size == 0) st.hashes.Update(st.tokens);
+  }
   return absl::OkStatus();
 }
 
@@ -237,6 +297,16 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
       const auto hashes = ahead.hashes.hashes();
       if (ahead.cached_blocks < static_cast<int64_t>(hashes.size())) {
         __builtin_prefetch(hashes.data() + ahead.cached_blocks);
+      }
+    }
+    // Two ahead, that hash has arrived: start loading the prefix-cache slot it will take.
+    if (m.config.enable_prefix_caching && i + 2 < n && needs_block(i + 2)) {
+      const RequestState& ahead = *states[i + 2];
+      const auto hashes = ahead.hashes.hashes();
+      if (ahead.cached_blocks < static_cast<int64_t>(hashes.size())) {
+        for (const internal::GroupLayout& g : m.groups) {
+          if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[ahead.cached_blocks], g.id);
+        }
       }
     }
     const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,

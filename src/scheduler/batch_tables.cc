@@ -39,7 +39,7 @@ int32_t Scheduler::Impl::TakeRow(int32_t q) {
   std::fill(r.synced_blocks.begin(), r.synced_blocks.end(), 0);
   std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
   r.sync_tokens = 0;
-  r.sync_release = 0;
+  r.sync_release_delta = 0;
   return r.row;
 }
 
@@ -111,7 +111,7 @@ void Scheduler::Impl::ComputeSyncBounds(SchedRequest& r) const {
     }
   }
   r.sync_tokens = tokens;
-  r.sync_release = release;
+  r.sync_release_delta = static_cast<int32_t>(release - tokens);
 }
 
 absl::Status Scheduler::Impl::CheckTables() const {

@@ -27,7 +27,7 @@ const SchedulerOutput& Scheduler::Schedule() {
 }
 
 int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget) const {
-  const int64_t remaining = r.num_tokens() - r.num_computed;  // prompt or recompute left
+  const int64_t remaining = r.num_tokens - r.num_computed;  // prompt or recompute left
   int64_t n = remaining + static_cast<int64_t>(r.drafts.size());
   if (remaining > 1 && config.long_prefill_token_threshold > 0) {
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
@@ -73,6 +73,10 @@ void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
     r.scheduled_step = 0;
     scheduled.erase(std::find(scheduled.begin(), scheduled.end(), victim));
   }
+  // The cache forgets the request: keep its tokens (outputs included) to start over.
+  absl::StatusOr<absl::Span<const int32_t>> tokens = kv->Tokens(r.id);
+  KVPAGE_DCHECK(tokens.ok());
+  if (tokens.ok()) r.tokens.assign(tokens->begin(), tokens->end());
   LeaveRunning(victim);
   r.num_computed = 0;
   r.drafts.clear();
@@ -87,7 +91,7 @@ void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
 bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
   SchedRequest& r = reqs[q];
   const int32_t drafts = std::max<int32_t>(
-      0, static_cast<int32_t>(r.num_computed + n - r.num_tokens()));
+      0, static_cast<int32_t>(r.num_computed + n - r.num_tokens));
   while (true) {
     AllocationRequest req{.num_computed_tokens = r.num_computed,
                           .num_new_tokens = n,
@@ -119,7 +123,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       size_t j = i;
       while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
         const SchedRequest& r = reqs[running[j]];
-        if (r.num_tokens() - r.num_computed != 1 || !r.drafts.empty()) break;
+        if (r.num_tokens - r.num_computed != 1 || !r.drafts.empty()) break;
         decode_batch.push_back({r.id, r.num_computed, 1});
         decode_batch_index.push_back(running[j]);
         ++j;
@@ -163,19 +167,29 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     const int32_t q = PeekWaiting();
     if (q < 0) break;
     SchedRequest& r = reqs[q];
-    KvRequestSpec spec;
-    spec.id = r.id;
-    spec.prompt_tokens = r.tokens;  // outputs too, after a preemption: they are recomputed
-    spec.extras.lora_id = r.lora_id;
-    spec.extras.cache_salt = r.cache_salt;
-    if (!kv->AddRequest(std::move(spec)).ok()) break;  // cannot fail: the id is not in the cache
+    if (!r.in_manager) {
+      KvRequestSpec spec;
+      spec.id = r.id;
+      // Outputs too, after a preemption: they are recomputed. Room for the rest of the
+      // outputs, so decode steps never regrow the vector.
+      spec.prompt_tokens = std::move(r.tokens);
+      spec.prompt_tokens.reserve(static_cast<size_t>(r.num_tokens + r.max_new_tokens - r.num_output));
+      r.tokens = {};
+      spec.extras.lora_id = r.lora_id;
+      spec.extras.cache_salt = r.cache_salt;
+      const absl::Status added = kv->AddRequest(std::move(spec));
+      KVPAGE_DCHECK(added.ok());  // the id is not in the cache; the tokens were checked
+      if (!added.ok()) break;
+      r.in_manager = true;
+    }
     absl::StatusOr<CacheHit> hit = kv->GetComputedBlocks(r.id);
     KVPAGE_DCHECK(hit.ok());
     const int64_t c = hit.ok() ? hit->num_tokens : 0;
     r.num_computed = c;
-    const int64_t remaining = r.num_tokens() - c;
+    const int64_t remaining = r.num_tokens - c;
+    // A request that cannot start stays in the cache without blocks (its hashes are kept) and
+    // asks for its hit again next step.
     if (!config.enable_chunked_prefill && remaining > budget) {
-      (void)kv->Free(r.id);
       r.num_computed = 0;
       break;  // nothing is scheduled ahead of it
     }
@@ -192,13 +206,16 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       admitted = usage.used_bytes <= (1.0 - config.watermark) * usage.budget_bytes;
     }
     if (!admitted) {
-      (void)kv->Free(r.id);
+      if (ok.ok() && *ok) {
+        // Over the watermark: give the blocks back, and keep the request in the cache.
+        const absl::Status freed = FreeKeepingTokens(q);
+        KVPAGE_DCHECK(freed.ok());
+      }
       r.num_computed = 0;
       break;  // waiting requests never preempt running ones
     }
     PopWaiting();
     r.status = RequestStatus::kRunning;
-    r.in_manager = true;
     r.fresh = true;
     running.push_back(q);
     TakeRow(q);
@@ -256,7 +273,7 @@ void Scheduler::Impl::BuildOutput() {
         .num_computed_tokens = c,
         .num_scheduled_tokens = n,
         .num_draft_tokens = r.num_scheduled_drafts,
-        .samples = c + n - r.num_scheduled_drafts >= r.num_tokens(),
+        .samples = c + n - r.num_scheduled_drafts >= r.num_tokens,
         .handle = static_cast<uint32_t>(q)});
     if (fresh) {
       r.fresh = false;
@@ -265,7 +282,7 @@ void Scheduler::Impl::BuildOutput() {
     // The row is current unless the step grew a table or a window released blocks.
     const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens,
                                                 max_model_len - c - n);
-    if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release) {
+    if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
       SyncRow(r, /*record=*/true);
     }
     for (size_t a = 0; a < attention.size(); ++a) {

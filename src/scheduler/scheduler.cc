@@ -159,7 +159,7 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.id = spec.id;
   r.status = RequestStatus::kWaiting;
   r.tokens = std::move(spec.prompt_token_ids);
-  r.tokens.reserve(static_cast<size_t>(len + spec.max_new_tokens));
+  r.num_tokens = len;
   r.prompt_len = len;
   r.max_new_tokens = spec.max_new_tokens;
   r.stop_token_ids = std::move(spec.stop_token_ids);
@@ -243,6 +243,15 @@ void Scheduler::Impl::LeaveRunning(int32_t q) {
   r.status = RequestStatus::kWaiting;
 }
 
+absl::Status Scheduler::Impl::FreeKeepingTokens(int32_t q) {
+  SchedRequest& r = reqs[q];
+  KVPAGE_ASSIGN_OR_RETURN(absl::Span<const int32_t> tokens, kv->Tokens(r.id));
+  r.tokens.assign(tokens.begin(), tokens.end());
+  KVPAGE_RETURN_IF_ERROR(kv->Free(r.id));
+  r.in_manager = false;
+  return absl::OkStatus();
+}
+
 void Scheduler::Impl::Release(int32_t q) {
   SchedRequest& r = reqs[q];
   index_of.erase(r.id);
@@ -313,8 +322,11 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   }
 
   UpdateResult update;
+  s.append_ids.clear();
+  s.append_tokens.clear();
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
+    if (i + 8 < n) __builtin_prefetch(&s.reqs[output.requests[i + 8].handle]);
     SchedRequest& r = s.reqs[sr.handle];
     // Aborted (or its index reused) since the step was scheduled: its results are dropped.
     if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != s.step) continue;
@@ -338,12 +350,12 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
       } else if (r.num_output >= r.max_new_tokens) {
         finished = true;
         reason = FinishReason::kLength;
-      } else if (r.num_tokens() + keep >= s.max_model_len) {
+      } else if (r.num_tokens + keep >= s.max_model_len) {
         finished = true;
         reason = FinishReason::kMaxModelLen;
       }
     }
-    r.tokens.insert(r.tokens.end(), sampled, sampled + keep);
+    r.num_tokens += keep;
     if (finished) {
       update.finished.push_back({r.id, reason, r.num_output});
       s.pending_finished.push_back(r.id);
@@ -352,17 +364,25 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
       ++s.stats.finished;
       continue;
     }
-    const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
-    KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
-    (void)appended;
+    if (keep == 1) {
+      s.append_ids.push_back(r.id);  // appended together below
+      s.append_tokens.push_back(sampled[0]);
+    } else {
+      const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
+      KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
+      (void)appended;
+    }
     // Drafts for the next step, capped by the configuration and by max_model_len.
     const int32_t d = CsrCount(result.draft_offsets, i);
-    const int64_t room = s.max_model_len - r.num_tokens() - s.config.num_speculative_tokens;
+    const int64_t room = s.max_model_len - r.num_tokens - s.config.num_speculative_tokens;
     const int32_t take = static_cast<int32_t>(std::clamp<int64_t>(
         std::min<int64_t>(d, s.config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
     r.drafts.assign(result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0),
                     result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0) + take);
   }
+  const absl::Status appended = s.kv->AppendDecodeTokens(s.append_ids, s.append_tokens);
+  KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
+  (void)appended;
   s.applied = true;
   update.stats.num_running = static_cast<int32_t>(s.running.size());
   update.stats.num_waiting = num_waiting();
@@ -390,6 +410,7 @@ absl::Status Scheduler::CheckInvariants() const {
   std::vector<int32_t> waiting(s.fcfs_waiting.begin(), s.fcfs_waiting.end());
   waiting.insert(waiting.end(), s.priority_waiting.begin(), s.priority_waiting.end());
   size_t live = 0;
+  int64_t in_manager = 0;
   for (size_t q = 0; q < s.reqs.size(); ++q) {
     const SchedRequest& r = s.reqs[q];
     if (r.status == RequestStatus::kFree) continue;
@@ -405,14 +426,23 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " is queued ", in_waiting,
                                               " times and running ", in_running, " times"));
     }
-    if (is_running != r.in_manager || s.kv->HasRequest(r.id) != r.in_manager) {
+    if ((is_running && !r.in_manager) || s.kv->HasRequest(r.id) != r.in_manager) {
       return absl::InternalError(absl::StrCat("request ", r.id.value,
                                               " disagrees with the KV cache on being admitted"));
     }
-    if (is_running && (r.num_computed > r.num_tokens() + static_cast<int64_t>(r.drafts.size()) + s.config.num_speculative_tokens ||
-                       r.num_output > r.max_new_tokens)) {
+    in_manager += r.in_manager ? 1 : 0;
+    // Tokens live in exactly one place: the KV cache while it holds the request, here otherwise.
+    const int64_t held = r.in_manager ? static_cast<int64_t>(s.kv->Tokens(r.id)->size())
+                                      : static_cast<int64_t>(r.tokens.size());
+    if (held != r.num_tokens || (r.in_manager && !r.tokens.empty())) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " has ", r.num_tokens,
+                                              " tokens but ", held, " are held"));
+    }
+    if (r.num_computed > r.num_tokens + static_cast<int64_t>(r.drafts.size()) +
+                             s.config.num_speculative_tokens ||
+        r.num_output > r.max_new_tokens) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,
-                                              " of ", r.num_tokens(), " tokens"));
+                                              " of ", r.num_tokens, " tokens"));
     }
   }
   if (live != s.index_of.size() || live + s.free_indices.size() != s.reqs.size()) {
@@ -421,9 +451,9 @@ absl::Status Scheduler::CheckInvariants() const {
   if (s.running.size() > static_cast<size_t>(s.config.max_num_seqs)) {
     return absl::InternalError(absl::StrCat(s.running.size(), " running requests exceed max_num_seqs"));
   }
-  if (s.kv->num_requests() != static_cast<int64_t>(s.running.size())) {
+  if (s.kv->num_requests() != in_manager) {
     return absl::InternalError(absl::StrCat("the KV cache holds ", s.kv->num_requests(),
-                                            " requests for ", s.running.size(), " running"));
+                                            " requests, the scheduler ", in_manager));
   }
   return s.CheckTables();
 }

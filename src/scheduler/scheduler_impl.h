@@ -25,46 +25,49 @@ enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
 
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs, indexed by a dense
 // index that outlives nothing: it is reused once the request is gone.
-struct SchedRequest {
+struct alignas(64) SchedRequest {
+  // ---- Read or written for every running request in every step: the first cache line.
   RequestId id;
-  RequestStatus status = RequestStatus::kFree;
-  std::vector<int32_t> tokens;  // prompt, then every output token
-  int64_t prompt_len = 0;
-  int32_t max_new_tokens = 0;
+  // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
+  // until Update rejects them).
+  int64_t num_computed = 0;
+  int64_t num_tokens = 0;       // prompt + output tokens
+  int64_t step_computed = 0;    // num_computed before the step
+  uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
+  int64_t sync_tokens = 0;
+  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see ComputeSyncBounds
+  int32_t row = -1;             // its row in the batch tables (-1 when not running)
+  int32_t num_scheduled = 0;
+  int32_t num_scheduled_drafts = 0;
+  // ---- The second line: Update's stop checks and the running pass.
+  uint64_t visited_step = 0;    // the step whose running pass last considered it
   int32_t num_output = 0;
+  int32_t max_new_tokens = 0;
+  RequestStatus status = RequestStatus::kFree;
+  bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
+                                // head of the queue after a failed admission)
+  bool fresh = false;           // admitted or resumed and not yet reported as new
+  bool resumed = false;
   std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> drafts;  // proposed for the next step
+
+  // ---- Cold.
+  // Prompt, then every output token: held here only while the KV cache does not hold the
+  // request (it moves in at admission and is copied back out at preemption).
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
   int32_t priority = 0;
+  int32_t num_preemptions = 0;
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
   std::string cache_salt;
   int64_t lora_id = 0;
-
-  // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
-  // until Update rejects them).
-  int64_t num_computed = 0;
-  std::vector<int32_t> drafts;  // proposed for the next step
-  bool in_manager = false;      // the KvCacheManager knows the request (admitted, not preempted)
-  bool fresh = false;           // admitted or resumed and not yet reported as new
-  bool resumed = false;
-  int32_t num_preemptions = 0;
-
-  // This step.
-  uint64_t scheduled_step = 0;  // the step it was last scheduled in
-  uint64_t visited_step = 0;    // the step whose running pass last considered it
-  int32_t num_scheduled = 0;
-  int32_t num_scheduled_drafts = 0;
-  int64_t step_computed = 0;    // num_computed before the step
-
-  // Its row in the batch tables (-1 when not running) and how far each attention group's
-  // row copies the manager's table.
-  int32_t row = -1;
+  // How far each attention group's row copies the manager's table.
   absl::InlinedVector<int32_t, 2> synced_blocks;    // manager blocks copied
   absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
-  // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
-  int64_t sync_tokens = 0;
-  int64_t sync_release = 0;
 
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t sync_release() const { return sync_tokens + sync_release_delta; }
 };
 
 // Orders the priority queue: lower priority value, then earlier arrival, then earlier add.
@@ -89,6 +92,8 @@ class Scheduler::Impl {
   // Frees the request's blocks and row and drops it from `running` (order kept).
   void LeaveRunning(int32_t q);
   void Release(int32_t q);  // the index can be reused
+  // Drops the request from the KV cache (blocks and all), keeping its tokens here.
+  absl::Status FreeKeepingTokens(int32_t q);
 
   // ---- Schedule (schedule.cc) ----
   void ScheduleRunning(int64_t& budget);
@@ -154,6 +159,8 @@ class Scheduler::Impl {
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
   std::vector<uint8_t> row_scheduled;  // scratch, per row
+  std::vector<RequestId> append_ids;   // scratch for Update's batched token append
+  std::vector<int32_t> append_tokens;
   SchedulerStats stats;
 };
 

@@ -1,0 +1,365 @@
+// Device-vs-reference checks (kernel_checks.h).
+#include "kernels/check/kernel_checks.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/check/device_buffer.h"
+#include "kernels/cuda_status.h"
+#include "kvpage/cuda/copy_slots.h"
+#include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/write_kv.h"
+#include "kvpage/kernel_layout.h"
+#include "kvpage/kernel_reference.h"
+#include "src/internal/status_macros.h"
+
+namespace kvpage::cuda::check {
+namespace {
+
+constexpr uint16_t kHalfNan = 0xffff;  // a NaN in both f16 and bf16
+
+absl::Status Sync(const char* what) {
+  const cudaError_t err = cudaDeviceSynchronize();
+  return err == cudaSuccess ? absl::OkStatus() : internal::CudaStatus(err, what);
+}
+
+std::vector<uint16_t> RandomHalves(size_t n, DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = ref::FloatToHalf(normal(rng), dtype);
+  return v;
+}
+
+int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
+
+}  // namespace
+
+absl::Status RequireDevice() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "cudaGetDeviceCount");
+  if (count == 0) return absl::UnavailableError("no CUDA device");
+  return absl::OkStatus();
+}
+
+std::string WriteKvCase::Name() const {
+  return absl::StrFormat("write_kv %s T=%d H=%d D=%d bs=%d%s", DTypeName(dtype), num_tokens,
+                         num_kv_heads, head_dim, block_size, mla ? " mla" : "");
+}
+
+absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  std::mt19937 rng(seed);
+  const int32_t heads = c.mla ? 1 : c.num_kv_heads;
+  const int64_t row = static_cast<int64_t>(heads) * c.head_dim;
+  const std::vector<uint16_t> k = RandomHalves(c.num_tokens * row, c.dtype, rng);
+  const std::vector<uint16_t> v = RandomHalves(c.num_tokens * row, c.dtype, rng);
+  // Distinct random slots, every fifth token padding (-1).
+  std::vector<int64_t> all(static_cast<size_t>(c.num_blocks) * c.block_size);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  std::vector<int64_t> slots(c.num_tokens);
+  for (int32_t t = 0; t < c.num_tokens; ++t) slots[t] = t % 5 == 3 ? -1 : all[t];
+  const int64_t cache_elements = static_cast<int64_t>(c.num_blocks) * c.block_size * row *
+                                 (c.mla ? 1 : 2);
+  std::vector<uint16_t> cache(cache_elements, 0xaaaa);
+
+  DeviceBuffer dk, dv, dslots, dcache;
+  KVPAGE_RETURN_IF_ERROR(dk.Upload(k));
+  KVPAGE_RETURN_IF_ERROR(dv.Upload(v));
+  KVPAGE_RETURN_IF_ERROR(dslots.Upload(slots));
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(cache));
+  auto view = [&](void* base) {
+    return c.mla ? MlaKvCache(base, c.num_blocks, c.block_size, c.head_dim, c.dtype)
+                 : BlocksFirstKvCache(base, c.num_blocks, c.block_size, heads, c.head_dim,
+                                      c.dtype);
+  };
+  KVPAGE_RETURN_IF_ERROR(WriteKv(dk.get(), c.mla ? nullptr : dv.get(), row, row,
+                                 dslots.as<int64_t>(), c.num_tokens, view(dcache.get()),
+                                 nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("WriteKv"));
+  std::vector<uint16_t> got;
+  KVPAGE_RETURN_IF_ERROR(dcache.Download(&got));
+  // The reference needs a 16-byte aligned host base: vector storage from operator new is.
+  KVPAGE_RETURN_IF_ERROR(ref::WriteKv(k.data(), c.mla ? nullptr : v.data(), row, row,
+                                      slots.data(), c.num_tokens, view(cache.data())));
+  for (int64_t i = 0; i < cache_elements; ++i) {
+    if (got[i] != cache[i]) {
+      return absl::InternalError(absl::StrFormat("%s: element %d is 0x%04x, expected 0x%04x",
+                                                 c.Name(), i, got[i], cache[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DecodeCase::Name() const {
+  return absl::StrFormat("paged_decode %s B=%d Hkv=%d G=%d D=%d bs=%d len<=%d win=%d splits=%d",
+                         DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
+                         max_len, window_left, num_splits);
+}
+
+absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  std::mt19937 rng(seed);
+  const int32_t bs = c.block_size;
+  const int32_t hq = c.num_kv_heads * c.group;
+  // Lengths: edge cases first (1, bs-1, bs, bs+1, max, 0), then uniform.
+  const int32_t edges[] = {1, bs - 1, bs, bs + 1, c.max_len, 0};
+  std::vector<int32_t> lens(c.num_seqs);
+  std::uniform_int_distribution<int32_t> len_dist(1, c.max_len);
+  for (int32_t b = 0; b < c.num_seqs; ++b) {
+    lens[b] = b < 6 ? std::min(std::max(edges[b], 0), c.max_len) : len_dist(rng);
+  }
+  const int32_t max_blocks = CeilDiv(c.max_len, bs);
+  int64_t used_blocks = 0;
+  for (int32_t len : lens) used_blocks += CeilDiv(len, bs);
+  // Block 0 is the null block; 8 unused blocks are left over. All hold NaN unless written.
+  const int32_t num_blocks = static_cast<int32_t>(used_blocks) + 9;
+  std::vector<int32_t> ids(num_blocks - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  std::vector<uint16_t> cache(static_cast<size_t>(num_blocks) * 2 * bs * row, kHalfNan);
+  const KvCacheView host_view =
+      BlocksFirstKvCache(cache.data(), num_blocks, bs, c.num_kv_heads, c.head_dim, c.dtype);
+  std::vector<int32_t> table(static_cast<size_t>(c.num_seqs) * max_blocks, -1);
+  std::normal_distribution<float> normal;
+  size_t next = 0;
+  for (int32_t b = 0; b < c.num_seqs; ++b) {
+    const TokenRange attended = AttendedRange(lens[b], c.window_left);
+    for (int32_t j = 0; j < CeilDiv(lens[b], bs); ++j) {
+      const int32_t block = ids[next++];
+      // Blocks wholly before the window are freed by the manager: the table holds the null
+      // block (NaN here), which the kernel must never read.
+      table[b * max_blocks + j] = (j + 1) * bs <= attended.begin ? 0 : block;
+      for (int32_t t = j * bs; t < std::min((j + 1) * bs, lens[b]); ++t) {
+        for (int kv = 0; kv < 2; ++kv) {
+          uint16_t* dst = cache.data() + KvElementOffset(host_view.block_stride,
+                                                         host_view.kv_stride,
+                                                         host_view.token_stride, 1, block, kv,
+                                                         t % bs, 0);
+          for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
+        }
+      }
+    }
+  }
+  const std::vector<uint16_t> q = RandomHalves(static_cast<size_t>(c.num_seqs) * hq * c.head_dim,
+                                               c.dtype, rng);
+  const DecodeParams params{hq, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                            c.window_left};
+
+  // Plan as a server would: from the longest attended range.
+  int32_t max_attended = 0;
+  for (int32_t len : lens) {
+    const TokenRange r = AttendedRange(len, c.window_left);
+    max_attended = std::max(max_attended, r.end - r.begin);
+  }
+  DecodePlan plan;
+  if (c.num_splits > 0) {
+    const int32_t chunk = std::max(1, CeilDiv(CeilDiv(std::max(max_attended, 1), c.num_splits),
+                                              bs)) * bs;
+    plan = DecodePlan{CeilDiv(std::max(max_attended, 1), chunk), chunk};
+  } else {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    DecodePlanInputs in;
+    in.num_seqs = c.num_seqs;
+    in.num_kv_heads = c.num_kv_heads;
+    in.head_tiles = DecodeHeadTiles(c.group);
+    in.max_attended_tokens = max_attended;
+    in.block_size = bs;
+    in.target_ctas = 2 * std::max(sms, 1);
+    KVPAGE_RETURN_IF_ERROR(PlanDecode(in, &plan));
+  }
+
+  DeviceBuffer dcache, dq, dtable, dlens, dout, dws;
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(cache));
+  KVPAGE_RETURN_IF_ERROR(dq.Upload(q));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(lens));
+  KVPAGE_RETURN_IF_ERROR(
+      dout.Upload(std::vector<uint16_t>(static_cast<size_t>(c.num_seqs) * hq * c.head_dim,
+                                        kHalfNan)));
+  const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.num_seqs, hq, c.head_dim);
+  KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
+  const KvCacheView dev_view =
+      BlocksFirstKvCache(dcache.get(), num_blocks, bs, c.num_kv_heads, c.head_dim, c.dtype);
+  KVPAGE_RETURN_IF_ERROR(PagedDecode(
+      dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, dev_view,
+      BlockTableView{dtable.as<int32_t>(), max_blocks, dlens.as<int32_t>(), c.num_seqs}, params,
+      plan, dws.get(), ws_bytes, nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("PagedDecode"));
+  std::vector<uint16_t> got;
+  KVPAGE_RETURN_IF_ERROR(dout.Download(&got));
+
+  std::vector<double> want(got.size());
+  KVPAGE_RETURN_IF_ERROR(ref::PagedDecode(
+      q.data(), static_cast<int64_t>(hq) * c.head_dim, host_view,
+      BlockTableView{table.data(), max_blocks, lens.data(), c.num_seqs}, params, want.data(),
+      nullptr));
+  const double tol = c.dtype == DType::kBF16 ? 1e-2 : 2e-3;
+  double max_err = 0.0, err_sq = 0.0, ref_sq = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = ref::HalfToFloat(got[i], c.dtype);
+    const double err = std::fabs(g - want[i]);
+    if (!(err <= tol + tol * std::fabs(want[i]))) {  // also catches NaN
+      return absl::InternalError(absl::StrFormat(
+          "%s (plan %d x %d): element %d (seq %d head %d) is %g, expected %g", c.Name(),
+          plan.num_splits, plan.chunk_tokens, i, i / (hq * c.head_dim),
+          (i / c.head_dim) % hq, g, want[i]));
+    }
+    max_err = std::max(max_err, err);
+    err_sq += err * err;
+    ref_sq += want[i] * want[i];
+  }
+  const double rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  if (rel_l2 > (c.dtype == DType::kBF16 ? 5e-3 : 1e-3)) {
+    return absl::InternalError(absl::StrFormat("%s: relative L2 error %g", c.Name(), rel_l2));
+  }
+  if (max_abs_err != nullptr) *max_abs_err = max_err;
+  return absl::OkStatus();
+}
+
+std::string CopyCase::Name() const {
+  return absl::StrFormat("copies slots=%d pairs=%d", num_slots, num_pairs);
+}
+
+absl::Status CheckCopies(const CopyCase& c, uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  std::mt19937 rng(seed);
+  // (stride, copy bytes): a 64 KiB KV block, a 48 KiB + 16 B state, a short copy in a
+  // longer stride.
+  const int64_t shapes[3][2] = {{65536, 65536}, {49168, 49168}, {4096, 592}};
+  std::vector<std::vector<uint8_t>> host(3);
+  std::vector<DeviceBuffer> dev(3);
+  std::vector<SlotTensor> dev_tensors(3), host_tensors(3);
+  for (int i = 0; i < 3; ++i) {
+    host[i].resize(static_cast<size_t>(shapes[i][0]) * c.num_slots);
+    for (auto& byte : host[i]) byte = static_cast<uint8_t>(rng());
+    KVPAGE_RETURN_IF_ERROR(dev[i].Upload(host[i]));
+    dev_tensors[i] = SlotTensor{dev[i].get(), shapes[i][0], shapes[i][1], c.num_slots};
+    host_tensors[i] = SlotTensor{host[i].data(), shapes[i][0], shapes[i][1], c.num_slots};
+  }
+  // Distinct sources from the first half, distinct destinations from the second; plus a -1
+  // pair and a src == dst pair.
+  std::vector<int32_t> perm(c.num_slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const int32_t half = c.num_slots / 2;
+  std::vector<int32_t> src, dst;
+  for (int32_t i = 0; i < std::min(c.num_pairs, half); ++i) {
+    src.push_back(perm[i]);
+    dst.push_back(perm[half + i]);
+  }
+  src.push_back(-1);
+  dst.push_back(perm[0]);
+  src.push_back(perm[1]);
+  dst.push_back(perm[1]);
+  const int32_t n = static_cast<int32_t>(src.size());
+  DeviceBuffer dsrc, ddst;
+  KVPAGE_RETURN_IF_ERROR(dsrc.Upload(src));
+  KVPAGE_RETURN_IF_ERROR(ddst.Upload(dst));
+
+  // A second KV layer shaped like tensor 0: 16-token blocks of 8 heads x 128 bf16 = 64 KiB.
+  std::vector<uint8_t> layer2(host[0].size());
+  for (auto& byte : layer2) byte = static_cast<uint8_t>(rng());
+  DeviceBuffer dlayer2;
+  KVPAGE_RETURN_IF_ERROR(dlayer2.Upload(layer2));
+
+  auto compare = [&](const char* what) -> absl::Status {
+    for (int i = 0; i < 4; ++i) {
+      std::vector<uint8_t> got;
+      KVPAGE_RETURN_IF_ERROR(i < 3 ? dev[i].Download(&got) : dlayer2.Download(&got));
+      const std::vector<uint8_t>& want = i < 3 ? host[i] : layer2;
+      if (got != want) {
+        size_t j = 0;
+        while (got[j] == want[j]) ++j;
+        return absl::InternalError(absl::StrFormat("%s %s: tensor %d differs at byte %d",
+                                                   c.Name(), what, i, j));
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  KVPAGE_RETURN_IF_ERROR(CopySlots(dev_tensors, dsrc.as<int32_t>(), ddst.as<int32_t>(), n,
+                                   nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("CopySlots"));
+  KVPAGE_RETURN_IF_ERROR(ref::CopySlots(host_tensors, src.data(), dst.data(), n));
+  KVPAGE_RETURN_IF_ERROR(compare("CopySlots"));
+
+  // CopyBlocks over two layers in one launch, copying back the other way (dst -> src).
+  const KvCacheView layers[] = {
+      BlocksFirstKvCache(dev[0].get(), c.num_slots, 16, 8, 128, DType::kBF16),
+      BlocksFirstKvCache(dlayer2.get(), c.num_slots, 16, 8, 128, DType::kBF16)};
+  KVPAGE_RETURN_IF_ERROR(CopyBlocks(layers, ddst.as<int32_t>(), dsrc.as<int32_t>(), n, nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("CopyBlocks"));
+  for (uint8_t* base : {host[0].data(), layer2.data()}) {
+    SlotTensor t;
+    KVPAGE_RETURN_IF_ERROR(KvBlockSlotTensor(
+        BlocksFirstKvCache(base, c.num_slots, 16, 8, 128, DType::kBF16), &t));
+    KVPAGE_RETURN_IF_ERROR(ref::CopySlots({&t, 1}, dst.data(), src.data(), n));
+  }
+  KVPAGE_RETURN_IF_ERROR(compare("CopyBlocks"));
+
+  KVPAGE_RETURN_IF_ERROR(ZeroSlots(dev_tensors, ddst.as<int32_t>(), n, nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("ZeroSlots"));
+  KVPAGE_RETURN_IF_ERROR(ref::ZeroSlots(host_tensors, dst.data(), n));
+  return compare("ZeroSlots");
+}
+
+absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
+                        int32_t head_dim, DType dtype, uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int64_t rows = static_cast<int64_t>(num_seqs) * num_heads;
+  std::vector<float> o(rows * num_splits * head_dim), lse(rows * num_splits);
+  for (auto& x : o) x = normal(rng);
+  for (int64_t i = 0; i < static_cast<int64_t>(lse.size()); ++i) {
+    // Every third split empty; the last row entirely empty.
+    const bool empty = i % 3 == 1 || i / num_splits == rows - 1;
+    lse[i] = empty ? -INFINITY : 4.0f * normal(rng);
+  }
+  DeviceBuffer d_o, d_lse, d_out, d_lse_out;
+  KVPAGE_RETURN_IF_ERROR(d_o.Upload(o));
+  KVPAGE_RETURN_IF_ERROR(d_lse.Upload(lse));
+  KVPAGE_RETURN_IF_ERROR(d_out.Upload(std::vector<uint16_t>(rows * head_dim, kHalfNan)));
+  KVPAGE_RETURN_IF_ERROR(d_lse_out.Allocate(rows * sizeof(float)));
+  KVPAGE_RETURN_IF_ERROR(MergeAttnStates(d_out.get(), d_lse_out.as<float>(), d_o.as<float>(),
+                                         d_lse.as<float>(), num_seqs, num_heads, num_splits,
+                                         head_dim, dtype, nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("MergeAttnStates"));
+  std::vector<uint16_t> got;
+  std::vector<float> got_lse;
+  KVPAGE_RETURN_IF_ERROR(d_out.Download(&got));
+  KVPAGE_RETURN_IF_ERROR(d_lse_out.Download(&got_lse));
+  std::vector<double> want(rows * head_dim), want_lse(rows);
+  ref::MergeAttnStates(o.data(), lse.data(), num_seqs, num_heads, num_splits, head_dim,
+                       want.data(), want_lse.data());
+  const double tol = dtype == DType::kBF16 ? 1e-2 : 2e-3;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = ref::HalfToFloat(got[i], dtype);
+    if (!(std::fabs(g - want[i]) <= tol + tol * std::fabs(want[i]))) {
+      return absl::InternalError(
+          absl::StrFormat("merge: element %d is %g, expected %g", i, g, want[i]));
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool both_empty = std::isinf(want_lse[r]) && std::isinf(got_lse[r]) && got_lse[r] < 0;
+    if (!both_empty && !(std::fabs(got_lse[r] - want_lse[r]) <= 1e-4 * (1 + std::fabs(want_lse[r])))) {
+      return absl::InternalError(
+          absl::StrFormat("merge: lse %d is %g, expected %g", r, got_lse[r], want_lse[r]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvpage::cuda::check

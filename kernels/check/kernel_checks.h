@@ -1,0 +1,65 @@
+// Device-vs-reference checks of the kvpage kernels on fresh random inputs, shared by the
+// gpu-labelled tests (fixed seeds) and kvpage_gpu_check (fresh seeds). Each check poisons its
+// outputs, runs the kernel, and compares with the CPU reference (kernel_reference.h):
+// byte-exact for writes and copies, scale-aware tolerances for attention.
+//
+// Every function returns Unavailable when no device is visible (CUDA errors 100 and 35), so
+// callers can skip; Internal with the first mismatch otherwise. Not thread-safe (one stream).
+#ifndef KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_
+#define KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kvpage/dtype.h"
+
+namespace kvpage::cuda::check {
+
+// OK when a device is usable; Unavailable (skip) otherwise.
+absl::Status RequireDevice();
+
+struct WriteKvCase {
+  DType dtype = DType::kBF16;
+  int32_t num_tokens = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;
+  bool mla = false;  // latent rows only (num_kv_heads 1, v null)
+  std::string Name() const;
+};
+absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed);
+
+struct DecodeCase {
+  DType dtype = DType::kBF16;
+  int32_t num_seqs = 0;
+  int32_t num_kv_heads = 0;
+  int32_t group = 1;  // query heads per KV head
+  int32_t head_dim = 128;
+  int32_t block_size = 16;
+  int32_t max_len = 0;  // longest sequence; the first sequences take edge lengths
+  int32_t window_left = -1;
+  int32_t num_splits = 0;  // 0: PlanDecode for this device; n: about n splits
+  std::string Name() const;
+};
+// Also reports the largest absolute error through max_abs_err when non-null.
+absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err);
+
+struct CopyCase {
+  int32_t num_slots = 0;
+  int32_t num_pairs = 0;
+  std::string Name() const;
+};
+// Three slot tensors (a KV-block-like one, a recurrent-state-like one, and one whose copy is
+// shorter than its stride), copied with CopySlots, then CopyBlocks over two KV layers, then
+// ZeroSlots; all byte-compared with the references.
+absl::Status CheckCopies(const CopyCase& c, uint32_t seed);
+
+// MergeAttnStates alone, with some empty splits.
+absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
+                        int32_t head_dim, DType dtype, uint32_t seed);
+
+}  // namespace kvpage::cuda::check
+
+#endif  // KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_

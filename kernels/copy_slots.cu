@@ -7,72 +7,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_status.h"
+#include "kernels/copy_slots_kernel.cuh"
 #include "kvpage/cuda/copy_slots.h"
 
 namespace kvpage::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kVecsPerThread = 4;
-constexpr int64_t kChunkBytes = int64_t{kThreads} * kVecsPerThread * 16;  // 16 KiB
-constexpr int32_t kMaxPairsPerLaunch = 65535;  // grid.y limit
+using internal::CopySlotsKernel;
+using internal::kCopyChunkBytes;
+using internal::kCopyThreads;
+using internal::kMaxPairsPerLaunch;
+using internal::SlotArgs;
+using internal::SlotDesc;
+using internal::ZeroSlotsKernel;
 
-struct SlotDesc {
-  char* base;
-  int64_t slot_stride_bytes;
-  int64_t copy_bytes;
-};
+static_assert(internal::kSlotTensorsPerLaunch == kMaxSlotTensorsPerLaunch);
 
-// By value: 128 * 24 + 8 bytes, inside the classic 4 KiB parameter limit.
-struct SlotArgs {
-  SlotDesc t[kMaxSlotTensorsPerLaunch];
-};
-
-// grid (chunk, pair, tensor). __grid_constant__ keeps the descriptor array in parameter space
-// under the dynamic index instead of copying it to local memory.
-__global__ void __launch_bounds__(kThreads)
-    CopySlotsKernel(const __grid_constant__ SlotArgs args, const int32_t* __restrict__ src,
-                    const int32_t* __restrict__ dst) {
-  const SlotDesc& t = args.t[blockIdx.z];
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kChunkBytes;
-  if (begin >= t.copy_bytes) return;
-  const int32_t s = src[blockIdx.y];
-  const int32_t d = dst[blockIdx.y];
-  if (s < 0 || d < 0 || s == d) return;
-  const uint4* from = reinterpret_cast<const uint4*>(t.base + s * t.slot_stride_bytes + begin);
-  uint4* to = reinterpret_cast<uint4*>(t.base + d * t.slot_stride_bytes + begin);
-  const int32_t n = static_cast<int32_t>(min(kChunkBytes, t.copy_bytes - begin) / 16);
-  uint4 r[kVecsPerThread];
-#pragma unroll
-  for (int k = 0; k < kVecsPerThread; ++k) {
-    const int32_t i = threadIdx.x + k * kThreads;
-    if (i < n) r[k] = __ldcs(from + i);
-  }
-#pragma unroll
-  for (int k = 0; k < kVecsPerThread; ++k) {
-    const int32_t i = threadIdx.x + k * kThreads;
-    if (i < n) __stcs(to + i, r[k]);
-  }
-}
-
-__global__ void __launch_bounds__(kThreads)
-    ZeroSlotsKernel(const __grid_constant__ SlotArgs args, const int32_t* __restrict__ slots) {
-  const SlotDesc& t = args.t[blockIdx.z];
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kChunkBytes;
-  if (begin >= t.copy_bytes) return;
-  const int32_t s = slots[blockIdx.y];
-  if (s < 0) return;
-  uint4* to = reinterpret_cast<uint4*>(t.base + s * t.slot_stride_bytes + begin);
-  const int32_t n = static_cast<int32_t>(min(kChunkBytes, t.copy_bytes - begin) / 16);
-#pragma unroll
-  for (int k = 0; k < kVecsPerThread; ++k) {
-    const int32_t i = threadIdx.x + k * kThreads;
-    if (i < n) __stcs(to + i, make_uint4(0, 0, 0, 0));
-  }
-}
-
-// Validates, then launches `launch(args, grid, pair_offset, pairs)` per batch of at most 128
-// tensors and 65535 pairs.
 template <typename Launch>
 absl::Status ForEachBatch(absl::Span<const SlotTensor> tensors, int32_t num_pairs,
                           const char* what, Launch launch) {
@@ -92,7 +42,7 @@ absl::Status ForEachBatch(absl::Span<const SlotTensor> tensors, int32_t num_pair
       args.t[i] = SlotDesc{static_cast<char*>(t.base), t.slot_stride_bytes, t.copy_bytes};
       max_bytes = std::max(max_bytes, t.copy_bytes);
     }
-    const int64_t chunks = (max_bytes + kChunkBytes - 1) / kChunkBytes;
+    const int64_t chunks = (max_bytes + kCopyChunkBytes - 1) / kCopyChunkBytes;
     if (chunks > 0x7fffffff) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": copy_bytes ", max_bytes));
     }
@@ -117,7 +67,7 @@ absl::Status CopySlots(absl::Span<const SlotTensor> tensors, const int32_t* src,
   }
   return ForEachBatch(tensors, num_pairs, "CopySlots",
                       [&](const SlotArgs& args, dim3 grid, int32_t pair) {
-                        CopySlotsKernel<<<grid, kThreads, 0, stream>>>(args, src + pair,
+                        CopySlotsKernel<<<grid, kCopyThreads, 0, stream>>>(args, src + pair,
                                                                        dst + pair);
                       });
 }
@@ -142,7 +92,7 @@ absl::Status ZeroSlots(absl::Span<const SlotTensor> tensors, const int32_t* slot
   }
   return ForEachBatch(tensors, num_slots, "ZeroSlots",
                       [&](const SlotArgs& args, dim3 grid, int32_t pair) {
-                        ZeroSlotsKernel<<<grid, kThreads, 0, stream>>>(args, slots + pair);
+                        ZeroSlotsKernel<<<grid, kCopyThreads, 0, stream>>>(args, slots + pair);
                       });
 }
 

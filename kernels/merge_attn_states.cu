@@ -9,53 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_status.h"
+#include "kernels/merge_attn_states_kernel.cuh"
 #include "kvpage/cuda/paged_decode.h"
 
 namespace kvpage::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half FromFloat(float x) {
-  return __float2half_rn(x);
-}
-
-// grid.x = sequence * num_heads + head. Every thread finds the row's maximum lse (the splits
-// are few and the loads hit L1), then owns head_dim elements i, i + kThreads, ...
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    MergeKernel(T* out, float* lse_out, const float* partial_o, const float* partial_lse,
-                int32_t num_splits, int32_t head_dim) {
-  const int64_t row = blockIdx.x;
-  const float* lse = partial_lse + row * num_splits;
-  float max_lse = -INFINITY;
-  for (int32_t s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
-  float total = 0.0f;
-  if (max_lse != -INFINITY) {
-    for (int32_t s = 0; s < num_splits; ++s) total += __expf(lse[s] - max_lse);
-  }
-  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
-  for (int32_t i = threadIdx.x; i < head_dim; i += kThreads) {
-    float acc = 0.0f;
-    if (max_lse != -INFINITY) {
-      for (int32_t s = 0; s < num_splits; ++s) {
-        const float w = __expf(lse[s] - max_lse);  // 0 for an empty split
-        if (w > 0.0f) acc += w * partial_o[(row * num_splits + s) * head_dim + i];
-      }
-    }
-    out[row * head_dim + i] = FromFloat<T>(acc * inv_total);
-  }
-  if (lse_out != nullptr && threadIdx.x == 0) {
-    lse_out[row] = max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
-  }
-}
+using internal::kMergeThreads;
+using internal::MergeKernel;
 
 }  // namespace
 
@@ -82,10 +43,10 @@ absl::Status MergeAttnStates(void* out, float* lse_out, const float* partial_o,
   }
   const dim3 grid(static_cast<uint32_t>(rows));
   if (dtype == DType::kBF16) {
-    MergeKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+    MergeKernel<__nv_bfloat16><<<grid, kMergeThreads, 0, stream>>>(
         static_cast<__nv_bfloat16*>(out), lse_out, partial_o, partial_lse, num_splits, head_dim);
   } else {
-    MergeKernel<__half><<<grid, kThreads, 0, stream>>>(static_cast<__half*>(out), lse_out,
+    MergeKernel<__half><<<grid, kMergeThreads, 0, stream>>>(static_cast<__half*>(out), lse_out,
                                                        partial_o, partial_lse, num_splits,
                                                        head_dim);
   }

@@ -2,9 +2,16 @@
 #ifndef KVPAGE_KERNELS_VEC_CUH_
 #define KVPAGE_KERNELS_VEC_CUH_
 
+#if defined(KVPAGE_CUDA_EMULATION)
+#include "kernels/emulation/cuda_emulation.h"
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
 
 namespace kvpage::cuda::internal {
 

@@ -38,8 +38,6 @@ std::vector<uint16_t> RandomHalves(size_t n, DType dtype, std::mt19937& rng) {
   return v;
 }
 
-int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
-
 }  // namespace
 
 absl::Status RequireDevice() {
@@ -100,132 +98,30 @@ absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed) {
   return absl::OkStatus();
 }
 
-std::string DecodeCase::Name() const {
-  return absl::StrFormat("paged_decode %s B=%d Hkv=%d G=%d D=%d bs=%d len<=%d win=%d splits=%d",
-                         DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
-                         max_len, window_left, num_splits);
-}
-
 absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err) {
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
-  std::mt19937 rng(seed);
-  const int32_t bs = c.block_size;
-  const int32_t hq = c.num_kv_heads * c.group;
-  // Lengths: edge cases first (1, bs-1, bs, bs+1, max, 0), then uniform.
-  const int32_t edges[] = {1, bs - 1, bs, bs + 1, c.max_len, 0};
-  std::vector<int32_t> lens(c.num_seqs);
-  std::uniform_int_distribution<int32_t> len_dist(1, c.max_len);
-  for (int32_t b = 0; b < c.num_seqs; ++b) {
-    lens[b] = b < 6 ? std::min(std::max(edges[b], 0), c.max_len) : len_dist(rng);
-  }
-  const int32_t max_blocks = CeilDiv(c.max_len, bs);
-  int64_t used_blocks = 0;
-  for (int32_t len : lens) used_blocks += CeilDiv(len, bs);
-  // Block 0 is the null block; 8 unused blocks are left over. All hold NaN unless written.
-  const int32_t num_blocks = static_cast<int32_t>(used_blocks) + 9;
-  std::vector<int32_t> ids(num_blocks - 1);
-  std::iota(ids.begin(), ids.end(), 1);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  std::vector<uint16_t> cache(static_cast<size_t>(num_blocks) * 2 * bs * row, kHalfNan);
-  const KvCacheView host_view =
-      BlocksFirstKvCache(cache.data(), num_blocks, bs, c.num_kv_heads, c.head_dim, c.dtype);
-  std::vector<int32_t> table(static_cast<size_t>(c.num_seqs) * max_blocks, -1);
-  std::normal_distribution<float> normal;
-  size_t next = 0;
-  for (int32_t b = 0; b < c.num_seqs; ++b) {
-    const TokenRange attended = AttendedRange(lens[b], c.window_left);
-    for (int32_t j = 0; j < CeilDiv(lens[b], bs); ++j) {
-      const int32_t block = ids[next++];
-      // Blocks wholly before the window are freed by the manager: the table holds the null
-      // block (NaN here), which the kernel must never read.
-      table[b * max_blocks + j] = (j + 1) * bs <= attended.begin ? 0 : block;
-      for (int32_t t = j * bs; t < std::min((j + 1) * bs, lens[b]); ++t) {
-        for (int kv = 0; kv < 2; ++kv) {
-          uint16_t* dst = cache.data() + KvElementOffset(host_view.block_stride,
-                                                         host_view.kv_stride,
-                                                         host_view.token_stride, 1, block, kv,
-                                                         t % bs, 0);
-          for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
-        }
-      }
-    }
-  }
-  const std::vector<uint16_t> q = RandomHalves(static_cast<size_t>(c.num_seqs) * hq * c.head_dim,
-                                               c.dtype, rng);
-  const DecodeParams params{hq, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-                            c.window_left};
-
-  // Plan as a server would: from the longest attended range.
-  int32_t max_attended = 0;
-  for (int32_t len : lens) {
-    const TokenRange r = AttendedRange(len, c.window_left);
-    max_attended = std::max(max_attended, r.end - r.begin);
-  }
-  DecodePlan plan;
-  if (c.num_splits > 0) {
-    const int32_t chunk = std::max(1, CeilDiv(CeilDiv(std::max(max_attended, 1), c.num_splits),
-                                              bs)) * bs;
-    plan = DecodePlan{CeilDiv(std::max(max_attended, 1), chunk), chunk};
-  } else {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    DecodePlanInputs in;
-    in.num_seqs = c.num_seqs;
-    in.num_kv_heads = c.num_kv_heads;
-    in.head_tiles = DecodeHeadTiles(c.group);
-    in.max_attended_tokens = max_attended;
-    in.block_size = bs;
-    in.target_ctas = 2 * std::max(sms, 1);
-    KVPAGE_RETURN_IF_ERROR(PlanDecode(in, &plan));
-  }
-
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  DecodeProblem p;
+  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 2 * std::max(sms, 1), &p));
+  const int32_t hq = p.num_q_heads();
   DeviceBuffer dcache, dq, dtable, dlens, dout, dws;
-  KVPAGE_RETURN_IF_ERROR(dcache.Upload(cache));
-  KVPAGE_RETURN_IF_ERROR(dq.Upload(q));
-  KVPAGE_RETURN_IF_ERROR(dtable.Upload(table));
-  KVPAGE_RETURN_IF_ERROR(dlens.Upload(lens));
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
+  KVPAGE_RETURN_IF_ERROR(dq.Upload(p.q));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(p.table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
   KVPAGE_RETURN_IF_ERROR(
-      dout.Upload(std::vector<uint16_t>(static_cast<size_t>(c.num_seqs) * hq * c.head_dim,
-                                        kHalfNan)));
-  const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.num_seqs, hq, c.head_dim);
+      dout.Upload(std::vector<uint16_t>(static_cast<size_t>(p.out_elements()), kHalfNan)));
+  const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, c.head_dim);
   KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
-  const KvCacheView dev_view =
-      BlocksFirstKvCache(dcache.get(), num_blocks, bs, c.num_kv_heads, c.head_dim, c.dtype);
   KVPAGE_RETURN_IF_ERROR(PagedDecode(
-      dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, dev_view,
-      BlockTableView{dtable.as<int32_t>(), max_blocks, dlens.as<int32_t>(), c.num_seqs}, params,
-      plan, dws.get(), ws_bytes, nullptr));
+      dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, p.View(dcache.get()),
+      BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), c.num_seqs},
+      p.params, p.plan, dws.get(), ws_bytes, nullptr));
   KVPAGE_RETURN_IF_ERROR(Sync("PagedDecode"));
   std::vector<uint16_t> got;
   KVPAGE_RETURN_IF_ERROR(dout.Download(&got));
-
-  std::vector<double> want(got.size());
-  KVPAGE_RETURN_IF_ERROR(ref::PagedDecode(
-      q.data(), static_cast<int64_t>(hq) * c.head_dim, host_view,
-      BlockTableView{table.data(), max_blocks, lens.data(), c.num_seqs}, params, want.data(),
-      nullptr));
-  const double tol = c.dtype == DType::kBF16 ? 1e-2 : 2e-3;
-  double max_err = 0.0, err_sq = 0.0, ref_sq = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = ref::HalfToFloat(got[i], c.dtype);
-    const double err = std::fabs(g - want[i]);
-    if (!(err <= tol + tol * std::fabs(want[i]))) {  // also catches NaN
-      return absl::InternalError(absl::StrFormat(
-          "%s (plan %d x %d): element %d (seq %d head %d) is %g, expected %g", c.Name(),
-          plan.num_splits, plan.chunk_tokens, i, i / (hq * c.head_dim),
-          (i / c.head_dim) % hq, g, want[i]));
-    }
-    max_err = std::max(max_err, err);
-    err_sq += err * err;
-    ref_sq += want[i] * want[i];
-  }
-  const double rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
-  if (rel_l2 > (c.dtype == DType::kBF16 ? 5e-3 : 1e-3)) {
-    return absl::InternalError(absl::StrFormat("%s: relative L2 error %g", c.Name(), rel_l2));
-  }
-  if (max_abs_err != nullptr) *max_abs_err = max_err;
-  return absl::OkStatus();
+  return CompareDecode(p, got, max_abs_err);
 }
 
 std::string CopyCase::Name() const {

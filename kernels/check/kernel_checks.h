@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/check/decode_problem.h"
 #include "kvpage/dtype.h"
 
 namespace kvpage::cuda::check {
@@ -31,18 +32,6 @@ struct WriteKvCase {
 };
 absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed);
 
-struct DecodeCase {
-  DType dtype = DType::kBF16;
-  int32_t num_seqs = 0;
-  int32_t num_kv_heads = 0;
-  int32_t group = 1;  // query heads per KV head
-  int32_t head_dim = 128;
-  int32_t block_size = 16;
-  int32_t max_len = 0;  // longest sequence; the first sequences take edge lengths
-  int32_t window_left = -1;
-  int32_t num_splits = 0;  // 0: PlanDecode for this device; n: about n splits
-  std::string Name() const;
-};
 // Also reports the largest absolute error through max_abs_err when non-null.
 absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err);
 

@@ -82,6 +82,9 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   if (cache.kv_stride == 0) {
     return absl::InvalidArgumentError("PagedDecode: MLA views (kv_stride 0) are not supported");
   }
+  if (cache.dtype == DType::kFP8) {
+    return absl::InvalidArgumentError("PagedDecode: fp8 caches are not supported yet");
+  }
   const int32_t hq = params.num_q_heads;
   if (hq <= 0 || hq % cache.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("PagedDecode: num_q_heads ", hq,

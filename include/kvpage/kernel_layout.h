@@ -39,9 +39,10 @@
 namespace kvpage {
 
 // One attention layer's paged K/V cache. Strides are in elements of `dtype`.
-// Invariants (ValidateKvCacheView): dtype is f16 or bf16; head_dim elements are contiguous and
-// a multiple of 8 (one 16-byte vector); every stride is a multiple of 8 elements; base is
-// 16-byte aligned. K of (block b, token t, head h) is at
+// Invariants (ValidateKvCacheView): dtype is f16, bf16 or fp8 (e4m3; written by WriteKvFp8,
+// not read by decode yet); head_dim elements are contiguous and a multiple of one 16-byte
+// vector (8 values, 16 for fp8); every stride is a multiple of that vector; base is 16-byte
+// aligned. K of (block b, token t, head h) is at
 //   base + b*block_stride + t*token_stride + h*head_stride, and V is kv_stride further.
 struct KvCacheView {
   void* base = nullptr;
@@ -55,6 +56,9 @@ struct KvCacheView {
   int32_t head_dim = 0;
   DType dtype = DType::kBF16;
 };
+
+// Values in one 16-byte vector: 8 for f16/bf16, 16 for fp8. REQUIRES: one of those dtypes.
+int64_t VectorElements(DType dtype);
 
 // The contiguous blocks-first NHD view of `[num_blocks, 2, block_size, num_kv_heads, head_dim]`.
 KvCacheView BlocksFirstKvCache(void* base, int32_t num_blocks, int32_t block_size,

@@ -26,6 +26,12 @@ float Bf16ToFloat(uint16_t bits);
 uint16_t FloatToF16(float x);
 float F16ToFloat(uint16_t bits);
 
+// fp8 e4m3 ("fn": no infinity, NaN = 0x7f / 0xff, largest finite 448), as CUDA's
+// __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3): round-to-nearest-even, saturating to
+// +-448 (infinities too); NaN gives 0x7f.
+uint8_t FloatToE4m3(float x);
+float E4m3ToFloat(uint8_t bits);
+
 // Value of one 16-bit element of `dtype` (f16 or bf16), and the reverse.
 float HalfToFloat(uint16_t bits, DType dtype);
 uint16_t FloatToHalf(float x, DType dtype);
@@ -35,11 +41,22 @@ uint16_t FloatToHalf(float x, DType dtype);
 //      head_dim contiguous, head stride head_dim; same for v.
 //   slot_mapping: int64 [num_tokens]; slot = block_id * block_size + offset; < 0 skips.
 // v may be null for an MLA view (kv_stride 0): only the latent row is written.
-// InvalidArgument for an invalid view, a slot past num_blocks * block_size (naming the token
+// InvalidArgument for an invalid or fp8 view (see WriteKvFp8), a slot past num_blocks * block_size (naming the token
 // and slot), or a null k.
 absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache);
+
+// WriteKv for an fp8 (e4m3) cache with per-tensor scales (vLLM's convention: the stored value
+// is x / scale, the dequantised value stored * scale). Inputs are `input_dtype` (f16/bf16)
+// bits, laid out as for WriteKv; each value is stored as FloatToE4m3(x * (1.0f / scale)) with
+// the reciprocal and the product computed in float, exactly as the kernel does.
+// InvalidArgument as WriteKv, and for a cache that is not fp8 or a scale that is not a
+// positive finite number.
+absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
+                        int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
+                        DType input_dtype, float k_scale, float v_scale,
+                        const KvCacheView& cache);
 
 // Decode attention, one query token per sequence.
 //   q: [num_seqs][num_q_heads][head_dim] (bits of cache.dtype), sequence stride q_seq_stride.
@@ -47,7 +64,7 @@ absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_strid
 //   sum of exp(score), -inf for an empty range (then out is 0). lse may be null.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads). Only tokens of
 // AttendedRange(seq_len, window_left) are read; blocks outside it are never dereferenced.
-// InvalidArgument for an invalid view, num_q_heads not a multiple of num_kv_heads, or a block
+// InvalidArgument for an invalid or fp8 view, num_q_heads not a multiple of num_kv_heads, or a block
 // id outside [0, num_blocks) inside the attended range (naming sequence and position).
 absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params, double* out,

@@ -15,6 +15,9 @@ inline std::vector<WriteKvCase> WriteKvCases() {
       {DType::kF16, 37, 2, 256, 64, 8, false},
       {DType::kBF16, 1, 4, 64, 16, 4, false},
       {DType::kBF16, 50, 1, 576, 64, 4, true},  // MLA latent rows
+      {DType::kBF16, 60, 8, 128, 16, 32, false, true},  // fp8 e4m3 cache
+      {DType::kF16, 20, 2, 256, 64, 4, false, true},
+      {DType::kBF16, 30, 1, 576, 64, 2, true, true},  // fp8 MLA
   };
 }
 

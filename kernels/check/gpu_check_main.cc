@@ -119,24 +119,34 @@ absl::StatusOr<Row> BenchCopyCeiling(Bench& bench) {
   return Row{"memcpy D2D", "2 GiB", 2.0 * bytes, t};
 }
 
-absl::StatusOr<Row> BenchWriteKv(Bench& bench, std::mt19937& rng) {
+absl::StatusOr<Row> BenchWriteKv(Bench& bench, std::mt19937& rng, bool fp8) {
   const int32_t tokens = 131072, heads = 8, d = 128, bs = 16;
   const int64_t row = int64_t{heads} * d;
   const int32_t blocks = tokens / bs;
+  const int64_t cache_value_bytes = fp8 ? 1 : 2;
   std::vector<int64_t> slots(tokens);
   std::iota(slots.begin(), slots.end(), 0);
   std::shuffle(slots.begin(), slots.end(), rng);
   DeviceBuffer k, v, cache, dslots;
   KVPAGE_RETURN_IF_ERROR(k.Allocate(tokens * row * 2));
   KVPAGE_RETURN_IF_ERROR(v.Allocate(tokens * row * 2));
-  KVPAGE_RETURN_IF_ERROR(cache.Allocate(int64_t{blocks} * 2 * bs * row * 2));
+  cudaMemset(k.get(), 0x3c, k.bytes());
+  cudaMemset(v.get(), 0x3c, v.bytes());
+  KVPAGE_RETURN_IF_ERROR(cache.Allocate(int64_t{blocks} * 2 * bs * row * cache_value_bytes));
   KVPAGE_RETURN_IF_ERROR(dslots.Upload(slots));
-  const KvCacheView view = BlocksFirstKvCache(cache.get(), blocks, bs, heads, d, DType::kBF16);
+  const KvCacheView view = BlocksFirstKvCache(cache.get(), blocks, bs, heads, d,
+                                              fp8 ? DType::kFP8 : DType::kBF16);
   KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
-    return WriteKv(k.get(), v.get(), row, row, dslots.as<int64_t>(), tokens, view, nullptr);
+    return fp8 ? WriteKvFp8(k.get(), v.get(), row, row, dslots.as<int64_t>(), tokens,
+                            DType::kBF16, 0.05f, 0.05f, view, nullptr)
+               : WriteKv(k.get(), v.get(), row, row, dslots.as<int64_t>(), tokens, view,
+                         nullptr);
   }));
-  const double bytes = 2.0 * (2.0 * tokens * row * 2) + 8.0 * tokens;
-  return Row{"write_kv", "bf16 T=131072 H=8 D=128 bs=16, random slots", bytes, t};
+  const double bytes = 2.0 * tokens * row * (2 + cache_value_bytes) + 8.0 * tokens;
+  return Row{fp8 ? "write_kv_fp8" : "write_kv",
+             fp8 ? "bf16->e4m3 T=131072 H=8 D=128 bs=16, random slots"
+                 : "bf16 T=131072 H=8 D=128 bs=16, random slots",
+             bytes, t};
 }
 
 absl::StatusOr<Row> BenchCopyBlocks(Bench& bench, std::mt19937& rng) {
@@ -275,7 +285,8 @@ int Run(int argc, char** argv) {
   std::mt19937 rng(seed);
   std::vector<absl::StatusOr<Row>> rows;
   rows.push_back(BenchCopyCeiling(bench));
-  rows.push_back(BenchWriteKv(bench, rng));
+  rows.push_back(BenchWriteKv(bench, rng, false));
+  rows.push_back(BenchWriteKv(bench, rng, true));
   rows.push_back(BenchCopyBlocks(bench, rng));
   rows.push_back(BenchStateSlots(bench, false));
   rows.push_back(BenchStateSlots(bench, true));
@@ -291,7 +302,9 @@ int Run(int argc, char** argv) {
   double ceiling = 0;
   if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
-  if (out != nullptr) std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
+  if (out != nullptr) {
+    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
+  }
   std::printf("\n%-13s %-52s %9s %10s %10s %10s %8s %7s\n", "kernel", "config", "MB",
               "median_us", "min_us", "max_us", "GB/s", "%copy");
   int bench_failures = 0;

@@ -49,8 +49,9 @@ absl::Status RequireDevice() {
 }
 
 std::string WriteKvCase::Name() const {
-  return absl::StrFormat("write_kv %s T=%d H=%d D=%d bs=%d%s", DTypeName(dtype), num_tokens,
-                         num_kv_heads, head_dim, block_size, mla ? " mla" : "");
+  return absl::StrFormat("write_kv %s%s T=%d H=%d D=%d bs=%d%s", DTypeName(dtype),
+                         fp8 ? "->fp8" : "", num_tokens, num_kv_heads, head_dim, block_size,
+                         mla ? " mla" : "");
 }
 
 absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed) {
@@ -66,9 +67,10 @@ absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed) {
   std::shuffle(all.begin(), all.end(), rng);
   std::vector<int64_t> slots(c.num_tokens);
   for (int32_t t = 0; t < c.num_tokens; ++t) slots[t] = t % 5 == 3 ? -1 : all[t];
-  const int64_t cache_elements = static_cast<int64_t>(c.num_blocks) * c.block_size * row *
-                                 (c.mla ? 1 : 2);
-  std::vector<uint16_t> cache(cache_elements, 0xaaaa);
+  const DType cache_dtype = c.fp8 ? DType::kFP8 : c.dtype;
+  const int64_t cache_bytes = static_cast<int64_t>(c.num_blocks) * c.block_size * row *
+                              (c.mla ? 1 : 2) * BytesPerValue(cache_dtype);
+  std::vector<uint8_t> cache(cache_bytes, 0xaa);
 
   DeviceBuffer dk, dv, dslots, dcache;
   KVPAGE_RETURN_IF_ERROR(dk.Upload(k));
@@ -76,22 +78,36 @@ absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed) {
   KVPAGE_RETURN_IF_ERROR(dslots.Upload(slots));
   KVPAGE_RETURN_IF_ERROR(dcache.Upload(cache));
   auto view = [&](void* base) {
-    return c.mla ? MlaKvCache(base, c.num_blocks, c.block_size, c.head_dim, c.dtype)
+    return c.mla ? MlaKvCache(base, c.num_blocks, c.block_size, c.head_dim, cache_dtype)
                  : BlocksFirstKvCache(base, c.num_blocks, c.block_size, heads, c.head_dim,
-                                      c.dtype);
+                                      cache_dtype);
   };
-  KVPAGE_RETURN_IF_ERROR(WriteKv(dk.get(), c.mla ? nullptr : dv.get(), row, row,
-                                 dslots.as<int64_t>(), c.num_tokens, view(dcache.get()),
-                                 nullptr));
+  const void* dv_ptr = c.mla ? nullptr : dv.get();
+  const uint16_t* v_ptr = c.mla ? nullptr : v.data();
+  constexpr float kKScale = 0.05f, kVScale = 0.125f;  // spread values over e4m3's range
+  if (c.fp8) {
+    KVPAGE_RETURN_IF_ERROR(WriteKvFp8(dk.get(), dv_ptr, row, row, dslots.as<int64_t>(),
+                                      c.num_tokens, c.dtype, kKScale, kVScale,
+                                      view(dcache.get()), nullptr));
+  } else {
+    KVPAGE_RETURN_IF_ERROR(WriteKv(dk.get(), dv_ptr, row, row, dslots.as<int64_t>(),
+                                   c.num_tokens, view(dcache.get()), nullptr));
+  }
   KVPAGE_RETURN_IF_ERROR(Sync("WriteKv"));
-  std::vector<uint16_t> got;
+  std::vector<uint8_t> got;
   KVPAGE_RETURN_IF_ERROR(dcache.Download(&got));
   // The reference needs a 16-byte aligned host base: vector storage from operator new is.
-  KVPAGE_RETURN_IF_ERROR(ref::WriteKv(k.data(), c.mla ? nullptr : v.data(), row, row,
-                                      slots.data(), c.num_tokens, view(cache.data())));
-  for (int64_t i = 0; i < cache_elements; ++i) {
+  if (c.fp8) {
+    KVPAGE_RETURN_IF_ERROR(ref::WriteKvFp8(k.data(), v_ptr, row, row, slots.data(),
+                                           c.num_tokens, c.dtype, kKScale, kVScale,
+                                           view(cache.data())));
+  } else {
+    KVPAGE_RETURN_IF_ERROR(
+        ref::WriteKv(k.data(), v_ptr, row, row, slots.data(), c.num_tokens, view(cache.data())));
+  }
+  for (int64_t i = 0; i < cache_bytes; ++i) {
     if (got[i] != cache[i]) {
-      return absl::InternalError(absl::StrFormat("%s: element %d is 0x%04x, expected 0x%04x",
+      return absl::InternalError(absl::StrFormat("%s: byte %d is 0x%02x, expected 0x%02x",
                                                  c.Name(), i, got[i], cache[i]));
     }
   }

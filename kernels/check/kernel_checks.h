@@ -21,13 +21,14 @@ namespace kvpage::cuda::check {
 absl::Status RequireDevice();
 
 struct WriteKvCase {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // of the inputs and (unless fp8) the cache
   int32_t num_tokens = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
   int32_t num_blocks = 0;
   bool mla = false;  // latent rows only (num_kv_heads 1, v null)
+  bool fp8 = false;  // WriteKvFp8 into an e4m3 cache; dtype is then the input type
   std::string Name() const;
 };
 absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed);

@@ -86,6 +86,15 @@ inline __half2 __float22half2_rn(float2 v) {
 inline __nv_bfloat16 __float2bfloat16_rn(float x) { return {kvpage::ref::FloatToBf16(x)}; }
 inline __half __float2half_rn(float x) { return {kvpage::ref::FloatToF16(x)}; }
 
+using __nv_fp8_storage_t = unsigned char;
+enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+// Only the conversion the kernels use: e4m3 with saturation to the largest finite value.
+inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t,
+                                                __nv_fp8_interpretation_t) {
+  return kvpage::ref::FloatToE4m3(x);
+}
+
 inline float __expf(float x) { return std::exp(x); }
 inline float __log2f(float x) { return std::log2(x); }
 inline int min(int a, int b) { return a < b ? a : b; }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kvpage/kernel_reference.h"
 
@@ -67,6 +68,42 @@ float F16ToFloat(uint16_t bits) {
   }
   if (exponent == 31) return BitsFloat(sign | 0x7f800000u | (mantissa << 13));
   return BitsFloat(sign | ((exponent - 15u + 127u) << 23) | (mantissa << 13));
+}
+
+uint8_t FloatToE4m3(float x) {
+  const uint32_t bits = FloatBits(x);
+  const uint8_t sign = (bits >> 24) & 0x80u;
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return 0x7f;
+  const float a = BitsFloat(abs_bits);
+  if (a > 448.0f) return sign | 0x7e;  // satfinite: the largest finite value
+  if (a < 0x1p-6f) {
+    // Subnormal e4m3: a multiple of 2^-9 (exact scaling, ties to even). 8 is the smallest
+    // normal (exponent field 1, mantissa 0), which the same encoding expresses.
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 512.0f)));
+  }
+  const uint32_t exponent = (abs_bits >> 23) - 127u + 7u;  // 1..8+7
+  const uint32_t mantissa = abs_bits & 0x7fffffu;
+  uint32_t code = (exponent << 3) | (mantissa >> 20);
+  const uint32_t rest = mantissa & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (code & 1u))) ++code;
+  if (code > 0x7eu) code = 0x7e;  // 448 < a rounds no higher than 448 after the check above
+  return static_cast<uint8_t>(sign | code);
+}
+
+float E4m3ToFloat(uint8_t bits) {
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  float magnitude;
+  if (exponent == 15 && mantissa == 7) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+  } else {
+    magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f,
+                           static_cast<int>(exponent) - 7);
+  }
+  return (bits & 0x80u) ? -magnitude : magnitude;
 }
 
 float HalfToFloat(uint16_t bits, DType dtype) {

@@ -16,6 +16,8 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorB
 
 }  // namespace
 
+int64_t VectorElements(DType dtype) { return kVectorBytes / BytesPerValue(dtype); }
+
 KvCacheView BlocksFirstKvCache(void* base, int32_t num_blocks, int32_t block_size,
                                int32_t num_kv_heads, int32_t head_dim, DType dtype) {
   KvCacheView view;
@@ -49,10 +51,11 @@ KvCacheView MlaKvCache(void* base, int32_t num_blocks, int32_t block_size, int32
 }
 
 absl::Status ValidateKvCacheView(const KvCacheView& c) {
-  if (c.dtype != DType::kBF16 && c.dtype != DType::kF16) {
+  if (c.dtype != DType::kBF16 && c.dtype != DType::kF16 && c.dtype != DType::kFP8) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KvCacheView: dtype ", DTypeName(c.dtype), " is not f16 or bf16"));
+        absl::StrCat("KvCacheView: dtype ", DTypeName(c.dtype), " is not f16, bf16 or fp8"));
   }
+  const int64_t vec = VectorElements(c.dtype);
   if (c.base == nullptr) return absl::InvalidArgumentError("KvCacheView: base is null");
   if (!Aligned16(c.base)) {
     return absl::InvalidArgumentError("KvCacheView: base is not 16-byte aligned");
@@ -62,16 +65,16 @@ absl::Status ValidateKvCacheView(const KvCacheView& c) {
         "KvCacheView: sizes must be positive (num_blocks ", c.num_blocks, ", block_size ",
         c.block_size, ", num_kv_heads ", c.num_kv_heads, ", head_dim ", c.head_dim, ")"));
   }
-  if (c.head_dim % 8 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KvCacheView: head_dim ", c.head_dim, " is not a multiple of 8"));
+  if (c.head_dim % vec != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KvCacheView: head_dim ", c.head_dim,
+                                                   " is not a multiple of ", vec));
   }
   const int64_t strides[] = {c.block_stride, c.kv_stride, c.token_stride, c.head_stride};
   const char* names[] = {"block_stride", "kv_stride", "token_stride", "head_stride"};
   for (int i = 0; i < 4; ++i) {
-    if (strides[i] < 0 || strides[i] % 8 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "KvCacheView: ", names[i], " ", strides[i], " is not a non-negative multiple of 8"));
+    if (strides[i] < 0 || strides[i] % vec != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("KvCacheView: ", names[i], " ", strides[i],
+                                                     " is not a non-negative multiple of ", vec));
     }
   }
   if (c.num_kv_heads > 1 && c.head_stride < c.head_dim) {

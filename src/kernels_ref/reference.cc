@@ -37,22 +37,39 @@ absl::Status CheckSlotIds(absl::Span<const SlotTensor> tensors, const int32_t* i
   return absl::OkStatus();
 }
 
+absl::Status CheckHalfCache(const KvCacheView& cache, const char* what) {
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  if (cache.dtype == DType::kFP8) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the cache is fp8"));
+  }
+  return absl::OkStatus();
+}
+
+// Common checks of WriteKv and WriteKvFp8: k present, every slot inside the cache.
+absl::Status CheckWriteArgs(const uint16_t* k, const int64_t* slot_mapping, int32_t num_tokens,
+                            const KvCacheView& cache, const char* what) {
+  if (k == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": k is null"));
+  const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    if (slot_mapping[t] >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": slot_mapping[", t, "] = ",
+                                                     slot_mapping[t], " is past ", num_slots,
+                                                     " slots"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache) {
-  absl::Status status = ValidateKvCacheView(cache);
+  absl::Status status = CheckHalfCache(cache, "WriteKv");
   if (!status.ok()) return status;
-  if (k == nullptr) return absl::InvalidArgumentError("WriteKv: k is null");
-  const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
-  for (int32_t t = 0; t < num_tokens; ++t) {
-    if (slot_mapping[t] >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrCat("WriteKv: slot_mapping[", t, "] = ",
-                                                     slot_mapping[t], " is past ", num_slots,
-                                                     " slots"));
-    }
-  }
+  status = CheckWriteArgs(k, slot_mapping, num_tokens, cache, "WriteKv");
+  if (!status.ok()) return status;
   const size_t row_bytes = sizeof(uint16_t) * cache.head_dim;
   for (int32_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
@@ -71,10 +88,55 @@ absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_strid
   return absl::OkStatus();
 }
 
+absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
+                        int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
+                        DType input_dtype, float k_scale, float v_scale,
+                        const KvCacheView& cache) {
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  if (cache.dtype != DType::kFP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteKvFp8: cache dtype ", DTypeName(cache.dtype), " is not fp8"));
+  }
+  if (input_dtype != DType::kBF16 && input_dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("WriteKvFp8: input dtype ",
+                                                   DTypeName(input_dtype), " is not f16/bf16"));
+  }
+  for (float scale : {k_scale, v_scale}) {
+    if (!(scale > 0.0f) || std::isinf(scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteKvFp8: scale ", scale, " is not a positive finite number"));
+    }
+  }
+  status = CheckWriteArgs(k, slot_mapping, num_tokens, cache, "WriteKvFp8");
+  if (!status.ok()) return status;
+  const float inv_scale[2] = {1.0f / k_scale, 1.0f / v_scale};
+  uint8_t* base = static_cast<uint8_t*>(cache.base);
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    const int32_t block = static_cast<int32_t>(slot / cache.block_size);
+    const int32_t offset = static_cast<int32_t>(slot % cache.block_size);
+    for (int32_t kv = 0; kv < (v == nullptr ? 1 : 2); ++kv) {
+      const uint16_t* src = kv == 0 ? k + t * k_token_stride : v + t * v_token_stride;
+      for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
+        uint8_t* dst = base + KvElementOffset(cache.block_stride, cache.kv_stride,
+                                              cache.token_stride, cache.head_stride, block, kv,
+                                              offset, h);
+        for (int32_t i = 0; i < cache.head_dim; ++i) {
+          const float x = HalfToFloat(src[h * cache.head_dim + i], input_dtype);
+          dst[i] = FloatToE4m3(x * inv_scale[kv]);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse) {
-  absl::Status status = ValidateKvCacheView(cache);
+  absl::Status status = CheckHalfCache(cache, "PagedDecode");
   if (!status.ok()) return status;
   const int32_t hq = params.num_q_heads;
   if (hq <= 0 || hq % cache.num_kv_heads != 0) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -69,6 +70,32 @@ TEST(HalfConversionTest, EveryNonNanBitPatternRoundTrips) {
     }
     if (!std::isnan(Bf16ToFloat(bits))) {
       ASSERT_EQ(FloatToBf16(Bf16ToFloat(bits)), bits) << b;
+    }
+  }
+}
+
+TEST(HalfConversionTest, E4m3ExactValuesTiesAndSaturation) {
+  using ref::E4m3ToFloat;
+  using ref::FloatToE4m3;
+  EXPECT_EQ(FloatToE4m3(1.0f), 0x38);
+  EXPECT_EQ(FloatToE4m3(-2.0f), 0xc0);
+  EXPECT_EQ(FloatToE4m3(448.0f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(500.0f), 0x7e);  // saturates
+  EXPECT_EQ(FloatToE4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(FloatToE4m3(0x1p-9f), 0x01);
+  EXPECT_EQ(FloatToE4m3(0x1p-10f), 0x00);      // tie to even (0)
+  EXPECT_EQ(FloatToE4m3(3 * 0x1p-10f), 0x02);  // 1.5 ulp ties to 2
+  EXPECT_EQ(FloatToE4m3(1.0625f), 0x38);       // halfway 1 / 1.125: even mantissa
+  EXPECT_EQ(FloatToE4m3(1.1875f), 0x3a);       // halfway 1.125 / 1.25: up to even
+  EXPECT_EQ(FloatToE4m3(0x1p-6f - 0x1p-11f), 0x08);  // rounds up into the smallest normal
+  EXPECT_EQ(FloatToE4m3(std::nanf("")), 0x7f);
+  EXPECT_EQ(E4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(0x01), 0x1p-9f);
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0xff)));
+  for (uint32_t b = 0; b < 0x100; ++b) {
+    const uint8_t bits = static_cast<uint8_t>(b);
+    if (!std::isnan(E4m3ToFloat(bits))) {
+      ASSERT_EQ(FloatToE4m3(E4m3ToFloat(bits)), bits) << b;
     }
   }
 }
@@ -181,6 +208,37 @@ TEST(PlanDecodeTest, ChunksCoverTheLongestSequence) {
       EXPECT_LE(plan.num_splits, 64);
     }
   }
+}
+
+TEST(WriteKvRefTest, Fp8StoresScaledSaturatedValues) {
+  // 2 blocks of 2 tokens, one head of 16: an fp8 K or V half is 32 bytes, a block 64.
+  alignas(16) static uint8_t cache[2 * 64];
+  std::memset(cache, 0xaa, sizeof(cache));
+  const KvCacheView c = BlocksFirstKvCache(cache, 2, 2, 1, 16, DType::kFP8);
+  EXPECT_TRUE(ValidateKvCacheView(c).ok());
+  std::vector<uint16_t> k(16), v(16);
+  for (int i = 0; i < 16; ++i) {
+    k[i] = FloatToBf16(static_cast<float>(i));          // / 0.5: 0, 2, 4, ... 30
+    v[i] = FloatToBf16(i == 0 ? 1000.0f : -1.0f * i);   // / 2: saturates, then -0.5 i
+  }
+  const int64_t slots[] = {3};  // block 1, offset 1
+  ASSERT_TRUE(ref::WriteKvFp8(k.data(), v.data(), 16, 16, slots, 1, DType::kBF16, 0.5f, 2.0f, c)
+                  .ok());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(ref::E4m3ToFloat(cache[64 + 16 + i]), 2.0f * i) << i;  // K, token 1 of block 1
+  }
+  EXPECT_EQ(cache[64 + 32 + 16], 0x7e);  // 1000 / 2 saturates to 448
+  EXPECT_EQ(ref::E4m3ToFloat(cache[64 + 32 + 16 + 3]), -1.5f);
+  EXPECT_EQ(cache[0], 0xaa);
+  EXPECT_EQ(cache[64 + 15], 0xaa);  // token 0 of block 1 untouched
+  absl::Status s = ref::WriteKvFp8(k.data(), v.data(), 16, 16, slots, 1, DType::kBF16, 0.0f,
+                                   1.0f, c);
+  EXPECT_NE(s.message().find("scale 0"), absl::string_view::npos) << s;
+  s = ref::WriteKv(k.data(), v.data(), 16, 16, slots, 1, c);
+  EXPECT_NE(s.message().find("fp8"), absl::string_view::npos) << s;
+  // An fp8 view needs head_dim in whole 16-value vectors.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ValidateKvCacheView(BlocksFirstKvCache(cache, 2, 2, 1, 8, DType::kFP8))));
 }
 
 TEST(WriteKvRefTest, ScattersRowsBySlotAndSkipsNegative) {

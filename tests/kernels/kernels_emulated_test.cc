@@ -178,6 +178,53 @@ TEST(EmulatedKernelsTest, WriteKvMatchesReferenceByteForByte) {
   }
 }
 
+TEST(EmulatedKernelsTest, WriteKvFp8MatchesReferenceByteForByte) {
+  struct Case {
+    DType dtype;
+    int32_t tokens, heads, d, bs, blocks;
+    bool mla;
+  };
+  const Case cases[] = {{DType::kBF16, 20, 2, 128, 16, 4, false},
+                        {DType::kF16, 9, 1, 256, 64, 1, false},
+                        {DType::kBF16, 7, 1, 576, 64, 1, true}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (const Case& c : cases) {
+    const int64_t row = static_cast<int64_t>(c.heads) * c.d;
+    std::vector<uint16_t> k(c.tokens * row), v(c.tokens * row);
+    // Wide values so some saturate at +-448 after scaling.
+    for (auto& x : k) x = ref::FloatToHalf(30.0f * normal(rng), c.dtype);
+    for (auto& x : v) x = ref::FloatToHalf(normal(rng), c.dtype);
+    std::vector<int64_t> slots(static_cast<size_t>(c.blocks) * c.bs);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(c.tokens);
+    slots[2] = -1;
+    std::vector<uint8_t> got(static_cast<size_t>(c.blocks) * c.bs * row * (c.mla ? 1 : 2),
+                             0xaa);
+    std::vector<uint8_t> want = got;
+    auto view = [&](std::vector<uint8_t>& base) {
+      return c.mla ? MlaKvCache(base.data(), c.blocks, c.bs, c.d, DType::kFP8)
+                   : BlocksFirstKvCache(base.data(), c.blocks, c.bs, c.heads, c.d, DType::kFP8);
+    };
+    const uint16_t* v_ptr = c.mla ? nullptr : v.data();
+    const internal::WriteKvFp8Args args = internal::MakeWriteKvFp8Args(
+        k.data(), v_ptr, row, row, slots.data(), 0.1f, 0.01f, view(got));
+    if (c.dtype == DType::kBF16) {
+      Launch(dim3(c.tokens), dim3(internal::kWriteKvThreads),
+             internal::WriteKvFp8Kernel<__nv_bfloat16>, args);
+    } else {
+      Launch(dim3(c.tokens), dim3(internal::kWriteKvThreads), internal::WriteKvFp8Kernel<__half>,
+             args);
+    }
+    ASSERT_TRUE(ref::WriteKvFp8(k.data(), v_ptr, row, row, slots.data(), c.tokens, c.dtype, 0.1f,
+                                0.01f, view(want))
+                    .ok());
+    EXPECT_EQ(got, want) << c.tokens << " tokens, mla " << c.mla;
+    EXPECT_NE(std::find(want.begin(), want.end(), 0x7e), want.end());  // saturation happened
+  }
+}
+
 TEST(EmulatedKernelsTest, CopyAndZeroSlotsMatchReferenceByteForByte) {
   // (stride, copy bytes): two chunks plus 16 bytes, and a short copy inside a longer stride.
   const int64_t shapes[2][2] = {{32784, 32784}, {4096, 592}};

@@ -24,12 +24,23 @@ namespace kvpage::cuda {
 //
 // One CTA per token, 16-byte loads and stores. Asynchronous on `stream`, never synchronizes,
 // capturable in a CUDA graph (pad with -1 slots to a fixed num_tokens).
-// Returns InvalidArgument naming the value for an invalid view (ValidateKvCacheView), a null
+// Returns InvalidArgument naming the value for an invalid or fp8 view (use WriteKvFp8), a null
 // or misaligned k/v, a token stride that is not a multiple of 8, or num_tokens < 0; the CUDA
 // launch error (Unavailable without a device) otherwise.
 absl::Status WriteKv(const void* k, const void* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache, cudaStream_t stream);
+
+// WriteKv into an fp8 (e4m3) cache with per-tensor scales (vLLM's convention: stored = x /
+// scale, dequantised = stored * scale). k and v are `input_dtype` (f16 or bf16) with the
+// layout above; each value is stored as e4m3(x * (1/scale)), rounded to nearest even and
+// saturated to +-448 (ref::WriteKvFp8 is the bit-exact reference). cache.dtype must be kFP8
+// and head_dim a multiple of 16. Same launch shape and errors as WriteKv, plus
+// InvalidArgument for a scale that is not a positive finite number.
+absl::Status WriteKvFp8(const void* k, const void* v, int64_t k_token_stride,
+                        int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
+                        DType input_dtype, float k_scale, float v_scale,
+                        const KvCacheView& cache, cudaStream_t stream);
 
 }  // namespace kvpage::cuda
 

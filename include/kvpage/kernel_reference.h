@@ -41,8 +41,8 @@ uint16_t FloatToHalf(float x, DType dtype);
 //      head_dim contiguous, head stride head_dim; same for v.
 //   slot_mapping: int64 [num_tokens]; slot = block_id * block_size + offset; < 0 skips.
 // v may be null for an MLA view (kv_stride 0): only the latent row is written.
-// InvalidArgument for an invalid or fp8 view (see WriteKvFp8), a slot past num_blocks * block_size (naming the token
-// and slot), or a null k.
+// InvalidArgument for an invalid or fp8 view (see WriteKvFp8), a slot past
+// num_blocks * block_size (naming the token and slot), or a null k.
 absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache);
@@ -64,8 +64,8 @@ absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_st
 //   sum of exp(score), -inf for an empty range (then out is 0). lse may be null.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads). Only tokens of
 // AttendedRange(seq_len, window_left) are read; blocks outside it are never dereferenced.
-// InvalidArgument for an invalid or fp8 view, num_q_heads not a multiple of num_kv_heads, or a block
-// id outside [0, num_blocks) inside the attended range (naming sequence and position).
+// InvalidArgument for an invalid or fp8 view, num_q_heads not a multiple of num_kv_heads, or
+// a block id outside [0, num_blocks) inside the attended range (naming sequence and position).
 absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse);

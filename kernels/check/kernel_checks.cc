@@ -266,7 +266,8 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
   }
   for (int64_t r = 0; r < rows; ++r) {
     const bool both_empty = std::isinf(want_lse[r]) && std::isinf(got_lse[r]) && got_lse[r] < 0;
-    if (!both_empty && !(std::fabs(got_lse[r] - want_lse[r]) <= 1e-4 * (1 + std::fabs(want_lse[r])))) {
+    const double lse_tol = 1e-4 * (1 + std::fabs(want_lse[r]));
+    if (!both_empty && !(std::fabs(got_lse[r] - want_lse[r]) <= lse_tol)) {
       return absl::InternalError(
           absl::StrFormat("merge: lse %d is %g, expected %g", r, got_lse[r], want_lse[r]));
     }

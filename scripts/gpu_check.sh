@@ -30,11 +30,12 @@ start=$(date +%s)
 cmake -S . -B "$BUILD_DIR" -DKVPAGE_BUILD_CUDA=ON -DKVPAGE_BUILD_BENCHMARKS=OFF > "$OUT_DIR/configure.log"
 cmake --build "$BUILD_DIR" -j "$JOBS" \
   --target kvpage_gpu_check kernels_gpu_test cuda_device_test kernel_reference_test \
+    kernels_emulated_test \
   2>&1 | tee "$OUT_DIR/build.log" | tail -3
 echo "build took $(( $(date +%s) - start )) s"
 
 echo "== tests (CPU reference + gpu label)"
-(cd "$BUILD_DIR" && ctest -R 'HalfConversion|KernelLayout|PlanDecode|RefTest' --output-on-failure \
+(cd "$BUILD_DIR" && ctest -R 'HalfConversion|KernelLayout|PlanDecode|RefTest|EmulatedKernels' --output-on-failure \
   && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUT_DIR/ctest.txt" || status=1
 
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

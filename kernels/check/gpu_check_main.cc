@@ -103,6 +103,7 @@ int Correctness(bool quick, uint32_t seed) {
   report("merge bf16", CheckMerge(3, 4, 5, 128, DType::kBF16, seeds()));
   report("merge f16", CheckMerge(2, 3, 1, 64, DType::kF16, seeds()));
   for (const auto& c : CopyCases()) report(c.Name(), CheckCopies(c, seeds()));
+  report("CUDA graph capture and replay", CheckGraphCapture(seeds()));
   return failures;
 }
 

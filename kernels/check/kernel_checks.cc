@@ -275,4 +275,89 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
   return absl::OkStatus();
 }
 
+absl::Status CheckGraphCapture(uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  DecodeProblem p;
+  const DecodeCase c{DType::kBF16, 6, 2, 4, 128, 16, 600, -1, 3};
+  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 1, &p));
+  const int32_t hq = p.num_q_heads();
+  DeviceBuffer dcache, dq, dtable, dlens, eager, graphed, dws;
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
+  KVPAGE_RETURN_IF_ERROR(dq.Upload(p.q));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(p.table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
+  const std::vector<uint16_t> poison(static_cast<size_t>(p.out_elements()), kHalfNan);
+  KVPAGE_RETURN_IF_ERROR(eager.Upload(poison));
+  KVPAGE_RETURN_IF_ERROR(graphed.Upload(poison));
+  const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, c.head_dim);
+  KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
+  // Scratch for the other launchers: a one-block KV cache written from q's first rows, and a
+  // 4-slot state tensor.
+  DeviceBuffer scratch_cache, slots, state, ids;
+  KVPAGE_RETURN_IF_ERROR(scratch_cache.Allocate(2 * 2 * 16 * 2 * 128 * 2));  // 2 blocks
+  KVPAGE_RETURN_IF_ERROR(slots.Upload(std::vector<int64_t>{0, 5, -1}));
+  KVPAGE_RETURN_IF_ERROR(state.Allocate(4 * 4096));
+  KVPAGE_RETURN_IF_ERROR(ids.Upload(std::vector<int32_t>{0, 1, 2, 3}));
+  const KvCacheView scratch_view =
+      BlocksFirstKvCache(scratch_cache.get(), 2, 16, 2, 128, DType::kBF16);
+  const SlotTensor state_tensor{state.get(), 4096, 4096, 4};
+
+  cudaStream_t stream = nullptr;
+  cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "cudaStreamCreate");
+  auto decode = [&](void* out) {
+    return PagedDecode(
+        out, dq.get(), static_cast<int64_t>(hq) * c.head_dim, p.View(dcache.get()),
+        BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), c.num_seqs},
+        p.params, p.plan, dws.get(), ws_bytes, stream);
+  };
+  auto record = [&]() -> absl::Status {
+    KVPAGE_RETURN_IF_ERROR(WriteKv(dq.get(), dq.get(), 256, 256, slots.as<int64_t>(), 3,
+                                   scratch_view, stream));
+    KVPAGE_RETURN_IF_ERROR(decode(graphed.get()));
+    KVPAGE_RETURN_IF_ERROR(CopySlots({&state_tensor, 1}, ids.as<int32_t>(),
+                                     ids.as<int32_t>() + 2, 2, stream));
+    return ZeroSlots({&state_tensor, 1}, ids.as<int32_t>(), 1, stream);
+  };
+  absl::Status status = decode(eager.get());
+  if (status.ok()) {
+    err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "eager decode");
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (status.ok()) {
+    err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaStreamBeginCapture");
+  }
+  if (status.ok()) {
+    const absl::Status recorded = record();
+    err = cudaStreamEndCapture(stream, &graph);
+    status = !recorded.ok()          ? recorded
+             : err != cudaSuccess    ? internal::CudaStatus(err, "cudaStreamEndCapture")
+                                     : absl::OkStatus();
+  }
+  if (status.ok()) {
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphInstantiate");
+  }
+  for (int replay = 0; status.ok() && replay < 2; ++replay) {
+    err = cudaGraphLaunch(exec, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphLaunch");
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  KVPAGE_RETURN_IF_ERROR(status);
+
+  std::vector<uint16_t> got_eager, got_graph;
+  KVPAGE_RETURN_IF_ERROR(eager.Download(&got_eager));
+  KVPAGE_RETURN_IF_ERROR(graphed.Download(&got_graph));
+  if (got_eager != got_graph) {
+    return absl::InternalError("graph replay: decode output differs from the eager run");
+  }
+  return CompareDecode(p, got_graph, nullptr);
+}
+
 }  // namespace kvpage::cuda::check

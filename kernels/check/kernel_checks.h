@@ -50,6 +50,12 @@ absl::Status CheckCopies(const CopyCase& c, uint32_t seed);
 absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
                         int32_t head_dim, DType dtype, uint32_t seed);
 
+// Captures WriteKv, PagedDecode (split-KV, so the merge launch too), CopySlots and ZeroSlots
+// on one stream into a CUDA graph, replays it twice, and checks that the decode output is
+// bit-identical to an eager run and matches the reference (proves no launcher syncs,
+// allocates or otherwise breaks capture).
+absl::Status CheckGraphCapture(uint32_t seed);
+
 }  // namespace kvpage::cuda::check
 
 #endif  // KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_

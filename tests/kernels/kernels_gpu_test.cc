@@ -43,5 +43,9 @@ TEST_F(KernelsGpuTest, CopiesMatchReference) {
   }
 }
 
+TEST_F(KernelsGpuTest, LaunchersAreGraphCapturable) {
+  EXPECT_EQ(CheckGraphCapture(400), absl::OkStatus());
+}
+
 }  // namespace
 }  // namespace kvpage::cuda::check

@@ -57,16 +57,127 @@ struct DecodeArgs {
 };
 
 // Merges the online-softmax state (m_b, l_b, acc_b) into (m, l, acc).
-template <int kN>
-__device__ __forceinline__ void MergeState(float& m, float& l, float* acc, float m_b, float l_b,
-                                           const float* acc_b) {
-  const float m_new = fmaxf(m, m_b);
-  const float c_a = m_new == -INFINITY ? 0.0f : exp2f(m - m_new);
-  const float c_b = m_new == -INFINITY ? 0.0f : exp2f(m_b - m_new);
-  l = l * c_a + l_b * c_b;
+// Online-softmax state of kG query heads over one lane's kVec output values: running maximum
+// m (log2 domain), running sum l, and the unnormalised output acc.
+template <int kG, int kVec>
+struct SoftmaxState {
+  float m[kG];
+  float l[kG];
+  float acc[kG][kVec];
+
+  __device__ __forceinline__ void Init() {
 #pragma unroll
-  for (int i = 0; i < kN; ++i) acc[i] = acc[i] * c_a + acc_b[i] * c_b;
-  m = m_new;
+    for (int g = 0; g < kG; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[g][i] = 0.0f;
+    }
+  }
+
+  // Folds in kUnroll tokens: scores s (log2 domain; -inf = no token) and their V vectors. The
+  // state is rescaled once per call, not once per token.
+  template <typename T, int kUnroll>
+  __device__ __forceinline__ void Add(float (&s)[kUnroll][kG], const uint4 (&v_raw)[kUnroll]) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, s[u][g]);
+      const bool empty = m_new == -INFINITY;
+      const float corr = empty ? 1.0f : exp2f(m[g] - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        s[u][g] = empty ? 0.0f : exp2f(s[u][g] - m_new);  // now a probability weight
+        sum += s[u][g];
+      }
+      l[g] = l[g] * corr + sum;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[g][i] *= corr;
+      m[g] = m_new;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float v[kVec];
+      Unpack8<T>(v_raw[u], v);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[g][i] = fmaf(s[u][g], v[i], acc[g][i]);
+      }
+    }
+  }
+
+  // Merges another state (m_b, l_b, acc_b) of head g into this one.
+  __device__ __forceinline__ void Merge(int g, float m_b, float l_b, const float* acc_b) {
+    const float m_new = fmaxf(m[g], m_b);
+    const float c_a = m_new == -INFINITY ? 0.0f : exp2f(m[g] - m_new);
+    const float c_b = m_new == -INFINITY ? 0.0f : exp2f(m_b - m_new);
+    l[g] = l[g] * c_a + l_b * c_b;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[g][i] = acc[g][i] * c_a + acc_b[i] * c_b;
+    m[g] = m_new;
+  }
+
+  // Merges the lane groups of a warp (same lane position, different tokens): afterwards
+  // every group of the warp holds the warp's state.
+  template <int kLanes>
+  __device__ __forceinline__ void MergeLaneGroups() {
+#pragma unroll
+    for (int off = kLanes; off < 32; off *= 2) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float acc_b[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc_b[i] = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+        const float m_b = __shfl_xor_sync(0xffffffffu, m[g], off);
+        const float l_b = __shfl_xor_sync(0xffffffffu, l[g], off);
+        Merge(g, m_b, l_b, acc_b);
+      }
+    }
+  }
+};
+
+// Loads this lane's slice of every query head of the tile, pre-scaled into the log2 domain;
+// heads past heads_here (a partial tile) get zeros and are never stored.
+template <typename T, int kG, int kVec>
+__device__ __forceinline__ void LoadQuery(const T* q_seq, int32_t head0, int32_t heads_here,
+                                          int32_t head_dim, int32_t lane, float scale_log2,
+                                          float (&q)[kG][kVec]) {
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    if (g < heads_here) {
+      Unpack8<T>(LoadVec(q_seq + (head0 + g) * head_dim + lane * kVec), q[g]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) q[g][i] *= scale_log2;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) q[g][i] = 0.0f;
+    }
+  }
+}
+
+// Scores of kUnroll tokens: this lane's partial dot products, summed over the token's kLanes
+// lanes with butterfly shuffles (every lane ends with the full score); -inf where !valid.
+template <typename T, int kUnroll, int kG, int kVec, int kLanes>
+__device__ __forceinline__ void Scores(const float (&q)[kG][kVec], const uint4 (&k_raw)[kUnroll],
+                                       const bool (&valid)[kUnroll],
+                                       float (&s)[kUnroll][kG]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float k[kVec];
+    Unpack8<T>(k_raw[u], k);
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) dot = fmaf(q[g][i], k[i], dot);
+#pragma unroll
+      for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      s[u][g] = valid[u] ? dot : -INFINITY;
+    }
+  }
 }
 
 template <typename T, int kHeadDim, int kGroupTile>
@@ -91,29 +202,11 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   const int32_t group = threadIdx.x / kLanes;
   const int32_t warp = threadIdx.x / 32;
 
-  // Query slice of every head of the tile, pre-scaled into the log2 domain.
   float q[kGroupTile][kVec];
-  const T* q_seq = static_cast<const T*>(a.q) + seq * a.q_seq_stride;
-#pragma unroll
-  for (int g = 0; g < kGroupTile; ++g) {
-    if (g < heads_here) {
-      Unpack8<T>(LoadVec(q_seq + (head0 + g) * kHeadDim + lane * kVec), q[g]);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) q[g][i] *= a.scale_log2;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) q[g][i] = 0.0f;
-    }
-  }
-
-  float m[kGroupTile], l[kGroupTile], acc[kGroupTile][kVec];
-#pragma unroll
-  for (int g = 0; g < kGroupTile; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) acc[g][i] = 0.0f;
-  }
+  LoadQuery<T>(static_cast<const T*>(a.q) + seq * a.q_seq_stride, head0, heads_here, kHeadDim,
+               lane, a.scale_log2, q);
+  SoftmaxState<kGroupTile, kVec> state;
+  state.Init();
 
   const TokenRange range = SplitRange(AttendedRange(a.seq_lens[seq], a.window_left),
                                       a.chunk_tokens, split);
@@ -122,7 +215,8 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;
 
   // The trip count depends only on the range, so every lane of a warp runs every iteration
-  // and the shuffles below always see full warps.
+  // and the shuffles always see full warps. Lane group `group` takes tokens
+  // base + u * kGroups + group; tokens past the range are neither looked up nor loaded.
   for (int32_t base = range.begin; base < range.end; base += kGroups * kUnroll) {
     uint4 k_raw[kUnroll], v_raw[kUnroll];
     bool valid[kUnroll];
@@ -140,76 +234,22 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
         v_raw[u] = LoadVec(cache + off + a.kv_stride);
       }
     }
-    // Scores: partial dot products over this lane's 8 values, reduced over the token's lanes.
     float s[kUnroll][kGroupTile];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float k[kVec];
-      Unpack8<T>(k_raw[u], k);
-#pragma unroll
-      for (int g = 0; g < kGroupTile; ++g) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) dot = fmaf(q[g][i], k[i], dot);
-#pragma unroll
-        for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        s[u][g] = valid[u] ? dot : -INFINITY;
-      }
-    }
-    // Online softmax: rescale the running state once per iteration, then turn scores into
-    // probabilities relative to the new maximum.
-#pragma unroll
-    for (int g = 0; g < kGroupTile; ++g) {
-      float m_new = m[g];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, s[u][g]);
-      const bool empty = m_new == -INFINITY;
-      const float corr = empty ? 1.0f : exp2f(m[g] - m_new);
-      float sum = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        s[u][g] = empty ? 0.0f : exp2f(s[u][g] - m_new);
-        sum += s[u][g];
-      }
-      l[g] = l[g] * corr + sum;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[g][i] *= corr;
-      m[g] = m_new;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float v[kVec];
-      Unpack8<T>(v_raw[u], v);
-#pragma unroll
-      for (int g = 0; g < kGroupTile; ++g) {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) acc[g][i] = fmaf(s[u][g], v[i], acc[g][i]);
-      }
-    }
+    Scores<T, kUnroll, kGroupTile, kVec, kLanes>(q, k_raw, valid, s);
+    state.template Add<T, kUnroll>(s, v_raw);
   }
 
-  // Merge the lane groups of a warp (same lane position, different tokens).
-#pragma unroll
-  for (int off = kLanes; off < 32; off *= 2) {
-#pragma unroll
-    for (int g = 0; g < kGroupTile; ++g) {
-      float acc_b[kVec];
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc_b[i] = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
-      const float m_b = __shfl_xor_sync(0xffffffffu, m[g], off);
-      const float l_b = __shfl_xor_sync(0xffffffffu, l[g], off);
-      MergeState<kVec>(m[g], l[g], acc[g], m_b, l_b, acc_b);
-    }
-  }
-  // Then the warps, through shared memory; the first lane group of warp 0 finishes.
+  // Merge the lane groups of each warp, then the warps through shared memory; the first lane
+  // group of warp 0 finishes and stores.
+  state.template MergeLaneGroups<kLanes>();
   if (threadIdx.x % 32 < kLanes) {
 #pragma unroll
     for (int g = 0; g < kGroupTile; ++g) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) smem_acc[warp][g][lane * kVec + i] = acc[g][i];
+      for (int i = 0; i < kVec; ++i) smem_acc[warp][g][lane * kVec + i] = state.acc[g][i];
       if (lane == 0) {
-        smem_m[warp][g] = m[g];
-        smem_l[warp][g] = l[g];
+        smem_m[warp][g] = state.m[g];
+        smem_l[warp][g] = state.l[g];
       }
     }
   }
@@ -219,35 +259,35 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   for (int w = 1; w < kDecodeWarps; ++w) {
 #pragma unroll
     for (int g = 0; g < kGroupTile; ++g) {
-      MergeState<kVec>(m[g], l[g], acc[g], smem_m[w][g], smem_l[w][g],
-                       &smem_acc[w][g][lane * kVec]);
+      state.Merge(g, smem_m[w][g], smem_l[w][g], &smem_acc[w][g][lane * kVec]);
     }
   }
 
 #pragma unroll
   for (int g = 0; g < kGroupTile; ++g) {
     if (g >= heads_here) break;
-    const float inv_l = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+    const float l = state.l[g];
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     float o[kVec];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) o[i] = acc[g][i] * inv_l;
+    for (int i = 0; i < kVec; ++i) o[i] = state.acc[g][i] * inv_l;
     const int64_t row = static_cast<int64_t>(seq) * a.num_q_heads + head0 + g;
     if (a.ws_o == nullptr) {
       *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * kHeadDim + lane * kVec) =
           Pack8<T>(o);
     } else {
+      // Split-KV partial: normalised o and the natural-log sum of exp(score).
       float4* dst = reinterpret_cast<float4*>(
           a.ws_o + (row * a.num_splits + split) * kHeadDim + lane * kVec);
       dst[0] = make_float4(o[0], o[1], o[2], o[3]);
       dst[1] = make_float4(o[4], o[5], o[6], o[7]);
       if (lane == 0) {
         a.ws_lse[row * a.num_splits + split] =
-            l[g] > 0.0f ? (m[g] + __log2f(l[g])) * kLn2 : -INFINITY;
+            l > 0.0f ? (state.m[g] + __log2f(l)) * kLn2 : -INFINITY;
       }
     }
   }
 }
-
 
 // Query heads one CTA holds (the GQA group rounded up to 1, 2, 4 or 8) and CTAs per KV head.
 inline int32_t GroupTile(int32_t group_size) {

@@ -27,6 +27,7 @@ echo "== environment"
 
 echo "== build"
 start=$(date +%s)
+bash scripts/bootstrap.sh || echo "bootstrap failed (offline?); building with what is installed"
 cmake -S . -B "$BUILD_DIR" -DKVPAGE_BUILD_CUDA=ON -DKVPAGE_BUILD_BENCHMARKS=OFF > "$OUT_DIR/configure.log"
 cmake --build "$BUILD_DIR" -j "$JOBS" \
   --target kvpage_gpu_check kernels_gpu_test cuda_device_test kernel_reference_test \

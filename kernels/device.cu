@@ -1,5 +1,5 @@
-// Placeholder CUDA target: device discovery and a launch smoke test. The real kernels
-// (paged attention decode, write_kv, copy_blocks/copy_slots) arrive in their own files.
+// Device discovery and a launch smoke test. The kernels (write_kv, paged_decode,
+// copy_slots/copy_blocks) live in their own files next to this one; docs/kernels.md.
 #include <cuda_runtime.h>
 
 #include <vector>

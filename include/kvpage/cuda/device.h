@@ -1,8 +1,7 @@
 // CUDA device queries for kvpage. Built only with KVPAGE_BUILD_CUDA; no core header includes it.
 //
-// The kernels of later milestones (paged decode, KV writes, block and state copies) live in
-// kernels/ next to this placeholder and follow the same rules: host launchers take a
-// cudaStream_t and return absl::Status.
+// The kernels (write_kv.h, paged_decode.h, copy_slots.h next to this header) follow the same
+// rules: host launchers take a cudaStream_t and return absl::Status.
 #ifndef KVPAGE_CUDA_DEVICE_H_
 #define KVPAGE_CUDA_DEVICE_H_
 

@@ -1,0 +1,65 @@
+// Paged decode attention and the split-KV merge. Built only with KVPAGE_BUILD_CUDA.
+// Layouts: kvpage/kernel_layout.h; CPU oracle: kvpage/kernel_reference.h.
+#ifndef KVPAGE_CUDA_PAGED_DECODE_H_
+#define KVPAGE_CUDA_PAGED_DECODE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kvpage/kernel_layout.h"
+
+namespace kvpage::cuda {
+
+// Query heads one CTA holds: the GQA group rounded up to 1, 2, 4 or 8. Groups above 8 use
+// several CTAs per KV head (head_tiles > 1), each reading the KV head once.
+int32_t DecodeGroupTile(int32_t group_size);
+int32_t DecodeHeadTiles(int32_t group_size);
+
+// Bytes of float workspace `plan` needs: num_seqs * num_q_heads * num_splits * (head_dim + 1)
+// floats (partial outputs, then partial log-sum-exps); 0 when num_splits == 1.
+int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t num_q_heads,
+                             int32_t head_dim);
+
+// One query token per sequence against the paged cache.
+//
+//   out: [num_seqs][num_q_heads][head_dim], cache.dtype, contiguous.
+//   q:   [num_seqs][num_q_heads][head_dim], cache.dtype, sequence stride q_seq_stride elements.
+//   cache: f16 or bf16, head_dim 64, 128 or 256.
+//   table: block ids and seq_lens on the device; seq_len 0 gives a zero output.
+//   workspace: device memory of DecodeWorkspaceBytes(plan, ...) bytes, 16-byte aligned;
+//      may be null when plan.num_splits == 1.
+//
+// Grid (kv_head x head tile, sequence, split): the CTA holds every query head of its KV head,
+// so each K/V row is read once; scores and the running softmax state are fp32. Only blocks
+// of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
+// may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
+// to the workspace and MergeAttnStates combines them in a second launch on the same stream.
+//
+// REQUIRES: plan.num_splits * plan.chunk_tokens covers every attended range when
+// num_splits > 1 (PlanDecode with the batch's maximum guarantees it); every table entry in an
+// attended range is a valid block id. Asynchronous, never synchronizes, graph-capturable.
+// Returns InvalidArgument naming the value for an unsupported head_dim or dtype, num_q_heads
+// not a multiple of num_kv_heads, null or misaligned pointers, a workspace that is too small,
+// or a batch/split count past the grid limit (65535); a CUDA launch error otherwise.
+absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
+                         const BlockTableView& table, const DecodeParams& params,
+                         const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
+                         cudaStream_t stream);
+
+// Merges split-KV partial states (the (o, lse) merge of FlashInfer's cascade note).
+//   partial_o: [num_seqs][num_heads][num_splits][head_dim] float, each split normalised.
+//   partial_lse: [num_seqs][num_heads][num_splits] float, natural log; -inf = empty split.
+//   out: [num_seqs][num_heads][head_dim] in `dtype` (f16/bf16), contiguous.
+//   lse_out: [num_seqs][num_heads] float, nullable.
+// All-empty rows give 0 and -inf. Asynchronous, graph-capturable.
+// Returns InvalidArgument naming the value for a bad size, dtype or null pointer.
+absl::Status MergeAttnStates(void* out, float* lse_out, const float* partial_o,
+                             const float* partial_lse, int32_t num_seqs, int32_t num_heads,
+                             int32_t num_splits, int32_t head_dim, DType dtype,
+                             cudaStream_t stream);
+
+}  // namespace kvpage::cuda
+
+#endif  // KVPAGE_CUDA_PAGED_DECODE_H_

@@ -1,0 +1,47 @@
+// The shapes every GPU correctness run covers: the gpu-labelled tests run them with fixed
+// seeds, kvpage_gpu_check with fresh ones.
+#ifndef KVPAGE_KERNELS_CHECK_CHECK_CASES_H_
+#define KVPAGE_KERNELS_CHECK_CHECK_CASES_H_
+
+#include <vector>
+
+#include "kernels/check/kernel_checks.h"
+
+namespace kvpage::cuda::check {
+
+inline std::vector<WriteKvCase> WriteKvCases() {
+  return {
+      {DType::kBF16, 100, 8, 128, 16, 64, false},
+      {DType::kF16, 37, 2, 256, 64, 8, false},
+      {DType::kBF16, 1, 4, 64, 16, 4, false},
+      {DType::kBF16, 50, 1, 576, 64, 4, true},  // MLA latent rows
+      {DType::kBF16, 60, 8, 128, 16, 32, false, true},  // fp8 e4m3 cache
+      {DType::kF16, 20, 2, 256, 64, 4, false, true},
+      {DType::kBF16, 30, 1, 576, 64, 2, true, true},  // fp8 MLA
+  };
+}
+
+inline std::vector<DecodeCase> DecodeCases() {
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
+  return {
+      {DType::kBF16, 8, 8, 4, 128, 16, 300, -1, 0},
+      {DType::kF16, 8, 8, 4, 128, 16, 300, -1, 0},
+      {DType::kF16, 7, 2, 8, 256, 64, 200, -1, 0},   // GQA 8, head_dim 256, block 64
+      {DType::kBF16, 7, 2, 8, 256, 16, 200, -1, 0},
+      {DType::kBF16, 6, 1, 1, 64, 16, 100, -1, 0},
+      {DType::kF16, 6, 4, 2, 64, 64, 150, -1, 0},
+      {DType::kBF16, 6, 2, 6, 128, 16, 500, -1, 0},  // group 6 in a tile of 8
+      {DType::kBF16, 6, 1, 16, 128, 16, 90, -1, 0},  // two CTAs per KV head
+      {DType::kBF16, 9, 4, 2, 128, 16, 700, 127, 0},  // sliding window
+      {DType::kF16, 9, 2, 8, 256, 64, 700, 200, 0},
+      {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},  // split-KV
+      {DType::kF16, 6, 2, 4, 256, 64, 3000, 1000, 3},  // split-KV inside a window
+      {DType::kBF16, 6, 8, 4, 128, 16, 8192, -1, 0},   // device plan
+  };
+}
+
+inline std::vector<CopyCase> CopyCases() { return {{64, 20}, {8, 3}}; }
+
+}  // namespace kvpage::cuda::check
+
+#endif  // KVPAGE_KERNELS_CHECK_CHECK_CASES_H_

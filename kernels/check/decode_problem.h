@@ -1,0 +1,69 @@
+// A random paged-decode problem and its comparison with the CPU reference. Host-only (no CUDA)
+// so the GPU checks and the host emulation test build the same inputs.
+#ifndef KVPAGE_KERNELS_CHECK_DECODE_PROBLEM_H_
+#define KVPAGE_KERNELS_CHECK_DECODE_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kvpage/dtype.h"
+#include "kvpage/kernel_layout.h"
+
+namespace kvpage::cuda::check {
+
+struct DecodeCase {
+  DType dtype = DType::kBF16;
+  int32_t num_seqs = 0;
+  int32_t num_kv_heads = 0;
+  int32_t group = 1;  // query heads per KV head
+  int32_t head_dim = 128;
+  int32_t block_size = 16;
+  int32_t max_len = 0;  // longest sequence; the first sequences take edge lengths
+  int32_t window_left = -1;
+  int32_t num_splits = 0;  // 0: PlanDecode with target_ctas; n: about n splits
+  std::string Name() const;
+};
+
+// Inputs of one case:
+// - lengths 1, bs-1, bs, bs+1, max_len and 0 first (clamped to max_len), then uniform;
+// - a block table that is a random permutation of the pool (block 0 is the null block, 8
+//   blocks stay unused); entries wholly before a sliding window point at the null block;
+// - every cache element that is not a real token's K or V (tails of last blocks, unused and
+//   null blocks) is NaN, so reading one poisons the output;
+// - random normal q, K, V rounded once to the case's dtype.
+struct DecodeProblem {
+  DecodeCase c;
+  std::vector<int32_t> lens;
+  std::vector<int32_t> table;  // [num_seqs][max_blocks]
+  int32_t max_blocks = 0;
+  int32_t num_blocks = 0;
+  std::vector<uint16_t> cache;  // blocks-first NHD
+  std::vector<uint16_t> q;      // [num_seqs][num_q_heads][head_dim]
+  DecodeParams params;
+  DecodePlan plan;
+
+  int32_t num_q_heads() const { return c.num_kv_heads * c.group; }
+  int64_t out_elements() const {
+    return static_cast<int64_t>(c.num_seqs) * num_q_heads() * c.head_dim;
+  }
+  KvCacheView View(void* base) const {
+    return BlocksFirstKvCache(base, num_blocks, c.block_size, c.num_kv_heads, c.head_dim,
+                              c.dtype);
+  }
+};
+
+// target_ctas feeds PlanDecode when c.num_splits == 0 (e.g. 2 x the device's SMs).
+absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t target_ctas,
+                               DecodeProblem* p);
+
+// Compares a kernel output ([num_seqs][num_q_heads][head_dim] bits of c.dtype) with the CPU
+// reference: |err| <= tol + tol*|ref| per element (bf16 1e-2, fp16 2e-3; NaN fails) and a
+// relative L2 error <= 5e-3 (bf16) / 1e-3 (fp16). Internal naming the first bad element.
+absl::Status CompareDecode(const DecodeProblem& p, const std::vector<uint16_t>& got,
+                           double* max_abs_err);
+
+}  // namespace kvpage::cuda::check
+
+#endif  // KVPAGE_KERNELS_CHECK_DECODE_PROBLEM_H_

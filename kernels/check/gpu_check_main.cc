@@ -1,0 +1,339 @@
+// kvpage_gpu_check: one run on a GPU machine that
+//   1. checks every kernel against the CPU reference on fresh random inputs,
+//   2. measures the device-to-device copy ceiling (cudaMemcpyAsync, read + write bytes),
+//   3. times each kernel with CUDA events (median of repeats, L2 flushed by a 256 MiB memset
+//      outside the timed region, working sets of hundreds of MiB, far above L2),
+// and prints a table of GB/s and percent of the copy ceiling (also written as CSV with --csv).
+//
+// Usage: kvpage_gpu_check [--quick] [--csv PATH] [--seed N]
+//   --quick  correctness on the small cases only (for compute-sanitizer runs)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "kernels/check/check_cases.h"
+#include "kernels/check/device_buffer.h"
+#include "kernels/check/kernel_checks.h"
+#include "kvpage/cuda/copy_slots.h"
+#include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/write_kv.h"
+#include "kvpage/kernel_layout.h"
+#include "src/internal/status_macros.h"
+
+namespace kvpage::cuda::check {
+namespace {
+
+constexpr int kRepeats = 25;
+constexpr size_t kFlushBytes = size_t{256} << 20;
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+};
+
+struct Row {
+  std::string kernel, config;
+  double bytes = 0;
+  Timing t;
+};
+
+class Bench {
+ public:
+  absl::Status Init() {
+    KVPAGE_RETURN_IF_ERROR(flush_.Allocate(kFlushBytes));
+    if (cudaEventCreate(&start_) != cudaSuccess || cudaEventCreate(&stop_) != cudaSuccess) {
+      return absl::InternalError("cudaEventCreate");
+    }
+    return absl::OkStatus();
+  }
+
+  // Median/min/max of kRepeats timed launches after 3 warm-ups; L2 flushed before each.
+  absl::StatusOr<Timing> Time(const std::function<absl::Status()>& launch) {
+    for (int i = 0; i < 3; ++i) KVPAGE_RETURN_IF_ERROR(launch());
+    std::vector<double> us;
+    for (int r = 0; r < kRepeats; ++r) {
+      cudaMemsetAsync(flush_.get(), r & 0xff, kFlushBytes, nullptr);
+      cudaEventRecord(start_, nullptr);
+      KVPAGE_RETURN_IF_ERROR(launch());
+      cudaEventRecord(stop_, nullptr);
+      const cudaError_t err = cudaEventSynchronize(stop_);
+      if (err != cudaSuccess) return internal::CudaStatus(err, "timed launch");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start_, stop_);
+      us.push_back(ms * 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    return Timing{us[us.size() / 2], us.front(), us.back()};
+  }
+
+ private:
+  DeviceBuffer flush_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+int Correctness(bool quick, uint32_t seed) {
+  int failures = 0;
+  auto report = [&](const std::string& name, const absl::Status& s) {
+    std::printf("%-4s %s%s%s\n", s.ok() ? "PASS" : "FAIL", name.c_str(), s.ok() ? "" : ": ",
+                s.ok() ? "" : std::string(s.message()).c_str());
+    failures += s.ok() ? 0 : 1;
+  };
+  std::mt19937 seeds(seed);
+  auto write_cases = WriteKvCases();
+  auto decode_cases = DecodeCases();
+  if (quick) {
+    write_cases.resize(2);
+    decode_cases = {decode_cases[0], decode_cases[2], decode_cases[8], decode_cases[11]};
+    for (auto& c : decode_cases) c.max_len = std::min(c.max_len, 600);
+  }
+  for (const auto& c : write_cases) report(c.Name(), CheckWriteKv(c, seeds()));
+  for (const auto& c : decode_cases) {
+    double err = 0;
+    const absl::Status s = CheckPagedDecode(c, seeds(), &err);
+    report(absl::StrFormat("%s (max abs err %.2e)", c.Name(), err), s);
+  }
+  report("merge bf16", CheckMerge(3, 4, 5, 128, DType::kBF16, seeds()));
+  report("merge f16", CheckMerge(2, 3, 1, 64, DType::kF16, seeds()));
+  for (const auto& c : CopyCases()) report(c.Name(), CheckCopies(c, seeds()));
+  report("CUDA graph capture and replay", CheckGraphCapture(seeds()));
+  return failures;
+}
+
+absl::StatusOr<Row> BenchCopyCeiling(Bench& bench) {
+  const size_t bytes = size_t{2} << 30;
+  DeviceBuffer a, b;
+  KVPAGE_RETURN_IF_ERROR(a.Allocate(bytes));
+  KVPAGE_RETURN_IF_ERROR(b.Allocate(bytes));
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    const cudaError_t err =
+        cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, nullptr);
+    return err == cudaSuccess ? absl::OkStatus() : internal::CudaStatus(err, "memcpy");
+  }));
+  return Row{"memcpy D2D", "2 GiB", 2.0 * bytes, t};
+}
+
+absl::StatusOr<Row> BenchWriteKv(Bench& bench, std::mt19937& rng, bool fp8) {
+  const int32_t tokens = 131072, heads = 8, d = 128, bs = 16;
+  const int64_t row = int64_t{heads} * d;
+  const int32_t blocks = tokens / bs;
+  const int64_t cache_value_bytes = fp8 ? 1 : 2;
+  std::vector<int64_t> slots(tokens);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  DeviceBuffer k, v, cache, dslots;
+  KVPAGE_RETURN_IF_ERROR(k.Allocate(tokens * row * 2));
+  KVPAGE_RETURN_IF_ERROR(v.Allocate(tokens * row * 2));
+  cudaMemset(k.get(), 0x3c, k.bytes());
+  cudaMemset(v.get(), 0x3c, v.bytes());
+  KVPAGE_RETURN_IF_ERROR(cache.Allocate(int64_t{blocks} * 2 * bs * row * cache_value_bytes));
+  KVPAGE_RETURN_IF_ERROR(dslots.Upload(slots));
+  const KvCacheView view = BlocksFirstKvCache(cache.get(), blocks, bs, heads, d,
+                                              fp8 ? DType::kFP8 : DType::kBF16);
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    return fp8 ? WriteKvFp8(k.get(), v.get(), row, row, dslots.as<int64_t>(), tokens,
+                            DType::kBF16, 0.05f, 0.05f, view, nullptr)
+               : WriteKv(k.get(), v.get(), row, row, dslots.as<int64_t>(), tokens, view,
+                         nullptr);
+  }));
+  const double bytes = 2.0 * tokens * row * (2 + cache_value_bytes) + 8.0 * tokens;
+  return Row{fp8 ? "write_kv_fp8" : "write_kv",
+             fp8 ? "bf16->e4m3 T=131072 H=8 D=128 bs=16, random slots"
+                 : "bf16 T=131072 H=8 D=128 bs=16, random slots",
+             bytes, t};
+}
+
+absl::StatusOr<Row> BenchCopyBlocks(Bench& bench, std::mt19937& rng) {
+  const int32_t layers = 4, blocks = 8192, pairs = 2048;
+  std::vector<DeviceBuffer> caches(layers);
+  std::vector<KvCacheView> views;
+  for (auto& c : caches) {
+    KVPAGE_RETURN_IF_ERROR(c.Allocate(int64_t{blocks} * 65536));
+    views.push_back(BlocksFirstKvCache(c.get(), blocks, 16, 8, 128, DType::kBF16));
+  }
+  std::vector<int32_t> perm(blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> src(perm.begin(), perm.begin() + pairs);
+  std::vector<int32_t> dst(perm.begin() + blocks / 2, perm.begin() + blocks / 2 + pairs);
+  DeviceBuffer dsrc, ddst;
+  KVPAGE_RETURN_IF_ERROR(dsrc.Upload(src));
+  KVPAGE_RETURN_IF_ERROR(ddst.Upload(dst));
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    return CopyBlocks(views, dsrc.as<int32_t>(), ddst.as<int32_t>(), pairs, nullptr);
+  }));
+  return Row{"copy_blocks", "4 layers x 2048 pairs of 64 KiB blocks", 2.0 * layers * pairs * 65536,
+             t};
+}
+
+absl::StatusOr<Row> BenchStateSlots(Bench& bench, bool zero) {
+  const int32_t layers = 8, slots = 64, pairs = 32;
+  const int64_t slot_bytes = int64_t{2} << 20;  // a GDN recurrent state: 32x128x128 fp32
+  std::vector<DeviceBuffer> pools(layers);
+  std::vector<SlotTensor> tensors;
+  for (auto& p : pools) {
+    KVPAGE_RETURN_IF_ERROR(p.Allocate(slots * slot_bytes));
+    tensors.push_back(SlotTensor{p.get(), slot_bytes, slot_bytes, slots});
+  }
+  std::vector<int32_t> src(pairs), dst(pairs);
+  std::iota(src.begin(), src.end(), 0);
+  std::iota(dst.begin(), dst.end(), slots / 2);
+  DeviceBuffer dsrc, ddst;
+  KVPAGE_RETURN_IF_ERROR(dsrc.Upload(src));
+  KVPAGE_RETURN_IF_ERROR(ddst.Upload(dst));
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    return zero ? ZeroSlots(tensors, ddst.as<int32_t>(), pairs, nullptr)
+                : CopySlots(tensors, dsrc.as<int32_t>(), ddst.as<int32_t>(), pairs, nullptr);
+  }));
+  const double moved = double{layers} * pairs * slot_bytes;
+  return Row{zero ? "zero_slots" : "copy_slots", "8 layers x 32 slots of 2 MiB state",
+             zero ? moved : 2.0 * moved, t};
+}
+
+struct DecodeBenchCase {
+  int32_t seqs, len, kv_heads, group, head_dim, block_size;
+};
+
+absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, int sms,
+                                std::mt19937& rng) {
+  const int32_t blocks_per_seq = (c.len + c.block_size - 1) / c.block_size;
+  const int32_t blocks = c.seqs * blocks_per_seq;
+  const int32_t hq = c.kv_heads * c.group;
+  const int64_t row = int64_t{c.kv_heads} * c.head_dim;
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);  // never reused across sequences
+  std::vector<int32_t> lens(c.seqs, c.len);
+  DeviceBuffer cache, q, out, dtable, dlens, ws;
+  const int64_t cache_bytes = int64_t{blocks} * 2 * c.block_size * row * 2;
+  KVPAGE_RETURN_IF_ERROR(cache.Allocate(cache_bytes));
+  cudaMemset(cache.get(), 0x3c, cache_bytes);  // small finite bf16 values
+  KVPAGE_RETURN_IF_ERROR(q.Allocate(int64_t{c.seqs} * hq * c.head_dim * 2));
+  cudaMemset(q.get(), 0x3c, q.bytes());
+  KVPAGE_RETURN_IF_ERROR(out.Allocate(q.bytes()));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(lens));
+  DecodePlanInputs in;
+  in.num_seqs = c.seqs;
+  in.num_kv_heads = c.kv_heads;
+  in.head_tiles = DecodeHeadTiles(c.group);
+  in.max_attended_tokens = c.len;
+  in.block_size = c.block_size;
+  in.target_ctas = 2 * sms;
+  DecodePlan plan;
+  KVPAGE_RETURN_IF_ERROR(PlanDecode(in, &plan));
+  const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.seqs, hq, c.head_dim);
+  KVPAGE_RETURN_IF_ERROR(ws.Allocate(ws_bytes));
+  const KvCacheView view =
+      BlocksFirstKvCache(cache.get(), blocks, c.block_size, c.kv_heads, c.head_dim, DType::kBF16);
+  const DecodeParams params{hq, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), -1};
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    return PagedDecode(out.get(), q.get(), int64_t{hq} * c.head_dim, view,
+                       {dtable.as<int32_t>(), blocks_per_seq, dlens.as<int32_t>(), c.seqs},
+                       params, plan, ws.get(), ws_bytes, nullptr);
+  }));
+  // Bytes the kernel must move: K and V of every token, q in, out, the table.
+  const double bytes = 2.0 * c.seqs * c.len * row * 2 + 2.0 * q.bytes() + 4.0 * blocks;
+  return Row{"paged_decode",
+             absl::StrFormat("bf16 B=%d ctx=%d Hkv=%d G=%d D=%d bs=%d splits=%d", c.seqs, c.len,
+                             c.kv_heads, c.group, c.head_dim, c.block_size, plan.num_splits),
+             bytes, t};
+}
+
+int Run(int argc, char** argv) {
+  bool quick = false;
+  std::string csv;
+  uint32_t seed = std::random_device{}();
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
+      csv = argv[++i];
+    } else if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+      seed = static_cast<uint32_t>(std::stoul(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--csv PATH] [--seed N]\n", argv[0]);
+      return 2;
+    }
+  }
+  const absl::Status device = RequireDevice();
+  if (!device.ok()) {
+    std::printf("SKIP: %s\n", std::string(device.message()).c_str());
+    return absl::IsUnavailable(device) ? 0 : 1;
+  }
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB; seed %u\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              prop.totalGlobalMem / double(1 << 30), seed);
+
+  const int failures = Correctness(quick, seed);
+  std::printf("correctness: %d failure(s)\n", failures);
+  if (quick) return failures == 0 ? 0 : 1;
+
+  Bench bench;
+  if (absl::Status s = bench.Init(); !s.ok()) {
+    std::printf("FAIL bench init: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::mt19937 rng(seed);
+  std::vector<absl::StatusOr<Row>> rows;
+  rows.push_back(BenchCopyCeiling(bench));
+  rows.push_back(BenchWriteKv(bench, rng, false));
+  rows.push_back(BenchWriteKv(bench, rng, true));
+  rows.push_back(BenchCopyBlocks(bench, rng));
+  rows.push_back(BenchStateSlots(bench, false));
+  rows.push_back(BenchStateSlots(bench, true));
+  const DecodeBenchCase decode_cases[] = {
+      {64, 4096, 8, 4, 128, 16},  // the target shape
+      {64, 4096, 8, 4, 128, 64},  {128, 1024, 8, 4, 128, 16}, {64, 4096, 2, 8, 256, 16},
+      {1, 32768, 8, 4, 128, 16},  {8, 16384, 8, 1, 128, 16},
+  };
+  for (const auto& c : decode_cases) {
+    rows.push_back(BenchDecode(bench, c, prop.multiProcessorCount, rng));
+  }
+
+  double ceiling = 0;
+  if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s
+  FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
+  if (out != nullptr) {
+    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
+  }
+  std::printf("\n%-13s %-52s %9s %10s %10s %10s %8s %7s\n", "kernel", "config", "MB",
+              "median_us", "min_us", "max_us", "GB/s", "%copy");
+  int bench_failures = 0;
+  for (const auto& r : rows) {
+    if (!r.ok()) {
+      std::printf("FAIL %s\n", std::string(r.status().message()).c_str());
+      ++bench_failures;
+      continue;
+    }
+    const double gbps = r->bytes / (r->t.median_us * 1e3);
+    const double pct = ceiling > 0 ? 100.0 * gbps / ceiling : 0;
+    std::printf("%-13s %-52s %9.1f %10.1f %10.1f %10.1f %8.0f %6.1f%%\n", r->kernel.c_str(),
+                r->config.c_str(), r->bytes / 1e6, r->t.median_us, r->t.min_us, r->t.max_us,
+                gbps, pct);
+    if (out != nullptr) {
+      std::fprintf(out, "%s,\"%s\",%.0f,%.2f,%.2f,%.2f,%.1f,%.1f\n", r->kernel.c_str(),
+                   r->config.c_str(), r->bytes, r->t.median_us, r->t.min_us, r->t.max_us, gbps,
+                   pct);
+    }
+  }
+  if (out != nullptr) std::fclose(out);
+  std::printf("\nbytes: read + write the kernel must move (decode: K+V of every token, q, out,"
+              " table; split-KV partials not counted). Targets: paged_decode >= 80%%, write_kv"
+              " and copy_blocks >= 90%% of the copy ceiling.\n");
+  return failures + bench_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kvpage::cuda::check
+
+int main(int argc, char** argv) { return kvpage::cuda::check::Run(argc, argv); }

@@ -1,0 +1,61 @@
+// Device-vs-reference checks of the kvpage kernels on fresh random inputs, shared by the
+// gpu-labelled tests (fixed seeds) and kvpage_gpu_check (fresh seeds). Each check poisons its
+// outputs, runs the kernel, and compares with the CPU reference (kernel_reference.h):
+// byte-exact for writes and copies, scale-aware tolerances for attention.
+//
+// Every function returns Unavailable when no device is visible (CUDA errors 100 and 35), so
+// callers can skip; Internal with the first mismatch otherwise. Not thread-safe (one stream).
+#ifndef KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_
+#define KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kernels/check/decode_problem.h"
+#include "kvpage/dtype.h"
+
+namespace kvpage::cuda::check {
+
+// OK when a device is usable; Unavailable (skip) otherwise.
+absl::Status RequireDevice();
+
+struct WriteKvCase {
+  DType dtype = DType::kBF16;  // of the inputs and (unless fp8) the cache
+  int32_t num_tokens = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;
+  bool mla = false;  // latent rows only (num_kv_heads 1, v null)
+  bool fp8 = false;  // WriteKvFp8 into an e4m3 cache; dtype is then the input type
+  std::string Name() const;
+};
+absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed);
+
+// Also reports the largest absolute error through max_abs_err when non-null.
+absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err);
+
+struct CopyCase {
+  int32_t num_slots = 0;
+  int32_t num_pairs = 0;
+  std::string Name() const;
+};
+// Three slot tensors (a KV-block-like one, a recurrent-state-like one, and one whose copy is
+// shorter than its stride), copied with CopySlots, then CopyBlocks over two KV layers, then
+// ZeroSlots; all byte-compared with the references.
+absl::Status CheckCopies(const CopyCase& c, uint32_t seed);
+
+// MergeAttnStates alone, with some empty splits.
+absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
+                        int32_t head_dim, DType dtype, uint32_t seed);
+
+// Captures WriteKv, PagedDecode (split-KV, so the merge launch too), CopySlots and ZeroSlots
+// on one stream into a CUDA graph, replays it twice, and checks that the decode output is
+// bit-identical to an eager run and matches the reference (proves no launcher syncs,
+// allocates or otherwise breaks capture).
+absl::Status CheckGraphCapture(uint32_t seed);
+
+}  // namespace kvpage::cuda::check
+
+#endif  // KVPAGE_KERNELS_CHECK_KERNEL_CHECKS_H_

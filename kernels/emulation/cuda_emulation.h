@@ -1,0 +1,306 @@
+// Host emulation of the small CUDA subset the kvpage kernels use, so the kernel sources
+// (kernels/*_kernel.cuh) compile with g++ and run on the CPU in the normal test suite.
+//
+// It runs every CUDA thread of a CTA as a cooperative fiber (ucontext) and the CTAs one after
+// another. __syncthreads is a CTA-wide barrier and __shfl_xor_sync a warp-wide exchange through
+// memory plus two warp barriers, so every lane reaches the same points as on a GPU before any
+// goes on. Threads that return early drop out of the barriers, as exited CUDA threads do.
+// __shared__ becomes a function-local static, which is correct because CTAs run one at a time.
+// Not thread-safe: one launch at a time per process.
+//
+// What it proves: indexing, masking, the online-softmax merges and the split/merge protocol of
+// the real kernel source. What it does not prove: timing, memory-model races beyond those
+// barriers, register limits, or fp rounding of the fast intrinsics (__expf, __log2f, exp2f map
+// to libm here). Test-only: nothing in the library includes it.
+#ifndef KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
+#define KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "kvpage/kernel_reference.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __grid_constant__
+#define __shared__ static
+
+struct dim3 {
+  unsigned int x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1)
+      : x(x_), y(y_), z(z_) {}
+};
+struct uint4 {
+  unsigned int x, y, z, w;
+};
+struct float2 {
+  float x, y;
+};
+struct float4 {
+  float x, y, z, w;
+};
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
+  return uint4{x, y, z, w};
+}
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+struct __half {
+  uint16_t bits;
+};
+struct __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+struct __half2 {
+  __half x, y;
+};
+inline float2 __bfloat1622float2(__nv_bfloat162 v) {
+  return float2{kvpage::ref::Bf16ToFloat(v.x.bits), kvpage::ref::Bf16ToFloat(v.y.bits)};
+}
+inline __nv_bfloat162 __float22bfloat162_rn(float2 v) {
+  return __nv_bfloat162{{kvpage::ref::FloatToBf16(v.x)}, {kvpage::ref::FloatToBf16(v.y)}};
+}
+inline float2 __half22float2(__half2 v) {
+  return float2{kvpage::ref::F16ToFloat(v.x.bits), kvpage::ref::F16ToFloat(v.y.bits)};
+}
+inline __half2 __float22half2_rn(float2 v) {
+  return __half2{{kvpage::ref::FloatToF16(v.x)}, {kvpage::ref::FloatToF16(v.y)}};
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float x) { return {kvpage::ref::FloatToBf16(x)}; }
+inline __half __float2half_rn(float x) { return {kvpage::ref::FloatToF16(x)}; }
+
+using __nv_fp8_storage_t = unsigned char;
+enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+// Only the conversion the kernels use: e4m3 with saturation to the largest finite value.
+inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t,
+                                                __nv_fp8_interpretation_t) {
+  return kvpage::ref::FloatToE4m3(x);
+}
+
+inline float __expf(float x) { return std::exp(x); }
+inline float __log2f(float x) { return std::log2(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The CUDA built-in indices. Fibers of one CTA share the OS thread, so the scheduler sets
+// threadIdx on every switch.
+inline dim3 threadIdx;
+inline dim3 blockIdx;
+inline dim3 blockDim;
+inline dim3 gridDim;
+
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+template <typename T>
+T __ldcs(const T* p) {
+  return *p;
+}
+template <typename T>
+void __stcs(T* p, T v) {
+  *p = v;
+}
+
+namespace kvpage::cuda::emulation {
+
+// One CTA's CUDA threads as cooperative fibers (ucontext) on the calling OS thread. A fiber
+// runs until it waits at a barrier that other threads have not reached, then hands over to
+// the next unfinished fiber in round-robin order; the last arrival releases the barrier.
+class Cta {
+ public:
+  static constexpr size_t kStackBytes = size_t{256} << 10;
+
+  explicit Cta(int threads) : fibers_(threads), warp_count_((threads + 31) / 32) {
+    for (int w = 0; w < warp_count_; ++w) {
+      warps_.push_back(Barrier{std::min(32, threads - 32 * w), 0, 0});
+    }
+    cta_barrier_ = Barrier{threads, 0, 0};
+  }
+
+  // Runs body() as every thread of the CTA; returns when all have finished.
+  void Run(void (*body)(void*), void* arg) {
+    body_ = body;
+    arg_ = arg;
+    for (size_t i = 0; i < fibers_.size(); ++i) {
+      Fiber& f = fibers_[i];
+      f.stack.reset(new char[kStackBytes]);
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.get();
+      f.ctx.uc_stack.ss_size = kStackBytes;
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, reinterpret_cast<void (*)()>(&Cta::Entry), 1, static_cast<int>(i));
+    }
+    active_ = this;
+    SwitchTo(&main_ctx_, 0, /*dying=*/false);
+    active_ = nullptr;
+  }
+
+  void SyncThreads() { Wait(cta_barrier_); }
+  void SyncWarp() { Wait(warps_[current_ / 32]); }
+  float* WarpSlots() { return slots_[current_ / 32]; }
+  static Cta* Active() { return active_; }
+
+ private:
+  struct Fiber {
+    ucontext_t ctx;
+    std::unique_ptr<char[]> stack;
+    bool done = false;
+  };
+  struct Barrier {
+    int expected;
+    int arrived;
+    uint64_t generation;
+  };
+
+  static void Entry(int index) {
+    Cta* self = active_;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &self->main_stack_bottom_, &self->main_stack_size_);
+#endif
+    self->Enter(index);
+    self->body_(self->arg_);
+    self->Finish();
+  }
+
+  void Enter(int index) {
+    current_ = index;
+    threadIdx = dim3(static_cast<unsigned int>(index));
+  }
+
+  void Finish() {
+    Fiber& me = fibers_[current_];
+    me.done = true;
+    // An exited thread no longer counts at barriers (as on the GPU).
+    Leave(warps_[current_ / 32]);
+    Leave(cta_barrier_);
+    const int next = NextRunnable();
+    if (next < 0) {
+      ucontext_t unused;
+      SwitchTo(&unused, -1, /*dying=*/true);
+    } else {
+      ucontext_t unused;
+      SwitchTo(&unused, next, /*dying=*/true);
+    }
+  }
+
+  static void Leave(Barrier& b) {
+    --b.expected;
+    if (b.expected > 0 && b.arrived == b.expected) Release(b);
+  }
+  static void Release(Barrier& b) {
+    b.arrived = 0;
+    ++b.generation;
+  }
+
+  void Wait(Barrier& b) {
+    const uint64_t generation = b.generation;
+    if (++b.arrived == b.expected) {
+      Release(b);
+      return;
+    }
+    while (b.generation == generation) {
+      const int me = current_;
+      SwitchTo(&fibers_[me].ctx, NextRunnable(), /*dying=*/false);
+      Enter(me);
+    }
+  }
+
+  // The next unfinished fiber after the current one, or -1.
+  int NextRunnable() const {
+    const int n = static_cast<int>(fibers_.size());
+    for (int step = 1; step <= n; ++step) {
+      const int i = (current_ + step) % n;
+      if (!fibers_[i].done) return i;
+    }
+    return -1;
+  }
+
+  // Saves the running context into `from` and resumes fiber `to` (-1: the caller of Run).
+  void SwitchTo(ucontext_t* from, int to, bool dying) {
+    ucontext_t* target = to < 0 ? &main_ctx_ : &fibers_[to].ctx;
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake_stack = nullptr;
+    const void* bottom = to < 0 ? main_stack_bottom_ : fibers_[to].stack.get();
+    const size_t size = to < 0 ? main_stack_size_ : kStackBytes;
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, bottom, size);
+#else
+    (void)dying;
+#endif
+    if (to >= 0) current_ = to;
+    swapcontext(from, target);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+  }
+
+  std::vector<Fiber> fibers_;
+  int warp_count_;
+  std::vector<Barrier> warps_;
+  Barrier cta_barrier_{};
+  float slots_[32][32] = {};  // shuffle exchange, one row per warp (up to 1024 threads)
+  ucontext_t main_ctx_{};
+  const void* main_stack_bottom_ = nullptr;
+  size_t main_stack_size_ = 0;
+  int current_ = 0;
+  void (*body_)(void*) = nullptr;
+  void* arg_ = nullptr;
+  static inline Cta* active_ = nullptr;
+};
+
+}  // namespace kvpage::cuda::emulation
+
+inline void __syncthreads() { kvpage::cuda::emulation::Cta::Active()->SyncThreads(); }
+
+inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) {
+  kvpage::cuda::emulation::Cta& cta = *kvpage::cuda::emulation::Cta::Active();
+  float* slots = cta.WarpSlots();
+  const unsigned int lane = threadIdx.x % 32;
+  slots[lane] = value;
+  cta.SyncWarp();
+  const float other = slots[lane ^ static_cast<unsigned int>(lane_mask)];
+  cta.SyncWarp();
+  return other;
+}
+
+namespace kvpage::cuda::emulation {
+
+// Runs kernel(args...) over `grid` x `block` (1-D blocks), one CTA at a time.
+template <typename Kernel, typename... Args>
+void Launch(dim3 grid, dim3 block, Kernel kernel, const Args&... args) {
+  auto call = [&] { kernel(args...); };
+  using Call = decltype(call);
+  blockDim = block;
+  gridDim = grid;
+  for (unsigned int z = 0; z < grid.z; ++z) {
+    for (unsigned int y = 0; y < grid.y; ++y) {
+      for (unsigned int x = 0; x < grid.x; ++x) {
+        blockIdx = dim3(x, y, z);
+        Cta cta(static_cast<int>(block.x));
+        cta.Run([](void* c) { (*static_cast<Call*>(c))(); }, &call);
+      }
+    }
+  }
+}
+
+}  // namespace kvpage::cuda::emulation
+
+#endif  // KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_

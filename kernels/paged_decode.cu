@@ -1,0 +1,134 @@
+// paged_decode launcher (include/kvpage/cuda/paged_decode.h); the kernel and its design
+// notes are in paged_decode_kernel.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_status.h"
+#include "kernels/paged_decode_kernel.cuh"
+#include "kvpage/cuda/paged_decode.h"
+
+namespace kvpage::cuda {
+namespace {
+
+using internal::DecodeArgs;
+using internal::kDecodeThreads;
+using internal::DecodeLaunch;
+using internal::MakeDecodeLaunch;
+using internal::PagedDecodeKernel;
+
+template <typename T, int kHeadDim>
+cudaError_t LaunchForHeadDim(const DecodeArgs& a, int32_t group_tile, dim3 grid,
+                             cudaStream_t stream) {
+  switch (group_tile) {
+    case 1:
+      PagedDecodeKernel<T, kHeadDim, 1><<<grid, kDecodeThreads, 0, stream>>>(a);
+      break;
+    case 2:
+      PagedDecodeKernel<T, kHeadDim, 2><<<grid, kDecodeThreads, 0, stream>>>(a);
+      break;
+    case 4:
+      PagedDecodeKernel<T, kHeadDim, 4><<<grid, kDecodeThreads, 0, stream>>>(a);
+      break;
+    default:
+      PagedDecodeKernel<T, kHeadDim, 8><<<grid, kDecodeThreads, 0, stream>>>(a);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchForType(const DecodeArgs& a, int32_t head_dim, int32_t group_tile, dim3 grid,
+                          cudaStream_t stream) {
+  switch (head_dim) {
+    case 64:
+      return LaunchForHeadDim<T, 64>(a, group_tile, grid, stream);
+    case 128:
+      return LaunchForHeadDim<T, 128>(a, group_tile, grid, stream);
+    default:
+      return LaunchForHeadDim<T, 256>(a, group_tile, grid, stream);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+int32_t DecodeGroupTile(int32_t group_size) { return internal::GroupTile(group_size); }
+
+int32_t DecodeHeadTiles(int32_t group_size) { return internal::HeadTiles(group_size); }
+
+int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t num_q_heads,
+                             int32_t head_dim) {
+  if (plan.num_splits <= 1) return 0;
+  return static_cast<int64_t>(num_seqs) * num_q_heads * plan.num_splits * (head_dim + 1) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
+                         const BlockTableView& table, const DecodeParams& params,
+                         const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
+                         cudaStream_t stream) {
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  const int32_t d = cache.head_dim;
+  if (d != 64 && d != 128 && d != 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedDecode: head_dim ", d, " is not 64, 128 or 256"));
+  }
+  if (cache.kv_stride == 0) {
+    return absl::InvalidArgumentError("PagedDecode: MLA views (kv_stride 0) are not supported");
+  }
+  if (cache.dtype == DType::kFP8) {
+    return absl::InvalidArgumentError("PagedDecode: fp8 caches are not supported yet");
+  }
+  const int32_t hq = params.num_q_heads;
+  if (hq <= 0 || hq % cache.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: num_q_heads ", hq,
+                                                   " is not a positive multiple of num_kv_heads ",
+                                                   cache.num_kv_heads));
+  }
+  if (out == nullptr || q == nullptr || table.table == nullptr || table.seq_lens == nullptr) {
+    return absl::InvalidArgumentError("PagedDecode: null out, q, table or seq_lens");
+  }
+  if (!Aligned16(out) || !Aligned16(q) || q_seq_stride % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PagedDecode: out/q must be 16-byte aligned and q_seq_stride (", q_seq_stride,
+        ") a multiple of 8"));
+  }
+  if (table.num_seqs < 0 || table.num_seqs > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedDecode: num_seqs ", table.num_seqs, " is outside [0, 65535]"));
+  }
+  if (plan.num_splits < 1 || plan.num_splits > 65535 ||
+      (plan.num_splits > 1 && plan.chunk_tokens <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: plan num_splits ",
+                                                   plan.num_splits, " chunk_tokens ",
+                                                   plan.chunk_tokens));
+  }
+  const int64_t needed = DecodeWorkspaceBytes(plan, table.num_seqs, hq, d);
+  if (needed > 0 && (workspace == nullptr || !Aligned16(workspace) || workspace_bytes < needed)) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: workspace of ", workspace_bytes,
+                                                   " bytes (16-byte aligned) needed ", needed));
+  }
+  if (table.num_seqs == 0) return absl::OkStatus();
+
+  DecodeLaunch launch = MakeDecodeLaunch(out, q, q_seq_stride, cache, table, params, plan,
+                                         workspace);
+  const DecodeArgs& a = launch.args;
+  const int32_t group_tile = launch.group_tile;
+  const dim3 grid(launch.grid[0], launch.grid[1], launch.grid[2]);
+  const cudaError_t err =
+      cache.dtype == DType::kBF16
+          ? LaunchForType<__nv_bfloat16>(a, d, group_tile, grid, stream)
+          : LaunchForType<__half>(a, d, group_tile, grid, stream);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "PagedDecodeKernel");
+  if (plan.num_splits == 1) return absl::OkStatus();
+  return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, table.num_seqs, hq, plan.num_splits, d,
+                         cache.dtype, stream);
+}
+
+}  // namespace kvpage::cuda

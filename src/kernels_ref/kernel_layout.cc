@@ -1,0 +1,170 @@
+// Validation and planning for the kernel layouts (kernel_layout.h).
+#include "kvpage/kernel_layout.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvpage {
+namespace {
+
+constexpr int64_t kVectorBytes = 16;
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
+
+}  // namespace
+
+int64_t VectorElements(DType dtype) { return kVectorBytes / BytesPerValue(dtype); }
+
+KvCacheView BlocksFirstKvCache(void* base, int32_t num_blocks, int32_t block_size,
+                               int32_t num_kv_heads, int32_t head_dim, DType dtype) {
+  KvCacheView view;
+  view.base = base;
+  view.head_stride = head_dim;
+  view.token_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
+  view.kv_stride = view.token_stride * block_size;
+  view.block_stride = 2 * view.kv_stride;
+  view.num_blocks = num_blocks;
+  view.block_size = block_size;
+  view.num_kv_heads = num_kv_heads;
+  view.head_dim = head_dim;
+  view.dtype = dtype;
+  return view;
+}
+
+KvCacheView MlaKvCache(void* base, int32_t num_blocks, int32_t block_size, int32_t row_dim,
+                       DType dtype) {
+  KvCacheView view;
+  view.base = base;
+  view.head_stride = row_dim;
+  view.token_stride = row_dim;
+  view.kv_stride = 0;
+  view.block_stride = static_cast<int64_t>(row_dim) * block_size;
+  view.num_blocks = num_blocks;
+  view.block_size = block_size;
+  view.num_kv_heads = 1;
+  view.head_dim = row_dim;
+  view.dtype = dtype;
+  return view;
+}
+
+absl::Status ValidateKvCacheView(const KvCacheView& c) {
+  if (c.dtype != DType::kBF16 && c.dtype != DType::kF16 && c.dtype != DType::kFP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCacheView: dtype ", DTypeName(c.dtype), " is not f16, bf16 or fp8"));
+  }
+  const int64_t vec = VectorElements(c.dtype);
+  if (c.base == nullptr) return absl::InvalidArgumentError("KvCacheView: base is null");
+  if (!Aligned16(c.base)) {
+    return absl::InvalidArgumentError("KvCacheView: base is not 16-byte aligned");
+  }
+  if (c.num_blocks <= 0 || c.block_size <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvCacheView: sizes must be positive (num_blocks ", c.num_blocks, ", block_size ",
+        c.block_size, ", num_kv_heads ", c.num_kv_heads, ", head_dim ", c.head_dim, ")"));
+  }
+  if (c.head_dim % vec != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KvCacheView: head_dim ", c.head_dim,
+                                                   " is not a multiple of ", vec));
+  }
+  const int64_t strides[] = {c.block_stride, c.kv_stride, c.token_stride, c.head_stride};
+  const char* names[] = {"block_stride", "kv_stride", "token_stride", "head_stride"};
+  for (int i = 0; i < 4; ++i) {
+    if (strides[i] < 0 || strides[i] % vec != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("KvCacheView: ", names[i], " ", strides[i],
+                                                     " is not a non-negative multiple of ", vec));
+    }
+  }
+  if (c.num_kv_heads > 1 && c.head_stride < c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("KvCacheView: head_stride ", c.head_stride,
+                                                   " is below head_dim ", c.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ContiguousBlockBytes(const KvCacheView& c) {
+  const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  if (c.head_stride != c.head_dim || c.token_stride != row) return 0;
+  const int64_t half = row * c.block_size;
+  int64_t elements = 0;
+  if (c.kv_stride == 0) {
+    elements = half;  // MLA: one latent row per token
+  } else if (c.kv_stride == half) {
+    elements = 2 * half;
+  } else {
+    return 0;
+  }
+  return elements * BytesPerValue(c.dtype);
+}
+
+absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
+  const int32_t counts[] = {in.num_seqs,   in.num_kv_heads, in.head_tiles,      in.block_size,
+                            in.target_ctas, in.min_chunk_tokens, in.max_splits};
+  const char* names[] = {"num_seqs",    "num_kv_heads",     "head_tiles", "block_size",
+                         "target_ctas", "min_chunk_tokens", "max_splits"};
+  for (int i = 0; i < 7; ++i) {
+    if (counts[i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PlanDecode: ", names[i], " ", counts[i], " must be positive"));
+    }
+  }
+  if (in.max_attended_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PlanDecode: max_attended_tokens ", in.max_attended_tokens, " is negative"));
+  }
+  const int64_t bs = in.block_size;
+  const int64_t max_tokens = std::max<int64_t>(in.max_attended_tokens, 1);
+  const int64_t ctas = static_cast<int64_t>(in.num_seqs) * in.num_kv_heads * in.head_tiles;
+  int64_t splits = 1;
+  if (ctas < in.target_ctas) splits = (in.target_ctas + ctas - 1) / ctas;
+  const int64_t min_chunk = (in.min_chunk_tokens + bs - 1) / bs * bs;
+  splits = std::min<int64_t>(splits, (max_tokens + min_chunk - 1) / min_chunk);
+  splits = std::clamp<int64_t>(splits, 1, in.max_splits);
+  // Chunks are whole blocks; recount the splits the rounded chunk actually needs.
+  int64_t chunk = (max_tokens + splits - 1) / splits;
+  chunk = (chunk + bs - 1) / bs * bs;
+  splits = (max_tokens + chunk - 1) / chunk;
+  plan->num_splits = static_cast<int32_t>(splits);
+  plan->chunk_tokens = static_cast<int32_t>(chunk);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSlotTensor(const SlotTensor& t, int64_t index) {
+  const std::string where = absl::StrCat("SlotTensor ", index, ": ");
+  if (t.base == nullptr) return absl::InvalidArgumentError(where + "base is null");
+  if (!Aligned16(t.base)) return absl::InvalidArgumentError(where + "base is not 16-byte aligned");
+  if (t.copy_bytes <= 0 || t.copy_bytes % kVectorBytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "copy_bytes ", t.copy_bytes, " is not a positive multiple of 16"));
+  }
+  if (t.slot_stride_bytes % kVectorBytes != 0 || t.slot_stride_bytes < t.copy_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "slot_stride_bytes ", t.slot_stride_bytes,
+                     " is not a multiple of 16 at least copy_bytes ", t.copy_bytes));
+  }
+  if (t.num_slots <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "num_slots ", t.num_slots, " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvBlockSlotTensor(const KvCacheView& cache, SlotTensor* out) {
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  const int64_t bytes = ContiguousBlockBytes(cache);
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvBlockSlotTensor: block is not contiguous (kv_stride ", cache.kv_stride,
+        ", token_stride ", cache.token_stride, ", head_stride ", cache.head_stride, ")"));
+  }
+  out->base = cache.base;
+  out->slot_stride_bytes = cache.block_stride * BytesPerValue(cache.dtype);
+  out->copy_bytes = bytes;
+  out->num_slots = cache.num_blocks;
+  return ValidateSlotTensor(*out, 0);
+}
+
+}  // namespace kvpage

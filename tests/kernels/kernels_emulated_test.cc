@@ -1,0 +1,259 @@
+// The CUDA kernel sources (kernels/*_kernel.cuh) compiled with g++ against
+// kernels/emulation/cuda_emulation.h and run on the CPU: every CUDA thread is a fiber, and
+// shuffles and __syncthreads are real barriers. Checked against the CPU references like the
+// GPU tests, so indexing, masking, the softmax merges and the split/merge protocol are tested
+// in every build, with or without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/check/decode_problem.h"
+#include "kernels/copy_slots_kernel.cuh"
+#include "kernels/emulation/cuda_emulation.h"
+#include "kernels/merge_attn_states_kernel.cuh"
+#include "kernels/paged_decode_kernel.cuh"
+#include "kernels/write_kv_kernel.cuh"
+#include "kvpage/kernel_reference.h"
+
+namespace kvpage::cuda {
+namespace {
+
+using check::DecodeCase;
+using check::DecodeProblem;
+using emulation::Launch;
+
+constexpr uint16_t kHalfNan = 0xffff;
+
+template <typename T, int kHeadDim>
+void LaunchDecodeTile(const internal::DecodeLaunch& l) {
+  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+  const dim3 block(internal::kDecodeThreads);
+  switch (l.group_tile) {
+    case 1:
+      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 1>, l.args);
+      break;
+    case 2:
+      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 2>, l.args);
+      break;
+    case 4:
+      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 4>, l.args);
+      break;
+    default:
+      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 8>, l.args);
+      break;
+  }
+}
+
+template <typename T>
+void LaunchDecode(const internal::DecodeLaunch& l, int32_t head_dim) {
+  if (head_dim == 64) LaunchDecodeTile<T, 64>(l);
+  if (head_dim == 128) LaunchDecodeTile<T, 128>(l);
+  if (head_dim == 256) LaunchDecodeTile<T, 256>(l);
+}
+
+// What the PagedDecode launcher does, with the emulated launches.
+std::vector<uint16_t> RunDecode(const DecodeProblem& p) {
+  const DecodeCase& c = p.c;
+  const int32_t hq = p.num_q_heads();
+  std::vector<uint16_t> out(static_cast<size_t>(p.out_elements()), kHalfNan);
+  const int64_t rows = static_cast<int64_t>(c.num_seqs) * hq;
+  std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (c.head_dim + 1) : 0,
+                        NAN);
+  std::vector<uint16_t> cache = p.cache;
+  const internal::DecodeLaunch l = internal::MakeDecodeLaunch(
+      out.data(), p.q.data(), static_cast<int64_t>(hq) * c.head_dim, p.View(cache.data()),
+      BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs}, p.params, p.plan,
+      ws.data());
+  const bool bf16 = c.dtype == DType::kBF16;
+  if (bf16) {
+    LaunchDecode<__nv_bfloat16>(l, c.head_dim);
+  } else {
+    LaunchDecode<__half>(l, c.head_dim);
+  }
+  if (p.plan.num_splits > 1) {
+    const dim3 grid(static_cast<unsigned int>(rows));
+    const dim3 block(internal::kMergeThreads);
+    if (bf16) {
+      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
+             reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
+             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
+             p.plan.num_splits, c.head_dim);
+    } else {
+      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
+             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
+             static_cast<const float*>(l.args.ws_lse), p.plan.num_splits, c.head_dim);
+    }
+  }
+  EXPECT_EQ(cache, p.cache) << "decode wrote to the cache";
+  return out;
+}
+
+TEST(EmulatedKernelsTest, PagedDecodeMatchesReference) {
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 2, 4, 128, 16, 100, -1, 0},
+      {DType::kF16, 7, 1, 8, 256, 64, 150, -1, 0},   // GQA 8, head_dim 256, block 64
+      {DType::kBF16, 6, 1, 1, 64, 16, 70, -1, 0},
+      {DType::kF16, 6, 2, 2, 64, 64, 130, -1, 0},
+      {DType::kBF16, 6, 1, 6, 128, 16, 90, -1, 0},   // group 6 in a tile of 8
+      {DType::kBF16, 6, 1, 16, 128, 16, 40, -1, 0},  // two CTAs per KV head
+      {DType::kBF16, 8, 2, 2, 128, 16, 200, 37, 0},  // sliding window
+      {DType::kF16, 7, 1, 8, 256, 64, 300, 100, 0},
+      {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 5},  // split-KV
+      {DType::kF16, 6, 1, 4, 64, 16, 500, 150, 3},   // split-KV inside a window
+      {DType::kBF16, 7, 1, 4, 128, 16, 1200, -1, 0},  // planned split (target 64 CTAs)
+  };
+  uint32_t seed = 300;
+  for (const DecodeCase& c : cases) {
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 64, &p).ok());
+    if (c.num_splits > 0 || c.max_len == 1200) {
+      EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+    }
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+TEST(EmulatedKernelsTest, MergeMatchesReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const int32_t rows = 6, splits = 4, d = 64;
+  std::vector<float> o(rows * splits * d), lse(rows * splits);
+  for (auto& x : o) x = normal(rng);
+  for (int32_t i = 0; i < rows * splits; ++i) {
+    lse[i] = (i % 3 == 1 || i / splits == rows - 1) ? -INFINITY : 3.0f * normal(rng);
+  }
+  std::vector<uint16_t> out(rows * d, kHalfNan);
+  std::vector<float> lse_out(rows, NAN);
+  Launch(dim3(rows), dim3(internal::kMergeThreads), internal::MergeKernel<__half>,
+         reinterpret_cast<__half*>(out.data()), lse_out.data(),
+         static_cast<const float*>(o.data()), static_cast<const float*>(lse.data()), splits, d);
+  std::vector<double> want(rows * d), want_lse(rows);
+  ref::MergeAttnStates(o.data(), lse.data(), 1, rows, splits, d, want.data(), want_lse.data());
+  for (int32_t i = 0; i < rows * d; ++i) {
+    EXPECT_NEAR(ref::F16ToFloat(out[i]), want[i], 2e-3 + 2e-3 * std::fabs(want[i])) << i;
+  }
+  for (int32_t r = 0; r < rows - 1; ++r) EXPECT_NEAR(lse_out[r], want_lse[r], 1e-4) << r;
+  EXPECT_EQ(lse_out[rows - 1], -INFINITY);
+  EXPECT_EQ(out[(rows - 1) * d], 0);  // an all-empty row is exactly zero
+}
+
+TEST(EmulatedKernelsTest, WriteKvMatchesReferenceByteForByte) {
+  struct Case {
+    int32_t tokens, heads, d, bs, blocks;
+    bool mla;
+  };
+  const Case cases[] = {{40, 4, 128, 16, 8, false}, {9, 2, 256, 64, 2, false},
+                        {12, 1, 576, 64, 2, true}};
+  std::mt19937 rng(9);
+  for (const Case& c : cases) {
+    const int64_t row = static_cast<int64_t>(c.heads) * c.d;
+    std::vector<uint16_t> k(c.tokens * row), v(c.tokens * row);
+    for (auto& x : k) x = static_cast<uint16_t>(rng());
+    for (auto& x : v) x = static_cast<uint16_t>(rng());
+    std::vector<int64_t> slots(static_cast<size_t>(c.blocks) * c.bs);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(c.tokens);
+    slots[3] = -1;
+    slots[5] = int64_t{c.blocks} * c.bs;  // past the cache: skipped by the kernel
+    std::vector<uint16_t> got(static_cast<size_t>(c.blocks) * c.bs * row * (c.mla ? 1 : 2),
+                              0xaaaa);
+    std::vector<uint16_t> want = got;
+    auto view = [&](std::vector<uint16_t>& base) {
+      return c.mla ? MlaKvCache(base.data(), c.blocks, c.bs, c.d, DType::kBF16)
+                   : BlocksFirstKvCache(base.data(), c.blocks, c.bs, c.heads, c.d, DType::kBF16);
+    };
+    const uint16_t* v_ptr = c.mla ? nullptr : v.data();
+    Launch(dim3(c.tokens), dim3(internal::kWriteKvThreads), internal::WriteKvKernel,
+           internal::MakeWriteKvArgs(k.data(), v_ptr, row, row, slots.data(), view(got)));
+    slots[5] = -1;  // the reference rejects out-of-range slots instead of skipping them
+    ASSERT_TRUE(ref::WriteKv(k.data(), v_ptr, row, row, slots.data(), c.tokens, view(want)).ok());
+    EXPECT_EQ(got, want) << c.tokens << " tokens, mla " << c.mla;
+  }
+}
+
+TEST(EmulatedKernelsTest, WriteKvFp8MatchesReferenceByteForByte) {
+  struct Case {
+    DType dtype;
+    int32_t tokens, heads, d, bs, blocks;
+    bool mla;
+  };
+  const Case cases[] = {{DType::kBF16, 20, 2, 128, 16, 4, false},
+                        {DType::kF16, 9, 1, 256, 64, 1, false},
+                        {DType::kBF16, 7, 1, 576, 64, 1, true}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (const Case& c : cases) {
+    const int64_t row = static_cast<int64_t>(c.heads) * c.d;
+    std::vector<uint16_t> k(c.tokens * row), v(c.tokens * row);
+    // Wide values so some saturate at +-448 after scaling.
+    for (auto& x : k) x = ref::FloatToHalf(30.0f * normal(rng), c.dtype);
+    for (auto& x : v) x = ref::FloatToHalf(normal(rng), c.dtype);
+    std::vector<int64_t> slots(static_cast<size_t>(c.blocks) * c.bs);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(c.tokens);
+    slots[2] = -1;
+    std::vector<uint8_t> got(static_cast<size_t>(c.blocks) * c.bs * row * (c.mla ? 1 : 2),
+                             0xaa);
+    std::vector<uint8_t> want = got;
+    auto view = [&](std::vector<uint8_t>& base) {
+      return c.mla ? MlaKvCache(base.data(), c.blocks, c.bs, c.d, DType::kFP8)
+                   : BlocksFirstKvCache(base.data(), c.blocks, c.bs, c.heads, c.d, DType::kFP8);
+    };
+    const uint16_t* v_ptr = c.mla ? nullptr : v.data();
+    const internal::WriteKvFp8Args args = internal::MakeWriteKvFp8Args(
+        k.data(), v_ptr, row, row, slots.data(), 0.1f, 0.01f, view(got));
+    if (c.dtype == DType::kBF16) {
+      Launch(dim3(c.tokens), dim3(internal::kWriteKvThreads),
+             internal::WriteKvFp8Kernel<__nv_bfloat16>, args);
+    } else {
+      Launch(dim3(c.tokens), dim3(internal::kWriteKvThreads), internal::WriteKvFp8Kernel<__half>,
+             args);
+    }
+    ASSERT_TRUE(ref::WriteKvFp8(k.data(), v_ptr, row, row, slots.data(), c.tokens, c.dtype, 0.1f,
+                                0.01f, view(want))
+                    .ok());
+    EXPECT_EQ(got, want) << c.tokens << " tokens, mla " << c.mla;
+    EXPECT_NE(std::find(want.begin(), want.end(), 0x7e), want.end());  // saturation happened
+  }
+}
+
+TEST(EmulatedKernelsTest, CopyAndZeroSlotsMatchReferenceByteForByte) {
+  // (stride, copy bytes): two chunks plus 16 bytes, and a short copy inside a longer stride.
+  const int64_t shapes[2][2] = {{32784, 32784}, {4096, 592}};
+  const int32_t num_slots = 10;
+  std::mt19937 rng(13);
+  std::vector<std::vector<uint8_t>> got(2), want(2);
+  internal::SlotArgs args{};
+  std::vector<SlotTensor> host_tensors;
+  for (int i = 0; i < 2; ++i) {
+    got[i].resize(shapes[i][0] * num_slots);
+    for (auto& b : got[i]) b = static_cast<uint8_t>(rng());
+    want[i] = got[i];
+    args.t[i] = internal::SlotDesc{reinterpret_cast<char*>(got[i].data()), shapes[i][0],
+                                   shapes[i][1]};
+    host_tensors.push_back(SlotTensor{want[i].data(), shapes[i][0], shapes[i][1], num_slots});
+  }
+  const int32_t src[] = {0, 1, 2, -1, 4};
+  const int32_t dst[] = {7, 5, 9, 3, 4};
+  const unsigned int chunks = static_cast<unsigned int>(
+      (shapes[0][1] + internal::kCopyChunkBytes - 1) / internal::kCopyChunkBytes);
+  Launch(dim3(chunks, 5, 2), dim3(internal::kCopyThreads), internal::CopySlotsKernel, args,
+         static_cast<const int32_t*>(src), static_cast<const int32_t*>(dst));
+  ASSERT_TRUE(ref::CopySlots(host_tensors, src, dst, 5).ok());
+  EXPECT_EQ(got, want);
+  Launch(dim3(chunks, 5, 2), dim3(internal::kCopyThreads), internal::ZeroSlotsKernel, args,
+         static_cast<const int32_t*>(dst));
+  ASSERT_TRUE(ref::ZeroSlots(host_tensors, dst, 5).ok());
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace kvpage::cuda

@@ -53,7 +53,10 @@ struct SchedulerConfig {
   KvCacheConfig kv;
   int32_t max_num_batched_tokens = 8192;  // token budget of one step
   int32_t max_num_seqs = 256;             // running requests at most
-  int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
+  // 0 = the model's max_position_embeddings, lowered to the longest request the KV cache
+  // can hold on its own; an explicit value that does not fit is an error (such a request
+  // could never run).
+  int64_t max_model_len = 0;
   bool enable_chunked_prefill = true;
   // A request computes at most this many prompt tokens per step (0 = no cap): long prompts
   // then share the budget instead of filling it.
@@ -184,6 +187,11 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t finished = 0;
   int64_t aborted = 0;
+  // Prompt tokens of admitted requests and how many of them the prefix cache served, counted
+  // once per request at its first admission (the KV cache's own stats count every lookup,
+  // including those of a request that then had to wait).
+  int64_t admitted_prompt_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
 };
 
 class Scheduler {
@@ -219,6 +227,7 @@ class Scheduler {
   const SchedulerStats& stats() const;
   const KvCacheManager& kv_cache() const;
   const SchedulerConfig& config() const;
+  int64_t max_model_len() const;  // in effect (see SchedulerConfig::max_model_len)
   // Every running request's table row matches the manager's, rows are dense, queues hold each
   // live request once, and the KV cache's own invariants hold.
   absl::Status CheckInvariants() const;

@@ -215,6 +215,10 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       break;  // waiting requests never preempt running ones
     }
     PopWaiting();
+    if (!r.resumed) {
+      stats.admitted_prompt_tokens += r.num_tokens;
+      stats.prefix_hit_tokens += c;
+    }
     r.status = RequestStatus::kRunning;
     r.fresh = true;
     running.push_back(q);

@@ -2,6 +2,7 @@
 #include "kvpage/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -106,8 +107,57 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
         model.name, ": its linear-attention state cannot roll back rejected drafts"));
   }
   if (impl->cache_block_size == 0) impl->cache_block_size = kv.block_size;
+  KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
   impl->InitTables();
   return impl;
+}
+
+bool Scheduler::Impl::RequestFits(int64_t len) {
+  // A probe request of `len` tokens goes through the real allocator, in steps of the token
+  // budget with windows advancing, as a prompt would; then everything is given back.
+  const RequestId probe(std::numeric_limits<int64_t>::max());  // no request exists yet
+  KvRequestSpec spec;
+  spec.id = probe;
+  spec.prompt_tokens.resize(static_cast<size_t>(len));
+  for (int64_t i = 0; i < len; ++i) spec.prompt_tokens[i] = static_cast<int32_t>(i % 65536);
+  if (!kv->AddRequest(std::move(spec)).ok()) return false;
+  bool fits = true;
+  for (int64_t c = 0; c < len && fits;) {
+    const int64_t n = std::min<int64_t>(config.max_num_batched_tokens, len - c);
+    absl::StatusOr<bool> ok = kv->AllocateSlots(probe, {.num_computed_tokens = c, .num_new_tokens = n});
+    fits = ok.ok() && *ok;
+    c += n;
+  }
+  const bool clean = kv->Free(probe).ok() && kv->ResetPrefixCache().ok();
+  KVPAGE_DCHECK(clean);
+  (void)clean;
+  kv->TakeSlotsToZero();
+  kv->TakeStateCopies();
+  kv->DrainEvents();
+  return fits;
+}
+
+absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
+  if (RequestFits(max_model_len)) return absl::OkStatus();
+  if (explicit_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_model_len ", max_model_len, " does not fit in the KV cache budget of ",
+        config.kv.kv_budget_bytes, " bytes: one request of that length could never run"));
+  }
+  // The model's own limit: lower it to the longest request the cache can hold (vLLM fails
+  // here instead and asks for a smaller max_model_len).
+  int64_t lo = 1, hi = max_model_len;  // fits(lo) is tested below, !fits(hi)
+  if (!RequestFits(2)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the KV cache budget of ", config.kv.kv_budget_bytes, " bytes cannot hold a 2-token request"));
+  }
+  lo = 2;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (RequestFits(mid) ? lo : hi) = mid;
+  }
+  max_model_len = lo;
+  return absl::OkStatus();
 }
 
 Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -123,6 +173,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ModelSpec& mo
 
 absl::Status Scheduler::AddRequest(RequestSpec spec) {
   Impl& s = *impl_;
+  if (!spec.id.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("request id must be >= 0, got ", spec.id.value));
+  }
   if (s.index_of.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
   }
@@ -403,6 +456,7 @@ int32_t Scheduler::num_waiting() const {
 const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
 const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
 const SchedulerConfig& Scheduler::config() const { return impl_->config; }
+int64_t Scheduler::max_model_len() const { return impl_->max_model_len; }
 
 absl::Status Scheduler::CheckInvariants() const {
   const Impl& s = *impl_;

@@ -84,6 +84,11 @@ class Scheduler::Impl {
   static absl::StatusOr<std::unique_ptr<Impl>> Build(const ModelSpec& model,
                                                      const SchedulerConfig& config);
 
+  // Lowers max_model_len to the longest request the KV cache can hold on its own, or fails
+  // when the length was set explicitly (a request that long could never run).
+  absl::Status FitMaxModelLen(bool explicit_len);
+  bool RequestFits(int64_t len);
+
   // ---- Queues (scheduler.cc) ----
   void PushWaiting(int32_t q, bool front);
   int32_t PeekWaiting() const;

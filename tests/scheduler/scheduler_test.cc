@@ -225,6 +225,30 @@ TEST(SchedulerTest, FcfsPreemptsTheLastRunningRequest) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// The model's max_model_len is lowered to what the cache holds for one request; an explicit
+// one that does not fit is an error.
+TEST(SchedulerTest, MaxModelLenFitsTheCache) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(10));
+  EXPECT_EQ(s->max_model_len(), 160);  // 10 blocks of 16 tokens
+  EXPECT_EQ(s->AddRequest(Req(0, Tokens(160, 0))).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(s->AddRequest(Req(0, Tokens(159, 0))).ok());
+  SchedulerConfig c = TinyConfig(10);
+  c.max_model_len = 200;
+  auto bad = Scheduler::Create(TinyModel(testing::kTinyFull), c);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("max_model_len 200"));
+  // Sliding windows hold only the window. 20,480 bytes; full blocks 512 B, sliding blocks
+  // (2 layers) 1,024 B; steps of 64 tokens. 480 tokens: the last step (c = 448) holds 30 full
+  // blocks and sliding blocks 26–29 (earlier ones are out of the 32-token window): 15,360 +
+  // 4,096 = 19,456 bytes. 481 would need 31 + 5 blocks: 20,992 bytes.
+  SchedulerConfig swa = TinyConfig(0, 64);
+  swa.kv.kv_budget_bytes = 40 * 512;
+  swa.kv.chunk_bytes = 512;
+  auto w = MakeScheduler(TinyModel(testing::kTinyHybridSwa), swa);
+  EXPECT_EQ(w->max_model_len(), 480);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // Admission waits until the whole prompt fits (no admission that must preempt itself later),
 // unless reserve_full_prompt is off.
 TEST(SchedulerTest, AdmissionReservesTheWholePrompt) {
@@ -391,6 +415,7 @@ TEST(SchedulerTest, BadInputIsRejected) {
   ASSERT_TRUE(s->AddRequest(Req(0, Tokens(20, 0))).ok());
   EXPECT_EQ(s->AddRequest(Req(0, Tokens(20, 0))).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(s->AddRequest(Req(1, {})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->AddRequest(Req(-3, {1})).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s->AddRequest(Req(1, {3, -4})).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s->AddRequest(Req(1, Tokens(4096, 0))).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(s->AddRequest(Req(1, Tokens(5, 0), 0)).code(), absl::StatusCode::kInvalidArgument);

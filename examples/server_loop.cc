@@ -1,0 +1,212 @@
+// server_loop: what a C++ inference server's main loop looks like on kvpage.
+//
+// Feeds the first N requests of a bundled trace (Mooncake conversation trace by default) to a
+// kvpage Scheduler, all arriving at once, and runs a fake model until every request finishes.
+// The fake model samples random tokens, but before that it checks what a real forward pass
+// relies on:
+//   * every slot of the step's slot mapping lies in a block of the request's own table row,
+//     at the right offset, and no two tokens of a step write the same slot;
+//   * no block is written by two requests in one step (blocks shared through the prefix
+//     cache are full: they are read, never written);
+//   * recurrent-state write slots are distinct across the batch.
+// It prints one line per 100 steps and a summary: steps, tokens per step, KV usage.
+//
+//   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
+//                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kvpage/catalog.h"
+#include "kvpage/scheduler.h"
+#include "sim/trace.h"
+
+namespace {
+
+struct Options {
+  std::string model = "qwen3-8b";
+  std::string trace = std::string(KVPAGE_SOURCE_DIR) + "/sim/data/traces/mooncake_conversation_trace.jsonl";
+  int64_t requests = 200;
+  int64_t kv_budget_mib = 2048;
+  int32_t max_num_seqs = 64;
+  uint32_t seed = 1;
+};
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    char* end = nullptr;
+    const long long number = std::strtoll(value.c_str(), &end, 10);
+    const bool numeric = end != value.c_str() && *end == '\0' && number > 0;
+    if (flag == "--model") {
+      o->model = value;
+    } else if (flag == "--trace") {
+      o->trace = value;
+    } else if (flag == "--requests" && numeric) {
+      o->requests = number;
+    } else if (flag == "--kv-budget-mib" && numeric) {
+      o->kv_budget_mib = number;
+    } else if (flag == "--max-num-seqs" && numeric) {
+      o->max_num_seqs = static_cast<int32_t>(number);
+    } else if (flag == "--seed" && numeric) {
+      o->seed = static_cast<uint32_t>(number);
+    } else {
+      std::fprintf(stderr, "server_loop: bad flag or value: %s %s\n", flag.c_str(), value.c_str());
+      return false;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "server_loop: flag %s has no value\n", argv[argc - 1]);
+    return false;
+  }
+  return true;
+}
+
+// The checks of one step; returns the number of violations (and prints the first few).
+int64_t CheckStep(const kvpage::SchedulerOutput& out) {
+  int64_t errors = 0;
+  auto report = [&](const std::string& what) {
+    if (errors++ < 10) std::fprintf(stderr, "step %llu: %s\n", static_cast<unsigned long long>(out.step), what.c_str());
+  };
+  for (const kvpage::AttentionBatch& g : out.attention) {
+    std::set<int64_t> written;
+    size_t t = 0;
+    for (const kvpage::ScheduledRequest& r : out.requests) {
+      const int32_t* row = g.block_table.data() + static_cast<size_t>(r.row) * g.max_blocks_per_row;
+      for (int64_t pos = r.num_computed_tokens; pos < r.num_computed_tokens + r.num_scheduled_tokens;
+           ++pos, ++t) {
+        const int32_t block = row[pos / g.kernel_block_size];
+        const int64_t want = int64_t{block} * g.kernel_block_size + pos % g.kernel_block_size;
+        if (block <= 0 || g.slot_mapping[t] != want) {
+          report("request " + std::to_string(r.id.value) + " position " + std::to_string(pos) +
+                 " maps to slot " + std::to_string(g.slot_mapping[t]));
+        }
+        if (!written.insert(g.slot_mapping[t]).second) {
+          report("slot " + std::to_string(g.slot_mapping[t]) + " written twice");
+        }
+      }
+    }
+    // A block being written this step belongs to one row only.
+    std::map<int32_t, int32_t> writer;
+    t = 0;
+    for (const kvpage::ScheduledRequest& r : out.requests) {
+      for (int32_t k = 0; k < r.num_scheduled_tokens; ++k, ++t) {
+        const int32_t block = static_cast<int32_t>(g.slot_mapping[t] / g.kernel_block_size);
+        auto [it, inserted] = writer.emplace(block, r.row);
+        if (!inserted && it->second != r.row) {
+          report("block " + std::to_string(block) + " written by rows " +
+                 std::to_string(it->second) + " and " + std::to_string(r.row));
+        }
+      }
+    }
+  }
+  for (const kvpage::StateBatch& s : out.states) {
+    std::set<int32_t> writes;
+    for (const kvpage::ScheduledRequest& r : out.requests) {
+      if (!writes.insert(s.write_slots[r.row]).second) {
+        report("state slot " + std::to_string(s.write_slots[r.row]) + " written twice");
+      }
+    }
+  }
+  return errors;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!ParseArgs(argc, argv, &opt)) return 2;
+  auto model = kvpage::LoadModel(opt.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(model.status().message()).c_str());
+    return 2;
+  }
+  kvpage::sim::TraceOptions trace_options;
+  trace_options.max_requests = opt.requests;
+  trace_options.seed = opt.seed;
+  auto trace = kvpage::sim::ReadTrace(kvpage::sim::TraceFormat::kMooncake, opt.trace, trace_options);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(trace.status().message()).c_str());
+    return 2;
+  }
+
+  kvpage::SchedulerConfig config;
+  config.kv.kv_budget_bytes = opt.kv_budget_mib << 20;
+  config.kv.hash_seed = opt.seed;
+  config.max_num_seqs = opt.max_num_seqs;
+  config.max_num_batched_tokens = 8192;
+  auto created = kvpage::Scheduler::Create(*model, config);
+  if (!created.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(created.status().message()).c_str());
+    return 2;
+  }
+  kvpage::Scheduler& scheduler = **created;
+  int64_t skipped = 0;
+  for (const kvpage::sim::TraceRequest& t : *trace) {
+    kvpage::RequestSpec spec;
+    spec.id = kvpage::RequestId(t.index);
+    spec.prompt_token_ids = kvpage::sim::PromptTokens(t);
+    spec.max_new_tokens = t.output_len;
+    spec.arrival_time = t.arrival_s;
+    if (!scheduler.AddRequest(std::move(spec)).ok()) ++skipped;  // longer than the model allows
+  }
+
+  std::mt19937 rng(opt.seed);
+  int64_t errors = 0, steps = 0, tokens = 0, finished = 0, peak_running = 0;
+  double peak_usage = 0;
+  kvpage::ModelOutput result;
+  while (scheduler.HasUnfinishedRequests()) {
+    const kvpage::SchedulerOutput& out = scheduler.Schedule();
+    if (out.requests.empty()) {
+      std::fprintf(stderr, "server_loop: nothing can run (a request larger than the cache?)\n");
+      return 1;
+    }
+    errors += CheckStep(out);
+    // The fake forward pass: one random token per request that reached its last token.
+    result.sampled_token_ids.clear();
+    result.sampled_offsets.assign(1, 0);
+    for (const kvpage::ScheduledRequest& r : out.requests) {
+      if (r.samples) result.sampled_token_ids.push_back(static_cast<int32_t>(rng() % 100000));
+      result.sampled_offsets.push_back(static_cast<int32_t>(result.sampled_token_ids.size()));
+    }
+    auto update = scheduler.Update(out, result);
+    if (!update.ok()) {
+      std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
+      return 1;
+    }
+    ++steps;
+    tokens += out.total_num_scheduled_tokens;
+    finished += static_cast<int64_t>(update->finished.size());
+    peak_running = std::max<int64_t>(peak_running, out.num_rows);
+    const double usage = scheduler.kv_cache().Usage().usage;
+    peak_usage = std::max(peak_usage, usage);
+    if (steps % 100 == 0) {
+      std::printf("step %6lld  running %3d  waiting %4d  tokens %5lld  kv usage %5.1f%%\n",
+                  static_cast<long long>(steps), update->stats.num_running,
+                  update->stats.num_waiting, static_cast<long long>(out.total_num_scheduled_tokens),
+                  100 * usage);
+    }
+  }
+  const kvpage::SchedulerStats& stats = scheduler.stats();
+  std::printf("\n%s, %lld requests (%lld longer than max_model_len %lld skipped), KV budget %lld MiB\n",
+              opt.model.c_str(), static_cast<long long>(finished), static_cast<long long>(skipped),
+              static_cast<long long>(scheduler.max_model_len()),
+              static_cast<long long>(opt.kv_budget_mib));
+  std::printf("steps %lld, tokens %lld (%.1f per step), peak running %lld, peak KV usage %.1f%%\n",
+              static_cast<long long>(steps), static_cast<long long>(tokens),
+              steps > 0 ? static_cast<double>(tokens) / steps : 0.0,
+              static_cast<long long>(peak_running), 100 * peak_usage);
+  std::printf("preemptions %lld, prefix-cache hits %lld of %lld prompt tokens\n",
+              static_cast<long long>(stats.preemptions), static_cast<long long>(stats.prefix_hit_tokens),
+              static_cast<long long>(stats.admitted_prompt_tokens));
+  std::printf("invalid table rows or slots: %lld\n", static_cast<long long>(errors));
+  if (scheduler.kv_cache().Usage().used_bytes != 0) {
+    std::printf("blocks still held after every request finished\n");
+    return 1;
+  }
+  return errors == 0 ? 0 : 1;
+}

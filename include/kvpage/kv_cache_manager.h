@@ -113,6 +113,14 @@ struct DecodeStep {
   RequestId id;
   int64_t num_computed_tokens = 0;
   int64_t num_new_tokens = 1;
+  int32_t handle = -1;  // the id's RequestHandle, or -1: skips the id lookup when it matches
+};
+
+// One sampled token of a decode step (AppendDecodeTokens).
+struct DecodeToken {
+  RequestId id;
+  int32_t handle = -1;  // as in DecodeStep
+  int32_t token = 0;
 };
 
 // Recurrent-state slots of one request in one linear-attention group for the current step.
@@ -173,10 +181,9 @@ class KvCacheManager {
   // Appends sampled (accepted) tokens. OutOfRange past max_model_len; NotFound for an unknown id.
   absl::Status AppendTokens(RequestId id, absl::Span<const int32_t> tokens);
   // AppendTokens of one token for each of many requests (the sampled tokens of a decode
-  // step): ids[i] gets tokens[i]. All or nothing: errors as AppendTokens, for the first bad
-  // entry, before anything changes. InvalidArgument if the spans differ in length.
-  absl::Status AppendDecodeTokens(absl::Span<const RequestId> ids,
-                                  absl::Span<const int32_t> tokens);
+  // step). All or nothing: errors as AppendTokens, for the first bad entry, before anything
+  // changes.
+  absl::Status AppendDecodeTokens(absl::Span<const DecodeToken> tokens);
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
@@ -186,6 +193,10 @@ class KvCacheManager {
   // Frees every block and slot of the request, last block first. NotFound for an unknown id.
   absl::Status Free(RequestId id);
   bool HasRequest(RequestId id) const;
+  // A small integer naming a live request until it is freed (then reused), or -1 for an
+  // unknown id. Batch calls given it with the id skip the id lookup; a stale handle is
+  // detected (it no longer matches the id) and the id is looked up instead.
+  int32_t RequestHandle(RequestId id) const;
   // The request's tokens: prompt, then appended tokens. NotFound for an unknown id.
   absl::StatusOr<absl::Span<const int32_t>> Tokens(RequestId id) const;
   int64_t num_requests() const;

@@ -86,8 +86,22 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   st->skip_prefix_cache_read = spec.skip_prefix_cache_read;
   st->groups.resize(m.groups.size());
   st->hashes.Update(st->tokens);
+  if (m.free_handles.empty()) {
+    m.free_handles.push_back(static_cast<int32_t>(m.by_handle.size()));
+    m.by_handle.push_back(nullptr);
+    m.handle_ids.push_back(RequestId(-1));
+  }
+  st->handle = m.free_handles.back();
+  m.free_handles.pop_back();
+  m.by_handle[st->handle] = st.get();
+  m.handle_ids[st->handle] = spec.id;
   m.requests.emplace(spec.id, std::move(st));
   return absl::OkStatus();
+}
+
+int32_t KvCacheManager::RequestHandle(RequestId id) const {
+  auto it = impl_->requests.find(id);
+  return it == impl_->requests.end() ? -1 : it->second->handle;
 }
 
 absl::StatusOr<absl::Span<const int32_t>> KvCacheManager::Tokens(RequestId id) const {
@@ -122,47 +136,40 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   return absl::OkStatus();
 }
 
-absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const RequestId> ids,
-                                               absl::Span<const int32_t> tokens) {
+absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   Impl& m = *impl_;
-  if (ids.size() != tokens.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("AppendDecodeTokens got ", ids.size(),
-                                                   " ids and ", tokens.size(), " tokens"));
-  }
-  // Check everything first (all or nothing); the lookups are independent, so they overlap.
+  // Check everything first (all or nothing), prefetching each request's state; the lookups
+  // are independent, so their misses overlap.
   std::vector<RequestState*>& states = m.scratch_states;
-  states.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = m.requests.find(ids[i]);
-    if (it == m.requests.end()) return UnknownRequest(ids[i]);
-    states[i] = it->second.get();
-    if (i >= 8) __builtin_prefetch(states[i - 8]);
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (tokens[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " is negative"));
+  states.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    RequestState* st = m.Find(tokens[i].id, tokens[i].handle);
+    if (st == nullptr) return UnknownRequest(tokens[i].id);
+    if (tokens[i].token < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i].token, " is negative"));
     }
-    if (static_cast<int64_t>(states[i]->tokens.size()) >= m.max_model_len) {
-      return absl::OutOfRangeError(absl::StrCat("request ", ids[i].value, " would have ",
-                                                states[i]->tokens.size() + 1,
+    states[i] = st;
+    __builtin_prefetch(st);
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const RequestState& st = *states[i];
+    if (static_cast<int64_t>(st.tokens.size()) >= m.max_model_len) {
+      return absl::OutOfRangeError(absl::StrCat("request ", st.id.value, " would have ",
+                                                st.tokens.size() + 1,
                                                 " tokens, more than max_model_len ",
                                                 m.max_model_len));
     }
-    // The token's destination, 4 requests ahead, and where a block hash will go if the
-    // token completes a block.
-    if (i + 4 < ids.size()) {
-      const RequestState& ahead = *states[i + 4];
-      __builtin_prefetch(ahead.tokens.data() + ahead.tokens.size(), 1);
-      if ((ahead.tokens.size() + 1) % static_cast<size_t>(m.block_size) == 0) {
-        const absl::Span<const BlockHash> hashes = ahead.hashes.hashes();
-        __builtin_prefetch(hashes.data() + hashes.size(), 1);
-      }
+    // Where the token goes, and where a block hash goes if the token completes a block.
+    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+    if ((st.tokens.size() + 1) % static_cast<size_t>(m.block_size) == 0) {
+      const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+      __builtin_prefetch(hashes.data() + hashes.size(), 1);
     }
   }
   const size_t block_size = static_cast<size_t>(m.block_size);
-  for (size_t i = 0; i < ids.size(); ++i) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
     RequestState& st = *states[i];
-    st.tokens.push_back(tokens[i]);
+    st.tokens.push_back(tokens[i].token);
     if (st.tokens.size() % block_size == 0) st.hashes.Update(st.tokens);
   }
   return absl::OkStatus();
@@ -220,6 +227,10 @@ absl::Status KvCacheManager::Free(RequestId id) {
   if (it == m.requests.end()) return UnknownRequest(id);
   m.FreeRequestBlocks(*it->second);
   std::erase(m.pending_commits, it->second.get());
+  const int32_t handle = it->second->handle;
+  m.by_handle[handle] = nullptr;
+  m.handle_ids[handle] = RequestId(-1);
+  m.free_handles.push_back(handle);
   m.requests.erase(it);
   return absl::OkStatus();
 }
@@ -269,53 +280,55 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
 
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
-  // Resolve every id first: the lookups are independent, so they overlap, and an unknown id
-  // is reported before anything changes.
-  std::vector<RequestState*>& states = m.scratch_states;
-  states.resize(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    auto it = m.requests.find(steps[i].id);
-    if (it == m.requests.end()) return UnknownRequest(steps[i].id);
-    states[i] = it->second.get();
-  }
-  // Prefetch in stages, so a request's data is in cache when its turn comes: its state 16
-  // steps ahead; and, only for a request that will need a block (which the state's summary
-  // tells), its group array 8 ahead and its table end and next block hash 4 ahead.
+  // Resolve every id first (an unknown id is reported before anything changes), prefetching
+  // the states: the lookups are independent, so their misses overlap.
   const size_t n = steps.size();
-  auto needs_block = [&](size_t j) {
-    const RequestState& st = *states[j];
-    return steps[j].num_computed_tokens + steps[j].num_new_tokens > st.covered_tokens;
-  };
+  std::vector<RequestState*>& states = m.scratch_states;
+  states.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (i + 16 < n) __builtin_prefetch(states[i + 16]);
-    if (i + 8 < n && needs_block(i + 8)) __builtin_prefetch(states[i + 8]->groups.data());
-    if (i + 4 < n && needs_block(i + 4)) {
-      const RequestState& ahead = *states[i + 4];
-      for (const GroupState& gs : ahead.groups) {
-        __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
-      }
-      const auto hashes = ahead.hashes.hashes();
-      if (ahead.cached_blocks < static_cast<int64_t>(hashes.size())) {
-        __builtin_prefetch(hashes.data() + ahead.cached_blocks);
+    RequestState* st = m.Find(steps[i].id, steps[i].handle);
+    if (st == nullptr) return UnknownRequest(steps[i].id);
+    states[i] = st;
+    __builtin_prefetch(st);
+  }
+  // The requests that will need a block (their summaries say so): bring in, for all of them
+  // at once, their group arrays, table ends and next block hashes; then, with the hashes
+  // arrived, the prefix-cache slots those blocks will take. One miss at a time per request
+  // would otherwise dominate the step.
+  std::vector<int32_t>& growing = m.scratch_indices;
+  growing.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (steps[i].num_computed_tokens + steps[i].num_new_tokens > states[i]->covered_tokens) {
+      growing.push_back(static_cast<int32_t>(i));
+      __builtin_prefetch(states[i]->groups.data());
+    }
+  }
+  for (int32_t i : growing) {
+    const RequestState& st = *states[i];
+    for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+    const auto hashes = st.hashes.hashes();
+    if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
+      __builtin_prefetch(hashes.data() + st.cached_blocks);
+    }
+  }
+  if (m.config.enable_prefix_caching) {
+    for (int32_t i : growing) {
+      const RequestState& st = *states[i];
+      const auto hashes = st.hashes.hashes();
+      if (st.cached_blocks >= static_cast<int64_t>(hashes.size())) continue;
+      for (const internal::GroupLayout& g : m.groups) {
+        if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
       }
     }
-    // Two ahead, that hash has arrived: start loading the prefix-cache slot it will take.
-    if (m.config.enable_prefix_caching && i + 2 < n && needs_block(i + 2)) {
-      const RequestState& ahead = *states[i + 2];
-      const auto hashes = ahead.hashes.hashes();
-      if (ahead.cached_blocks < static_cast<int64_t>(hashes.size())) {
-        for (const internal::GroupLayout& g : m.groups) {
-          if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[ahead.cached_blocks], g.id);
-        }
-      }
-    }
+  }
+  for (size_t i = 0; i < n; ++i) {
     const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
                                 .num_new_tokens = steps[i].num_new_tokens};
     if (m.NothingToDo(*states[i], req)) continue;
     KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[i], req));
     if (!ok) return static_cast<int64_t>(i);
   }
-  return static_cast<int64_t>(steps.size());
+  return static_cast<int64_t>(n);
 }
 
 absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
@@ -479,6 +492,16 @@ absl::Status KvCacheManager::CheckInvariants() const {
   if (mapped_bytes != m.budget->used_bytes()) {
     return absl::InternalError(absl::StrCat("pools map ", mapped_bytes, " bytes but the budget lent ",
                                             m.budget->used_bytes()));
+  }
+  // Handles: one per live request, naming it both ways; the rest are free.
+  if (m.by_handle.size() != m.requests.size() + m.free_handles.size()) {
+    return absl::InternalError(absl::StrCat(m.by_handle.size(), " handles for ", m.requests.size(),
+                                            " requests and ", m.free_handles.size(), " free"));
+  }
+  for (const auto& [id, st] : m.requests) {
+    if (st->handle < 0 || m.by_handle[st->handle] != st.get() || m.handle_ids[st->handle] != id) {
+      return absl::InternalError(absl::StrCat("request ", id.value, " has a broken handle ", st->handle));
+    }
   }
   for (const auto& [id, st] : m.requests) {
     const int64_t full_blocks = static_cast<int64_t>(st->tokens.size()) / m.block_size;

@@ -82,6 +82,19 @@ class KvCacheManager::Impl {
   std::vector<std::unique_ptr<BlockPool>> pools;
   std::unique_ptr<BlockHasher> hasher;
   absl::flat_hash_map<RequestId, std::unique_ptr<internal::RequestState>> requests;
+  // Request handles: by_handle[h] is the live request with handle h (null when free), and
+  // handle_ids[h] its id, so checking a handle against an id touches no request state.
+  std::vector<internal::RequestState*> by_handle;
+  std::vector<RequestId> handle_ids;
+  std::vector<int32_t> free_handles;
+  // The request named by (id, handle), or null if unknown.
+  internal::RequestState* Find(RequestId id, int32_t handle) const {
+    if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
+      return by_handle[handle];
+    }
+    auto it = requests.find(id);
+    return it == requests.end() ? nullptr : it->second.get();
+  }
   std::vector<internal::RequestState*> pending_commits;
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
@@ -89,6 +102,7 @@ class KvCacheManager::Impl {
   bool has_state_groups = false;        // any linear-attention group
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
+  std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
 };
 
 }  // namespace kvpage

@@ -54,6 +54,7 @@ struct RequestState {
 
   // Read by every decode step: kept together at the front, in one cache line.
   RequestId id;
+  int32_t handle = -1;     // KvCacheManager::RequestHandle
   bool allocated = false;  // has been through AllocateSlots
   bool skip_prefix_cache_read = false;
   // Summaries of `groups` that let a decode step that needs nothing new return at once

@@ -124,7 +124,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
         const SchedRequest& r = reqs[running[j]];
         if (r.num_tokens - r.num_computed != 1 || !r.drafts.empty()) break;
-        decode_batch.push_back({r.id, r.num_computed, 1});
+        decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
         decode_batch_index.push_back(running[j]);
         ++j;
       }
@@ -181,6 +181,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       KVPAGE_DCHECK(added.ok());  // the id is not in the cache; the tokens were checked
       if (!added.ok()) break;
       r.in_manager = true;
+      r.kv_handle = kv->RequestHandle(r.id);
     }
     absl::StatusOr<CacheHit> hit = kv->GetComputedBlocks(r.id);
     KVPAGE_DCHECK(hit.ok());

@@ -375,7 +375,6 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   }
 
   UpdateResult update;
-  s.append_ids.clear();
   s.append_tokens.clear();
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
@@ -418,8 +417,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
       continue;
     }
     if (keep == 1) {
-      s.append_ids.push_back(r.id);  // appended together below
-      s.append_tokens.push_back(sampled[0]);
+      s.append_tokens.push_back({r.id, r.kv_handle, sampled[0]});  // appended together below
     } else {
       const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
       KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
@@ -433,7 +431,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
     r.drafts.assign(result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0),
                     result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0) + take);
   }
-  const absl::Status appended = s.kv->AppendDecodeTokens(s.append_ids, s.append_tokens);
+  const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
   KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
   (void)appended;
   s.applied = true;
@@ -485,6 +483,9 @@ absl::Status Scheduler::CheckInvariants() const {
                                               " disagrees with the KV cache on being admitted"));
     }
     in_manager += r.in_manager ? 1 : 0;
+    if (r.in_manager && r.kv_handle != s.kv->RequestHandle(r.id)) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " has a stale cache handle"));
+    }
     // Tokens live in exactly one place: the KV cache while it holds the request, here otherwise.
     const int64_t held = r.in_manager ? static_cast<int64_t>(s.kv->Tokens(r.id)->size())
                                       : static_cast<int64_t>(r.tokens.size());

@@ -42,6 +42,7 @@ struct alignas(64) SchedRequest {
   int32_t num_scheduled_drafts = 0;
   // ---- The second line: Update's stop checks and the running pass.
   uint64_t visited_step = 0;    // the step whose running pass last considered it
+  int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
   RequestStatus status = RequestStatus::kFree;
@@ -164,8 +165,7 @@ class Scheduler::Impl {
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
   std::vector<uint8_t> row_scheduled;  // scratch, per row
-  std::vector<RequestId> append_ids;   // scratch for Update's batched token append
-  std::vector<int32_t> append_tokens;
+  std::vector<DecodeToken> append_tokens;  // scratch for Update's batched token append
   SchedulerStats stats;
 };
 

@@ -159,18 +159,18 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
                                                 " tokens, more than max_model_len ",
                                                 m.max_model_len));
     }
-    // Where the token goes, and where a block hash goes if the token completes a block.
+    // Where the token goes, and where a block hash goes should the token complete a block.
     __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
-    if ((st.tokens.size() + 1) % static_cast<size_t>(m.block_size) == 0) {
-      const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-      __builtin_prefetch(hashes.data() + hashes.size(), 1);
-    }
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    __builtin_prefetch(hashes.data() + hashes.size(), 1);
   }
+  // A block completes when the count reaches the next multiple of the block size: compare
+  // against the hashes already made instead of dividing.
   const size_t block_size = static_cast<size_t>(m.block_size);
   for (size_t i = 0; i < tokens.size(); ++i) {
     RequestState& st = *states[i];
     st.tokens.push_back(tokens[i].token);
-    if (st.tokens.size() % block_size == 0) st.hashes.Update(st.tokens);
+    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * block_size) st.hashes.Update(st.tokens);
   }
   return absl::OkStatus();
 }

@@ -38,6 +38,7 @@ int32_t Scheduler::Impl::TakeRow(int32_t q) {
   row_owner.push_back(q);
   std::fill(r.synced_blocks.begin(), r.synced_blocks.end(), 0);
   std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
+  r.tail_index[0] = r.tail_index[1] = -1;
   r.sync_tokens = 0;
   r.sync_release_delta = 0;
   return r.row;
@@ -94,6 +95,10 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
       }
     }
     r.synced_blocks[a] = std::max(r.synced_blocks[a], size);
+    if (a < 2) {
+      r.tail_index[a] = size - 1;
+      r.tail_block[a] = size > 0 ? table[size - 1].value : 0;
+    }
   }
   ComputeSyncBounds(r);
 }

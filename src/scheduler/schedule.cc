@@ -28,7 +28,7 @@ const SchedulerOutput& Scheduler::Schedule() {
 
 int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget) const {
   const int64_t remaining = r.num_tokens - r.num_computed;  // prompt or recompute left
-  int64_t n = remaining + static_cast<int64_t>(r.drafts.size());
+  int64_t n = remaining + r.num_drafts;
   if (remaining > 1 && config.long_prefill_token_threshold > 0) {
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
   }
@@ -79,7 +79,7 @@ void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
   if (tokens.ok()) r.tokens.assign(tokens->begin(), tokens->end());
   LeaveRunning(victim);
   r.num_computed = 0;
-  r.drafts.clear();
+  r.num_drafts = 0;
   r.resumed = true;
   ++r.num_preemptions;
   ++stats.preemptions;
@@ -123,7 +123,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       size_t j = i;
       while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
         const SchedRequest& r = reqs[running[j]];
-        if (r.num_tokens - r.num_computed != 1 || !r.drafts.empty()) break;
+        if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
         decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
         decode_batch_index.push_back(running[j]);
         ++j;
@@ -293,10 +293,16 @@ void Scheduler::Impl::BuildOutput() {
     for (size_t a = 0; a < attention.size(); ++a) {
       const GroupInfo& g = attention[a];
       AttentionBatch& batch = o.attention[a];
-      const int32_t* table = g.table.data() + static_cast<size_t>(row) * g.stride;
-      const int32_t kbs = g.block_size / g.ratio;
-      for (int64_t pos = c; pos < c + n; ++pos) {
-        batch.slot_mapping.push_back(int64_t{table[pos / kbs]} * kbs + pos % kbs);
+      // A token's slot is its cache block times the cache block size plus its offset, whatever
+      // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
+      const int64_t bs = g.block_size;
+      if (n == 1 && a < 2 && c / bs == r.tail_index[a]) {
+        batch.slot_mapping.push_back(int64_t{r.tail_block[a]} * bs + c % bs);  // decode: no table read
+      } else {
+        const int32_t* table = g.table.data() + static_cast<size_t>(row) * g.stride;
+        for (int64_t pos = c; pos < c + n; ++pos) {
+          batch.slot_mapping.push_back(int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs);
+        }
       }
       batch.new_block_offsets.push_back(static_cast<int32_t>(batch.new_block_ids.size()));
     }

@@ -216,6 +216,7 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.prompt_len = len;
   r.max_new_tokens = spec.max_new_tokens;
   r.stop_token_ids = std::move(spec.stop_token_ids);
+  r.has_stop_tokens = !r.stop_token_ids.empty();
   r.priority = spec.priority;
   r.arrival_time = spec.arrival_time;
   r.seq = s.next_seq++;
@@ -311,7 +312,7 @@ void Scheduler::Impl::Release(int32_t q) {
   r.status = RequestStatus::kFree;
   r.tokens = {};
   r.stop_token_ids = {};
-  r.drafts = {};
+  r.num_drafts = 0;
   r.scheduled_step = 0;
   free_indices.push_back(q);
 }
@@ -396,7 +397,8 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
     while (keep < k && !finished) {
       const int32_t t = sampled[keep++];
       ++r.num_output;
-      if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
+      if (r.has_stop_tokens &&
+          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
         finished = true;
         reason = FinishReason::kStop;
       } else if (r.num_output >= r.max_new_tokens) {
@@ -428,8 +430,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
     const int64_t room = s.max_model_len - r.num_tokens - s.config.num_speculative_tokens;
     const int32_t take = static_cast<int32_t>(std::clamp<int64_t>(
         std::min<int64_t>(d, s.config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
-    r.drafts.assign(result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0),
-                    result.draft_token_ids.begin() + (d > 0 ? result.draft_offsets[i] : 0) + take);
+    r.num_drafts = take;
   }
   const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
   KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
@@ -493,7 +494,7 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has ", r.num_tokens,
                                               " tokens but ", held, " are held"));
     }
-    if (r.num_computed > r.num_tokens + static_cast<int64_t>(r.drafts.size()) +
+    if (r.num_computed > r.num_tokens + r.num_drafts +
                              s.config.num_speculative_tokens ||
         r.num_output > r.max_new_tokens) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,

@@ -40,20 +40,25 @@ struct alignas(64) SchedRequest {
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled = 0;
   int32_t num_scheduled_drafts = 0;
-  // ---- The second line: Update's stop checks and the running pass.
+  // ---- The second line: the running pass, Update's stop checks, slot mappings.
   uint64_t visited_step = 0;    // the step whose running pass last considered it
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
+  int32_t num_drafts = 0;       // drafts the server proposed for the next step
+  // The last block each of the first two attention groups' rows holds (index in the table and
+  // id), so a decode token's slot needs no table read.
+  int32_t tail_index[2] = {-1, -1};
+  int32_t tail_block[2] = {0, 0};
   RequestStatus status = RequestStatus::kFree;
   bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
                                 // head of the queue after a failed admission)
   bool fresh = false;           // admitted or resumed and not yet reported as new
   bool resumed = false;
-  std::vector<int32_t> stop_token_ids;
-  std::vector<int32_t> drafts;  // proposed for the next step
+  bool has_stop_tokens = false;
 
   // ---- Cold.
+  std::vector<int32_t> stop_token_ids;
   // Prompt, then every output token: held here only while the KV cache does not hold the
   // request (it moves in at admission and is copied back out at preemption).
   std::vector<int32_t> tokens;

@@ -323,7 +323,8 @@ void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
   st.next_release = release;
 }
 
-bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req) const {
+bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req,
+                                      bool allow_release) const {
   if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 ||
       req.num_reserve_tokens != 0 || has_state_groups) {
     return false;
@@ -331,7 +332,8 @@ bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRe
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
   return n > 0 && c >= 0 && c <= static_cast<int64_t>(st.tokens.size()) &&
-         c + n <= max_model_len && processed <= c && processed < st.next_release;
+         c + n <= max_model_len && processed >= 0 && processed <= c &&
+         (allow_release || processed < st.next_release);
 }
 
 bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
@@ -360,10 +362,10 @@ void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
   }
 }
 
-bool KvCacheManager::Impl::GrowFromCleanBlocks(RequestState& st, const AllocationRequest& req) {
+bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const AllocationRequest& req) {
   // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
   // computed tokens the request holds blocks for.
-  if (pools.size() != groups.size() || !OnFastPath(st, req) ||
+  if (pools.size() != groups.size() || !OnFastPath(st, req, /*allow_release=*/true) ||
       req.num_computed_tokens > st.covered_tokens) {
     return false;
   }
@@ -371,8 +373,15 @@ bool KvCacheManager::Impl::GrowFromCleanBlocks(RequestState& st, const Allocatio
   for (const GroupLayout& g : groups) {
     const int64_t want = CeilDiv(total, g.block_size) -
                          static_cast<int64_t>(st.groups[g.id.value].blocks.size());
-    if (want > pools[g.pool]->num_clean_blocks()) return false;
+    // Free blocks the pool already has (clean, or cached and evictable): no chunk has to
+    // move between pools, which is what the slow path is for.
+    if (want > pools[g.pool]->num_free_blocks()) return false;
   }
+  // A sliding window moved past a block: free it first, as Allocate does (freed blocks join
+  // the cached-free list or, unhashed, the clean stack; neither takes what is counted above).
+  const int64_t processed =
+      req.num_processed_tokens < 0 ? req.num_computed_tokens : req.num_processed_tokens;
+  if (processed >= st.next_release) RemoveSkipped(st, processed);
   for (const GroupLayout& g : groups) {
     GroupState& gs = st.groups[g.id.value];
     const int64_t want = CeilDiv(total, g.block_size) - static_cast<int64_t>(gs.blocks.size());
@@ -384,7 +393,7 @@ bool KvCacheManager::Impl::GrowFromCleanBlocks(RequestState& st, const Allocatio
 }
 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
-  if (NothingToDo(st, req) || GrowFromCleanBlocks(st, req)) return true;
+  if (NothingToDo(st, req) || GrowFromFreeBlocks(st, req)) return true;
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
   const int64_t c = req.num_computed_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;

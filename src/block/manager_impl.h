@@ -49,13 +49,16 @@ class KvCacheManager::Impl {
   void RefreshSummary(internal::RequestState& st) const;
   // Valid arguments for a running request's plain step (no hit, no lookahead, no state
   // groups, no window release due): the precondition of both fast paths below.
-  bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req) const;
+  // allow_release: a window release may be due (GrowFromFreeBlocks performs it).
+  bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req,
+                  bool allow_release = false) const;
   // The decode fast path: true when the step needs no block, no cache entry and no window
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
-  // The decode path that crosses a block boundary: when every pool has the clean blocks at
-  // hand and nothing else is involved, takes them directly. False = not handled, no change.
-  bool GrowFromCleanBlocks(internal::RequestState& st, const AllocationRequest& req);
+  // The decode path that crosses a block boundary (and may release a window block): when
+  // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
+  // takes them directly. False = not handled, no change.
+  bool GrowFromFreeBlocks(internal::RequestState& st, const AllocationRequest& req);
   // Offers the blocks filled by tokens [0, end) (verified tokens only) to the prefix cache.
   void CacheFullBlocks(internal::RequestState& st, int64_t end);
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?

@@ -119,7 +119,9 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
     // One sampled token, the decode case: no range insert, and hashing only when a block
     // has just become full.
     st.tokens.push_back(tokens[0]);
-    if (st.tokens.size() % static_cast<size_t>(impl_->block_size) == 0) st.hashes.Update(st.tokens);
+    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(impl_->block_size)) {
+      st.hashes.Update(st.tokens);
+    }
     return absl::OkStatus();
   }
   if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {

@@ -668,5 +668,68 @@ TEST(KvCacheManagerDecodeStepTest, ServesInOrderAndStopsWhereMemoryEnds) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
+// Handles name live requests; a stale one falls back to the id; batch appends are all or
+// nothing and hash a block once it is full.
+TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 16 * 16 * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.hash_seed = 4;
+  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(m->AddRequest({RequestId(5), testing::Tokens(31, 0)}).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(6), testing::Tokens(20, 100)}).ok());
+  EXPECT_EQ(m->RequestHandle(RequestId(5)), 0);
+  EXPECT_EQ(m->RequestHandle(RequestId(6)), 1);
+  EXPECT_EQ(m->RequestHandle(RequestId(7)), -1);
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(5), {.num_new_tokens = 31}));
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(6), {.num_new_tokens = 20}));
+  // A negative token anywhere: nothing is appended.
+  std::vector<DecodeToken> bad = {{RequestId(5), 0, 9}, {RequestId(6), 1, -2}};
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AppendDecodeTokens(bad)));
+  EXPECT_EQ(m->Tokens(RequestId(5))->size(), 31u);
+  // A wrong handle is only a hint: the id decides.
+  std::vector<DecodeToken> ok = {{RequestId(5), 1, 9}, {RequestId(6), -1, 8}};
+  ASSERT_TRUE(m->AppendDecodeTokens(ok).ok());
+  EXPECT_EQ(m->Tokens(RequestId(5))->back(), 9);
+  EXPECT_EQ(m->Tokens(RequestId(6))->back(), 8);
+  // Request 5's 32nd token completed its second block: the next step caches it, and an
+  // identical 33-token prompt hits both blocks.
+  std::vector<DecodeStep> step = {{RequestId(5), 31, 1, 0}};
+  ASSERT_EQ(*m->AllocateDecodeStep(step), 1);
+  std::vector<int32_t> same = testing::Tokens(31, 0);
+  same.push_back(9);
+  same.push_back(1);
+  ASSERT_TRUE(m->AddRequest({RequestId(7), same}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(7))->num_tokens, 32);
+  // Freed handles are reused; an unknown id fails before anything changes.
+  ASSERT_TRUE(m->Free(RequestId(6)).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(8), testing::Tokens(3, 500)}).ok());
+  EXPECT_EQ(m->RequestHandle(RequestId(8)), 1);
+  std::vector<DecodeToken> unknown = {{RequestId(5), 0, 1}, {RequestId(6), 1, 1}};
+  EXPECT_TRUE(absl::IsNotFound(m->AppendDecodeTokens(unknown)));
+  EXPECT_EQ(m->Tokens(RequestId(5))->size(), 32u);
+  EXPECT_TRUE(absl::IsNotFound(m->Tokens(RequestId(6)).status()));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// num_reserve_tokens: the rest of a prompt must fit in growing groups, but is not taken.
+TEST(KvCacheManagerDecodeStepTest, ReserveTokensAreCheckedNotTaken) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 6 * 16 * 32;  // 6 blocks
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.hash_seed = 4;
+  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(m->AddRequest({RequestId(0), testing::Tokens(100, 0)}).ok());
+  // 32 tokens now (2 blocks) + 68 more (5 more blocks): 7 > 6, refused, nothing taken.
+  EXPECT_FALSE(*m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = 68}));
+  EXPECT_EQ(m->Usage().used_bytes, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = -1}).status()));
+  // 32 + 56 more = 88 tokens = 6 blocks: accepted, 2 taken.
+  EXPECT_TRUE(*m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = 56}));
+  EXPECT_EQ(m->Usage().used_bytes, 2 * 16 * 32);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
 }  // namespace
 }  // namespace kvpage

@@ -98,9 +98,11 @@ struct AllocationRequest {
   int64_t num_computed_tokens = 0;  // tokens whose K/V is computed (or hit) before this step
   int64_t num_new_tokens = 0;       // tokens this step computes, drafts included (> 0)
   int64_t num_lookahead_tokens = 0; // extra slots for draft tokens proposed this step
-  // Tokens after this step (say the rest of a prompt being admitted) whose blocks in growing
-  // groups (full attention, MLA) must also be obtainable for the step to succeed. They are
-  // checked, not taken: a scheduler admits a prompt only if all of it will fit.
+  // Tokens after this step (say the rest of a prompt being admitted) whose blocks must also be
+  // obtainable for the step to succeed. They are checked, not taken: a scheduler admits a
+  // prompt only if all of it will fit. kvpage mode counts growing groups (full attention, MLA);
+  // a sliding window needs no more than the step's own blocks. vllm mode also counts sliding
+  // windows, up to vLLM's per-request admission bound, as vLLM's full-sequence gate does.
   int64_t num_reserve_tokens = 0;
   // Tokens whose step has finished on the device; sliding-window blocks before the window of
   // the first unprocessed token are freed. -1 = num_computed_tokens (synchronous scheduling).

@@ -304,6 +304,35 @@ absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st
 
 // ---- AllocateSlots ----
 
+void KvCacheManager::Impl::AddReserve(const RequestState& st, const AllocationRequest& req,
+                                      absl::Span<int64_t> check) const {
+  const int64_t total = req.num_computed_tokens + req.num_new_tokens + req.num_lookahead_tokens;
+  const int64_t full = total + req.num_reserve_tokens;
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) continue;  // a recurrent state does not grow
+    const int64_t len = static_cast<int64_t>(req.hit != nullptr ? req.hit->blocks[g.id.value].size()
+                                                                : st.groups[g.id.value].blocks.size());
+    const int64_t after = std::max<int64_t>(CeilDiv(total, g.block_size), len);  // table length
+    if (g.kind == LayerKind::kFullAttention || g.kind == LayerKind::kMla) {
+      // Growing pages: every block of the whole sequence.
+      check[g.pool] += std::max<int64_t>(0, CeilDiv(full, g.block_size) - after);
+    } else if (g.kind == LayerKind::kSlidingWindow && config.mode == AccountingMode::kVllm) {
+      // vLLM's full-sequence gate counts a sliding window's blocks for the whole sequence too,
+      // capped by its admission bound cdiv(min(W − 1 + T, L), bs) + 1 with T the tokens in
+      // flight (two batches under async scheduling) (vllm.md §1.3, §2.7 step 4). kvpage mode
+      // counts only the step: a window holds at most W − 1 + budget tokens whatever the prompt.
+      const int64_t in_flight =
+          int64_t{config.max_num_batched_tokens} * (config.async_scheduling ? 2 : 1);
+      const int64_t cap =
+          CeilDiv(std::min<int64_t>(g.window - 1 + in_flight, max_model_len), g.block_size) + 1;
+      const int64_t skipped =
+          std::max<int64_t>(0, req.num_computed_tokens - g.window + 1) / g.block_size;
+      const int64_t wanted = std::min(CeilDiv(full, g.block_size) - skipped, cap);
+      check[g.pool] += std::max<int64_t>(0, wanted - (after - skipped));
+    }
+  }
+}
+
 void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
   int64_t covered = std::numeric_limits<int64_t>::max();
   int64_t cached = std::numeric_limits<int64_t>::max();
@@ -407,19 +436,9 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   absl::InlinedVector<int64_t, 8> need(pools.size(), 0);
   absl::InlinedVector<StatePlan, 8> plans(groups.size());
   CountPoolNeeds(*this, st, req, absl::MakeSpan(need), absl::MakeSpan(plans));
-  // The reserve: blocks growing groups will need for the tokens after this step.
+  // The reserve: blocks the tokens after this step will need, checked but not taken.
   absl::InlinedVector<int64_t, 8> check = need;
-  if (req.num_reserve_tokens > 0) {
-    for (const GroupLayout& g : groups) {
-      if (g.kind != LayerKind::kFullAttention && g.kind != LayerKind::kMla) continue;
-      const int64_t held = std::max<int64_t>(
-          CeilDiv(total, g.block_size),
-          static_cast<int64_t>(req.hit != nullptr ? req.hit->blocks[g.id.value].size()
-                                                  : st.groups[g.id.value].blocks.size()));
-      check[g.pool] += std::max<int64_t>(
-          0, CeilDiv(total + req.num_reserve_tokens, g.block_size) - held);
-    }
-  }
+  if (req.num_reserve_tokens > 0) AddReserve(st, req, absl::MakeSpan(check));
   // Enough clean blocks in every pool is the common case and needs no chunk arithmetic.
   bool served_by_clean = true;  // also read after the hits are touched
   for (size_t p = 0; p < need.size(); ++p) {

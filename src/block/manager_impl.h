@@ -37,6 +37,11 @@ class KvCacheManager::Impl {
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
                                       const AllocationRequest& req) const;
+  // Adds to `check` (per pool) the blocks the request's num_reserve_tokens will need beyond
+  // the step: growing groups' blocks for the whole sequence; in vllm mode also sliding-window
+  // blocks up to vLLM's admission bound.
+  void AddReserve(const internal::RequestState& st, const AllocationRequest& req,
+                  absl::Span<int64_t> check) const;
   absl::Status ValidateAllocation(const internal::RequestState& st,
                                   const AllocationRequest& req) const;
   // Frees sliding-window blocks no token from `num_processed` on can reach. The caller

@@ -121,10 +121,14 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
   spec.prompt_tokens.resize(static_cast<size_t>(len));
   for (int64_t i = 0; i < len; ++i) spec.prompt_tokens[i] = static_cast<int32_t>(i % 65536);
   if (!kv->AddRequest(std::move(spec)).ok()) return false;
+  // Admitted as a waiting request is (the whole prompt reserved when the scheduler does so),
+  // then computed chunk by chunk.
   bool fits = true;
   for (int64_t c = 0; c < len && fits;) {
     const int64_t n = std::min<int64_t>(config.max_num_batched_tokens, len - c);
-    absl::StatusOr<bool> ok = kv->AllocateSlots(probe, {.num_computed_tokens = c, .num_new_tokens = n});
+    const int64_t reserve = c == 0 && config.reserve_full_prompt ? len - n : 0;
+    absl::StatusOr<bool> ok = kv->AllocateSlots(
+        probe, {.num_computed_tokens = c, .num_new_tokens = n, .num_reserve_tokens = reserve});
     fits = ok.ok() && *ok;
     c += n;
   }

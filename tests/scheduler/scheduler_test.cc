@@ -269,6 +269,36 @@ TEST(SchedulerTest, AdmissionReservesTheWholePrompt) {
   }
 }
 
+// vLLM's full-sequence admission gate also counts a sliding window's blocks for the whole
+// prompt (up to its per-request bound); kvpage counts only what the window can hold. Window
+// 32, block 16, budget 64 tokens a step, 20,480 bytes, two 150-token prompts. Step 3: A runs
+// its last 22 tokens, holding 10 full blocks and 4 window blocks per sliding layer.
+//   kvpage: B needs 3 full + 7 reserved (5,120 B) and 3 sliding blocks (3,072 B) of the 11,264
+//           B free: admitted.
+//   vllm:   one 512-byte page per layer and block id; B needs 9 pages now and 7 + 7 + 7
+//           reserved (full, and each sliding layer: min(10, bound 11) − 3), 30 of 21 free:
+//           waits.
+TEST(SchedulerTest, VllmAdmissionGateCountsSlidingWindows) {
+  for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
+    SchedulerConfig c = TinyConfig(40, 64);
+    c.kv.mode = mode;
+    c.kv.chunk_bytes = 512;
+    auto s = MakeScheduler(TinyModel(testing::kTinyHybridSwa), c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->AddRequest(Req(0, Tokens(150, 0))).ok());
+    ASSERT_TRUE(s->AddRequest(Req(1, Tokens(150, 1000))).ok());
+    Step(*s);
+    Step(*s);
+    const SchedulerOutput& out = s->Schedule();
+    if (mode == AccountingMode::kKvpage) {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 22}, {1, 42}}));
+    } else {
+      EXPECT_EQ(Scheduled(out), (std::map<int64_t, int32_t>{{0, 22}}));
+    }
+    EXPECT_SCHED_INVARIANTS(*s);
+  }
+}
+
 // Priority preemption: the worst request goes, even when it is not last.
 TEST(SchedulerTest, PriorityPreemptsTheWorstRequest) {
   SchedulerConfig c = TinyConfig(6);

@@ -514,6 +514,11 @@ int RunSim(const std::vector<std::string>& args) {
     results.push_back(*std::move(result));
   }
 
+  if (!f.output_dir.empty()) {
+    // Before the JSON, which may be written inside it.
+    std::error_code ec;
+    std::filesystem::create_directories(f.output_dir, ec);
+  }
   std::string json;
   if (results.size() == 1) {
     json = sim::SimResultToJson(results[0]);

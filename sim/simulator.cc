@@ -146,6 +146,9 @@ void Loop::RecordUsage(const SchedulerOutput& out, double dt, SimResult& result)
                                static_cast<double>(u.budget_bytes)
                          : 0.0);
   }
+  usage_.push_back(u.budget_bytes > 0 ? static_cast<double>(u.mapped_bytes) /
+                                           static_cast<double>(u.budget_bytes)
+                                     : 0.0);
   for (size_t i = 0; i < usage_.size(); ++i) {
     usage_peak_[i] = std::max(usage_peak_[i], usage_[i]);
     usage_time_[i] += usage_[i] * dt;
@@ -159,7 +162,7 @@ void Loop::RecordUsage(const SchedulerOutput& out, double dt, SimResult& result)
     s.num_waiting = sched_.num_waiting();
     s.num_scheduled_tokens = out.total_num_scheduled_tokens;
     s.num_preemptions = static_cast<int32_t>(out.preempted_ids.size());
-    s.kv_usage.assign(usage_.begin() + 1, usage_.end());
+    s.kv_usage.assign(usage_.begin() + 1, usage_.end() - 1);  // pools only
     result.steps.push_back(std::move(s));
   }
 }
@@ -225,8 +228,9 @@ void Loop::Report() const {
 absl::Status Loop::Run(SimResult& result) {
   pools_ = MakePoolView(sched_.kv_cache());
   result.pool_names = pools_.names;
-  usage_peak_.assign(pools_.names.size() + 1, 0.0);
-  usage_time_.assign(pools_.names.size() + 1, 0.0);
+  // total, pools, mapped
+  usage_peak_.assign(pools_.names.size() + 2, 0.0);
+  usage_time_.assign(pools_.names.size() + 2, 0.0);
   int32_t empty_steps = 0;
   while (true) {
     KVPAGE_RETURN_IF_ERROR(AddArrivals(result));
@@ -257,12 +261,15 @@ absl::Status Loop::Run(SimResult& result) {
   Report();
 
   result.simulated_seconds = t_;
-  result.kv_usage.resize(usage_peak_.size());
-  for (size_t i = 0; i < usage_peak_.size(); ++i) {
-    result.kv_usage[i].name = i == 0 ? "total" : pools_.names[i - 1];
-    result.kv_usage[i].peak = usage_peak_[i];
-    result.kv_usage[i].mean = busy_s_ > 0 ? usage_time_[i] / busy_s_ : 0.0;
+  auto stats = [&](size_t i, std::string name) {
+    return PoolUsageStats{std::move(name), usage_peak_[i],
+                          busy_s_ > 0 ? usage_time_[i] / busy_s_ : 0.0};
+  };
+  result.kv_usage.push_back(stats(0, "total"));
+  for (size_t i = 0; i < pools_.names.size(); ++i) {
+    result.kv_usage.push_back(stats(i + 1, pools_.names[i]));
   }
+  result.kv_mapped = stats(usage_peak_.size() - 1, "mapped");
   for (Live& l : live_) {
     if (l.record.output_len > 0) result.requests.push_back(std::move(l.record));
   }
@@ -345,6 +352,7 @@ std::string SimResultToJson(const SimResult& r) {
     usage[p.name] = ojson{{"peak", p.peak}, {"mean", p.mean}};
   }
   j["kv_usage"] = std::move(usage);
+  j["kv_mapped"] = ojson{{"peak", r.kv_mapped.peak}, {"mean", r.kv_mapped.mean}};
   j["max_concurrency"] = r.max_concurrency;
   j["num_steps"] = r.num_steps;
   j["dropped_requests"] = r.dropped_requests;

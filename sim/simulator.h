@@ -98,6 +98,10 @@ struct SimResult {
   std::vector<std::string> pool_names;  // one per StepRecord::kv_usage entry
   // "total" first, then one entry per pool in pool order.
   std::vector<PoolUsageStats> kv_usage;
+  // Bytes the pools have mapped (taken from the budget in chunks, kvpage mode; the whole
+  // budget in vLLM mode) over the budget. Mapped but unused memory holds clean or cached blocks
+  // that only the pool owning the chunk can use.
+  PoolUsageStats kv_mapped;
   // Per request, the tokens served by the prefix cache the first time it was scheduled
   // (num_computed_tokens of its first, non-resumed step). The manager's own counters are kept
   // apart below: they count every lookup, including repeated ones of requests whose admission
@@ -126,7 +130,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
 
 // Everything the CLI's --output-json writes for one run: SummaryToJson's fields, then
 // "preemptions", "prefix_cache" {queried_tokens, hit_tokens, hit_rate}, "kv_usage"
-// {pool: {peak, mean}}, "max_concurrency", "num_steps", "dropped_requests",
+// {pool: {peak, mean}}, "kv_mapped" {peak, mean}, "max_concurrency", "num_steps", "dropped_requests",
 // "truncated_requests", "kv_budget_bytes", "block_size", "max_model_len", "simulated_seconds",
 // "wall_seconds". Pretty-printed with 2 spaces; keys in that fixed order.
 std::string SimResultToJson(const SimResult& result);

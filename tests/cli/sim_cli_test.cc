@@ -72,7 +72,7 @@ TEST(SimCliTest, HelpListsEveryFlag) {
         "--max-model-len", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
         "--long-prefill-token-threshold", "--scheduling-policy", "--enable-prefix-caching",
         "--no-enable-prefix-caching", "--kv-cache-dtype", "--tp", "--allocator",
-        "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
+        "--kv-chunk-mib", "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
         "--output-json", "--output-dir", "--seed"}) {
     EXPECT_THAT(r.output, HasSubstr(flag)) << flag;
   }

@@ -480,6 +480,26 @@ int WriteOutputDir(const sim::SimResult& r, const std::string& dir, const std::s
   return 0;
 }
 
+// One run's JSON, or {"kvpage": {...}, "vllm": {...}} for several.
+std::string ResultsJson(const std::vector<std::string>& allocators,
+                        const std::vector<sim::SimResult>& results) {
+  if (results.size() == 1) return sim::SimResultToJson(results[0]);
+  std::string json = "{\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string one = sim::SimResultToJson(results[i]);
+    // Indent the nested object by two spaces.
+    std::string nested;
+    for (size_t p = 0; p < one.size(); ++p) {
+      nested += one[p];
+      if (one[p] == '\n' && p + 1 < one.size()) nested += "  ";
+    }
+    while (!nested.empty() && nested.back() == '\n') nested.pop_back();
+    absl::StrAppend(&json, "  \"", allocators[i], "\": ", nested,
+                    i + 1 < results.size() ? ",\n" : "\n");
+  }
+  return json + "}\n";
+}
+
 }  // namespace
 
 int RunSim(const std::vector<std::string>& args) {
@@ -531,25 +551,7 @@ int RunSim(const std::vector<std::string>& args) {
     std::error_code ec;
     std::filesystem::create_directories(f.output_dir, ec);
   }
-  std::string json;
-  if (results.size() == 1) {
-    json = sim::SimResultToJson(results[0]);
-  } else {
-    json = "{\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      std::string one = sim::SimResultToJson(results[i]);
-      // Indent the nested object by two spaces.
-      std::string nested;
-      for (size_t p = 0; p < one.size(); ++p) {
-        nested += one[p];
-        if (one[p] == '\n' && p + 1 < one.size()) nested += "  ";
-      }
-      while (!nested.empty() && nested.back() == '\n') nested.pop_back();
-      absl::StrAppend(&json, "  \"", allocators[i], "\": ", nested,
-                      i + 1 < results.size() ? ",\n" : "\n");
-    }
-    json += "}\n";
-  }
+  const std::string json = ResultsJson(allocators, results);
   if (f.output_json == "-") {
     std::cout << json;
   } else {

@@ -351,8 +351,11 @@ class ProgressBar {
   explicit ProgressBar(std::string label)
       : label_(std::move(label)), tty_(isatty(STDERR_FILENO) != 0),
         start_(std::chrono::steady_clock::now()) {}
-  ~ProgressBar() {
+  ~ProgressBar() { Clear(); }
+  // Erases the bar so that later messages start on a clean line.
+  void Clear() {
     if (drawn_) std::cerr << "\r\033[K" << std::flush;
+    drawn_ = false;
   }
   void Update(const sim::SimProgress& p) {
     if (!tty_ || p.total == 0) return;
@@ -534,6 +537,7 @@ int RunSim(const std::vector<std::string>& args) {
     ProgressBar bar(allocator);
     if (!f.no_progress) c.progress = [&bar](const sim::SimProgress& p) { bar.Update(p); };
     auto result = sim::Simulate(*trace, c);
+    bar.Clear();
     if (!result.ok()) {
       std::cerr << "kvpage sim: " << allocator << ": " << result.status().message() << "\n";
       return absl::IsInvalidArgument(result.status()) ? 2 : 1;

@@ -1,11 +1,17 @@
 # kvpage — two commands on a fresh Debian machine:
-#   make run    install missing packages, build, print the capacity comparison and draw the plot
+#   make run    install missing packages, build, print the capacity comparison and draw the plot,
+#               then replay the first 2,000 Mooncake requests through the simulator
 #   make test   install missing packages, build, run every test with ctest
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_MODELS ?= qwen3-8b,mistral-7b-v0.3,llama-3.1-8b,gemma-3-4b-it,gpt-oss-20b,deepseek-v2-lite,qwen3.5-9b,qwen3.5-0.8b
 RUN_CONTEXTS ?= 4K,32K,128K
+# The short simulation `make run` does after the planner table (a few seconds).
+RUN_SIM_MODEL ?= qwen3-8b
+RUN_SIM_GPU ?= h100
+RUN_SIM_TRACE ?= sim/data/traces/mooncake_conversation_trace.jsonl
+RUN_SIM_REQUESTS ?= 2000
 
 ASAN_BUILD_DIR ?= build-asan
 
@@ -25,10 +31,14 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # The main job on bundled defaults: all three policies for the bundled models at 4K/32K/128K,
-# with the concurrency each allows on one H100 (90% of memory, minus weights), and the plot.
+# with the concurrency each allows on one H100 (90% of memory, minus weights), and the plot;
+# then a short simulation (JSON, CSVs and sim.png in $(BUILD_DIR)/sim).
 run: build
 	$(BUILD_DIR)/bin/kvpage plan --compare --model $(RUN_MODELS) --context $(RUN_CONTEXTS) \
 	  --gpu h100 --plot $(BUILD_DIR)/plan.png
+	$(BUILD_DIR)/bin/kvpage sim --model $(RUN_SIM_MODEL) --gpu $(RUN_SIM_GPU) \
+	  --trace $(RUN_SIM_TRACE) --max-requests $(RUN_SIM_REQUESTS) \
+	  --output-json $(BUILD_DIR)/sim/sim.json --output-dir $(BUILD_DIR)/sim
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

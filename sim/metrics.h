@@ -42,7 +42,9 @@ struct RequestRecord {
   double finish_s = 0;         // when the last output token was produced
   int32_t prompt_len = 0;
   int32_t output_len = 0;      // tokens generated, >= 1
-  int64_t hit_tokens = 0;      // prompt tokens served by the prefix cache (summed over admissions)
+  // Prompt tokens served by the prefix cache. Simulate records the first admission's hit;
+  // other producers may sum over re-admissions (so it may exceed prompt_len).
+  int64_t hit_tokens = 0;
   int32_t num_preemptions = 0;
   // Emission time of every output token (front() == first_token_s, back() == finish_s), or
   // empty when not recorded: ITLs are then unavailable for this request.

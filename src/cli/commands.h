@@ -10,6 +10,7 @@ namespace kvpage::cli {
 
 int RunPlan(const std::vector<std::string>& args);
 int RunModels(const std::vector<std::string>& args);
+int RunSim(const std::vector<std::string>& args);
 
 }  // namespace kvpage::cli
 

@@ -1,4 +1,4 @@
-// kvpage: capacity planning (and, in later milestones, simulation) from the command line.
+// kvpage: capacity planning and trace simulation from the command line.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,6 +13,9 @@ Usage:
   kvpage plan   --model M --context L[,L…] [--policy P | --compare] [flags]
                 How much KV memory one request of length L reserves, under kvpage,
                 vLLM or llama.cpp, and how many fit on a GPU.
+  kvpage sim    --model M --gpu G --trace FILE [--compare-allocators] [flags]
+                Replays a request trace through the scheduler and block manager on a
+                simulated GPU: TTFT, TPOT, throughput, preemptions, prefix hits, KV usage.
   kvpage models [--model M]
                 The bundled model configs and their layer groups.
 
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "plan") return kvpage::cli::RunPlan(args);
   if (command == "models") return kvpage::cli::RunModels(args);
+  if (command == "sim") return kvpage::cli::RunSim(args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

@@ -1,0 +1,587 @@
+// `kvpage sim`: replays a request trace through the scheduler and block manager on a virtual
+// clock (sim/simulator.h) and reports `vllm bench serve`-style metrics.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "kvpage/catalog.h"
+#include "kvpage/planner.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+
+namespace kvpage::cli {
+namespace {
+
+constexpr const char* kSimUsage =
+    R"(Usage: kvpage sim --model M --gpu a100|h100|h200 (--trace FILE | --synthetic N) [flags]
+
+Replays a request trace through kvpage's scheduler and block manager on a virtual clock that
+a roofline GPU cost model advances, and reports the metrics `vllm bench serve` reports (TTFT,
+TPOT, ITL, end-to-end latency, throughput) plus preemptions, prefix-cache hits, KV usage and
+the most requests that ran at once. The same command gives the same JSON, byte for byte,
+except `wall_seconds`. docs/simulator.md describes the loop, the cost model and every output.)";
+
+struct SimFlags {
+  std::string model;
+  std::string gpu;
+  std::string trace;
+  std::string trace_format = "auto";
+  double kv_budget_gib = 0;
+  double gpu_memory_utilization = 0.9;
+  int64_t block_size = 16;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_seqs = 256;
+  int64_t max_model_len = 0;
+  bool enable_chunked_prefill = false;
+  bool no_enable_chunked_prefill = false;
+  int64_t long_prefill_token_threshold = 0;
+  std::string scheduling_policy = "fcfs";
+  bool enable_prefix_caching = false;
+  bool no_enable_prefix_caching = false;
+  std::string kv_cache_dtype = "auto";
+  int64_t tp = 1;
+  std::string allocator = "kvpage";
+  int64_t kv_chunk_mib = 64;
+  bool compare_allocators = false;
+  int64_t max_requests = 0;
+  double request_rate = 0;
+  std::string arrival = "poisson";
+  int64_t synthetic = 0;
+  int64_t prompt_len = 1024;
+  int64_t output_len = 128;
+  double shared_prefix_fraction = 0;
+  int64_t num_prefix_groups = 1;
+  std::string output_json;
+  std::string output_dir;
+  int64_t seed = 0;
+  bool no_progress = false;
+};
+
+void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
+  fs.String("model", &f.model,
+            "Bundled model name or path to a config.json (required).\nBundled: " +
+                absl::StrJoin(BundledModelNames(), ", ") + ".");
+  fs.String("gpu", &f.gpu,
+            "GPU for the cost model and the KV budget (required): " +
+                absl::StrJoin(BundledGpuNames(), ", ") + " (aliases a100, h100, h200) or a\n"
+                "hardware JSON file.");
+  fs.String("trace", &f.trace,
+            "Trace file. A bare file name not found in the working directory is looked up in\n"
+            "the bundled sim/data/traces/ (e.g. mooncake_conversation_trace.jsonl).");
+  fs.String("trace-format", &f.trace_format,
+            "mooncake, azure, lengths, or auto (default: .jsonl is mooncake; a CSV is azure\n"
+            "when its header has ContextTokens, lengths when it has num_prefill_tokens).");
+  fs.Double("kv-budget-gib", &f.kv_budget_gib,
+            "KV budget in GiB (2^30 bytes, all GPUs together); overrides\n"
+            "--gpu-memory-utilization.");
+  fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
+            "KV budget = GPU memory x this x tp - weights (default 0.9; activations not\n"
+            "modelled).");
+  fs.Int("block-size", &f.block_size, "Tokens per KV block (default 16).");
+  fs.Int("max-num-batched-tokens", &f.max_num_batched_tokens,
+         "Token budget of one step (default 8192).");
+  fs.Int("max-num-seqs", &f.max_num_seqs, "Running requests at most (default 256).");
+  fs.Int("max-model-len", &f.max_model_len,
+         "Longest request in tokens (default: the model's max_position_embeddings). Prompts\n"
+         "that leave no room for one output token are dropped and counted; requests reaching\n"
+         "it while generating stop early and are counted as truncated.");
+  fs.Bool("enable-chunked-prefill", &f.enable_chunked_prefill, "Chunked prefill (default on).");
+  fs.Bool("no-enable-chunked-prefill", &f.no_enable_chunked_prefill,
+          "A prompt runs in one step (it must fit --max-num-batched-tokens).");
+  fs.Int("long-prefill-token-threshold", &f.long_prefill_token_threshold,
+         "At most this many prompt tokens per request and step (default 0: no cap).");
+  fs.String("scheduling-policy", &f.scheduling_policy,
+            "fcfs (default) or priority (trace requests all have priority 0).");
+  fs.Bool("enable-prefix-caching", &f.enable_prefix_caching, "Prefix caching (default on).");
+  fs.Bool("no-enable-prefix-caching", &f.no_enable_prefix_caching, "Prefix caching off.");
+  fs.String("kv-cache-dtype", &f.kv_cache_dtype,
+            "auto (default: the model dtype), f32, f16, bf16, fp8 or q8_0.");
+  fs.Int("tp", &f.tp,
+         "Tensor-parallel degree: divides the cost model's FLOPs and bytes, and multiplies\n"
+         "GPU memory for the budget (default 1).");
+  fs.String("allocator", &f.allocator,
+            "KV accounting: kvpage (default) or vllm (what vLLM 0.29 would reserve).");
+  fs.Int("kv-chunk-mib", &f.kv_chunk_mib,
+         "kvpage accounting: MiB a pool takes from the budget at a time (default 64). Larger\n"
+         "chunks make huge budgets cheaper to simulate; smaller ones strand less memory in\n"
+         "partly used chunks of hybrid models.");
+  fs.Bool("compare-allocators", &f.compare_allocators,
+          "Run kvpage and vllm accounting on the same trace and memory, side by side.");
+  fs.Int("max-requests", &f.max_requests, "Replay only the first N requests (default all).");
+  fs.Double("request-rate", &f.request_rate,
+            "Requests per second for lengths traces and --synthetic (required there).");
+  fs.String("arrival", &f.arrival,
+            "Arrival process for lengths traces and --synthetic: poisson (default), fixed or\n"
+            "burst (everything at time 0; no --request-rate needed).");
+  fs.Int("synthetic", &f.synthetic,
+         "Instead of --trace, generate N requests with --prompt-len and --output-len tokens.");
+  fs.Int("prompt-len", &f.prompt_len, "--synthetic: prompt tokens per request (default 1024).");
+  fs.Int("output-len", &f.output_len, "--synthetic: output tokens per request (default 128).");
+  fs.Double("shared-prefix-fraction", &f.shared_prefix_fraction,
+            "--synthetic: share of each prompt taken from its prefix group (default 0).");
+  fs.Int("num-prefix-groups", &f.num_prefix_groups,
+         "--synthetic: number of shared-prefix groups (default 1).");
+  fs.String("output-json", &f.output_json,
+            "Write the results as JSON to this file ('-' for stdout instead of the table).");
+  fs.String("output-dir", &f.output_dir,
+            "Write requests.csv, steps.csv and sim.png (needs /usr/bin/python3 with\n"
+            "matplotlib) to this directory; with --compare-allocators, one subdirectory per\n"
+            "allocator.");
+  fs.Int("seed", &f.seed, "Seed of prompt tokens, sampled tokens and arrivals (default 0).");
+  fs.Bool("no-progress", &f.no_progress, "No progress bar on stderr.");
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "kvpage sim: " << s.message() << "\n";
+  return 2;
+}
+
+absl::Status Positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 30) {
+  if (v < 1 || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [1, ", max,
+                                                   "], got ", v));
+  }
+  return absl::OkStatus();
+}
+
+std::string ResolveTrace(const std::string& path) {
+  if (std::filesystem::exists(path)) return path;
+  const std::string bundled = std::string(KVPAGE_SOURCE_DIR) + "/sim/data/traces/" + path;
+  if (path.find('/') == std::string::npos && std::filesystem::exists(bundled)) return bundled;
+  return path;
+}
+
+absl::StatusOr<sim::TraceFormat> DetectFormat(const std::string& path) {
+  if (absl::EndsWithIgnoreCase(path, ".jsonl") || absl::EndsWithIgnoreCase(path, ".json")) {
+    return sim::TraceFormat::kMooncake;
+  }
+  std::ifstream in(path);
+  std::string header;
+  std::getline(in, header);
+  if (absl::StrContains(header, "ContextTokens")) return sim::TraceFormat::kAzure;
+  if (absl::StrContains(header, "num_prefill_tokens")) return sim::TraceFormat::kLengths;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot tell the format of '", path, "'; pass --trace-format mooncake|azure|lengths"));
+}
+
+absl::StatusOr<sim::ArrivalOptions> Arrivals(const SimFlags& f, const FlagSet& fs) {
+  sim::ArrivalOptions a;
+  if (f.arrival == "poisson") {
+    a.kind = sim::ArrivalKind::kPoisson;
+  } else if (f.arrival == "fixed") {
+    a.kind = sim::ArrivalKind::kFixed;
+  } else if (f.arrival == "burst") {
+    a.kind = sim::ArrivalKind::kBurst;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arrival must be poisson, fixed or burst, got '", f.arrival, "'"));
+  }
+  if (a.kind != sim::ArrivalKind::kBurst) {
+    if (!fs.WasSet("request-rate")) {
+      return absl::InvalidArgumentError("--request-rate is required for this trace");
+    }
+    if (!(f.request_rate > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--request-rate must be positive, got ", f.request_rate));
+    }
+    a.rate_per_s = f.request_rate;
+  }
+  return a;
+}
+
+absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, const FlagSet& fs) {
+  if (fs.WasSet("max-requests")) {
+    if (absl::Status s = Positive("max-requests", f.max_requests, int64_t{1} << 40); !s.ok()) {
+      return s;
+    }
+  }
+  if (f.seed < 0) return absl::InvalidArgumentError(absl::StrCat("--seed must be >= 0, got ", f.seed));
+  if (fs.WasSet("synthetic") == !f.trace.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --trace and --synthetic");
+  }
+  if (fs.WasSet("synthetic")) {
+    sim::SyntheticTraceOptions o;
+    if (absl::Status s = Positive("synthetic", f.synthetic, int64_t{1} << 24); !s.ok()) return s;
+    if (absl::Status s = Positive("prompt-len", f.prompt_len); !s.ok()) return s;
+    if (absl::Status s = Positive("output-len", f.output_len); !s.ok()) return s;
+    if (absl::Status s = Positive("num-prefix-groups", f.num_prefix_groups); !s.ok()) return s;
+    if (!(f.shared_prefix_fraction >= 0 && f.shared_prefix_fraction <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shared-prefix-fraction must be in [0, 1], got ", f.shared_prefix_fraction));
+    }
+    o.num_requests = f.max_requests > 0 ? std::min(f.synthetic, f.max_requests) : f.synthetic;
+    auto arrival = Arrivals(f, fs);
+    if (!arrival.ok()) return arrival.status();
+    o.arrival = *arrival;
+    o.prompt_len = {sim::LengthDistribution::Kind::kFixed, static_cast<double>(f.prompt_len), 0,
+                    1, 1 << 30};
+    o.output_len = {sim::LengthDistribution::Kind::kFixed, static_cast<double>(f.output_len), 0,
+                    1, 1 << 30};
+    o.shared_prefix_fraction = f.shared_prefix_fraction;
+    o.num_prefix_groups = static_cast<int32_t>(f.num_prefix_groups);
+    o.seed = static_cast<uint64_t>(f.seed);
+    return sim::GenerateSyntheticTrace(o);
+  }
+  const std::string path = ResolveTrace(f.trace);
+  absl::StatusOr<sim::TraceFormat> format = f.trace_format == "auto"
+                                                ? DetectFormat(path)
+                                                : sim::ParseTraceFormat(f.trace_format);
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--trace-format: ", format.status().message()));
+  }
+  sim::TraceOptions o;
+  o.seed = static_cast<uint64_t>(f.seed);
+  o.max_requests = f.max_requests;
+  if (*format == sim::TraceFormat::kLengths) {
+    auto arrival = Arrivals(f, fs);
+    if (!arrival.ok()) return arrival.status();
+    o.arrival = *arrival;
+  } else if (fs.WasSet("request-rate") || fs.WasSet("arrival")) {
+    return absl::InvalidArgumentError(
+        "--request-rate and --arrival apply to lengths traces and --synthetic only; this trace "
+        "has its own timestamps");
+  }
+  return sim::ReadTrace(*format, path, o);
+}
+
+// The simulator configuration common to both allocators.
+absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) {
+  sim::SimConfig c;
+  if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (f.gpu.empty()) return absl::InvalidArgumentError("--gpu is required");
+  auto model = LoadModel(f.model);
+  if (!model.ok()) return model.status();
+  c.model = *std::move(model);
+  auto gpu = LoadGpu(f.gpu);
+  if (!gpu.ok()) return gpu.status();
+  c.gpu = *std::move(gpu);
+  for (auto [flag, v] : {std::pair{"block-size", f.block_size},
+                         {"max-num-batched-tokens", f.max_num_batched_tokens},
+                         {"max-num-seqs", f.max_num_seqs},
+                         {"tp", f.tp}}) {
+    if (absl::Status s = Positive(flag, v); !s.ok()) return s;
+  }
+  if (f.max_model_len < 0 || f.max_model_len > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len must be in [1, 2^30], got ", f.max_model_len));
+  }
+  if (f.long_prefill_token_threshold < 0 || f.long_prefill_token_threshold > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--long-prefill-token-threshold must be >= 0, got ", f.long_prefill_token_threshold));
+  }
+  if (f.enable_chunked_prefill && f.no_enable_chunked_prefill) {
+    return absl::InvalidArgumentError(
+        "--enable-chunked-prefill and --no-enable-chunked-prefill exclude each other");
+  }
+  if (f.enable_prefix_caching && f.no_enable_prefix_caching) {
+    return absl::InvalidArgumentError(
+        "--enable-prefix-caching and --no-enable-prefix-caching exclude each other");
+  }
+  SchedulerConfig& s = c.scheduler;
+  s.max_num_batched_tokens = static_cast<int32_t>(f.max_num_batched_tokens);
+  s.max_num_seqs = static_cast<int32_t>(f.max_num_seqs);
+  s.max_model_len = f.max_model_len;
+  s.enable_chunked_prefill = !f.no_enable_chunked_prefill;
+  s.long_prefill_token_threshold = static_cast<int32_t>(f.long_prefill_token_threshold);
+  if (f.scheduling_policy == "fcfs") {
+    s.policy = SchedulingPolicy::kFcfs;
+  } else if (f.scheduling_policy == "priority") {
+    s.policy = SchedulingPolicy::kPriority;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scheduling-policy must be fcfs or priority, got '", f.scheduling_policy, "'"));
+  }
+  s.kv.block_size = static_cast<int32_t>(f.block_size);
+  s.kv.enable_prefix_caching = !f.no_enable_prefix_caching;
+  if (f.kv_cache_dtype != "auto") {
+    auto dtype = ParseDType(f.kv_cache_dtype);
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-cache-dtype: ", dtype.status().message()));
+    }
+    s.kv.kv_cache_dtype = *dtype;
+    c.cost.kv_dtype = *dtype;
+  }
+  if (absl::Status st = Positive("kv-chunk-mib", f.kv_chunk_mib, int64_t{1} << 24); !st.ok()) {
+    return st;
+  }
+  s.kv.chunk_bytes = f.kv_chunk_mib << 20;
+  c.cost.tp = static_cast<int32_t>(f.tp);
+  if (fs.WasSet("kv-budget-gib")) {
+    if (!(f.kv_budget_gib > 0) || f.kv_budget_gib > 1e9) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-budget-gib must be positive, got ", f.kv_budget_gib));
+    }
+    s.kv.kv_budget_bytes = static_cast<int64_t>(f.kv_budget_gib * 1073741824.0);
+  } else {
+    if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
+    }
+    auto budget = KvBudgetFromGpu(c.model, c.gpu.memory_bytes * f.tp, f.gpu_memory_utilization);
+    if (!budget.ok()) return budget.status();
+    s.kv.kv_budget_bytes = *budget;
+  }
+  c.seed = static_cast<uint64_t>(f.seed);
+  c.record_steps = !f.output_dir.empty();
+  return c;
+}
+
+// A progress bar on stderr, drawn only when stderr is a terminal and the run has taken more
+// than a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label)
+      : label_(std::move(label)), tty_(isatty(STDERR_FILENO) != 0),
+        start_(std::chrono::steady_clock::now()) {}
+  ~ProgressBar() { Clear(); }
+  // Erases the bar so that later messages start on a clean line.
+  void Clear() {
+    if (drawn_) std::cerr << "\r\033[K" << std::flush;
+    drawn_ = false;
+  }
+  void Update(const sim::SimProgress& p) {
+    if (!tty_ || p.total == 0) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (elapsed < 1.0) return;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * p.finished / p.total);
+    std::cerr << absl::StrFormat("\r%s [%s%s] %d/%d requests, %.0f s simulated, %.1f s",
+                                 label_, std::string(filled, '#'),
+                                 std::string(kWidth - filled, '.'), p.finished, p.total,
+                                 p.simulated_s, elapsed)
+              << std::flush;
+    drawn_ = true;
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+std::string Fmt(double v, int decimals = 2) { return absl::StrFormat("%.*f", decimals, v); }
+
+// One column per run: the numbers a reader compares first.
+std::string SummaryTable(const std::vector<std::pair<std::string, const sim::SimResult*>>& runs) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  auto row = [&](std::string name, auto cell) {
+    std::vector<std::string> cells;
+    for (const auto& run : runs) cells.push_back(cell(*run.second));
+    rows.emplace_back(std::move(name), std::move(cells));
+  };
+  using R = const sim::SimResult&;
+  row("Completed requests", [](R r) { return absl::StrCat(r.summary.completed); });
+  row("Dropped (> max_model_len)", [](R r) { return absl::StrCat(r.dropped_requests); });
+  row("Truncated at max_model_len", [](R r) { return absl::StrCat(r.truncated_requests); });
+  row("Duration (s)", [](R r) { return Fmt(r.summary.duration_s); });
+  row("Request throughput (req/s)", [](R r) { return Fmt(r.summary.request_throughput, 3); });
+  row("Output throughput (tok/s)", [](R r) { return Fmt(r.summary.output_throughput, 1); });
+  row("Total token throughput (tok/s)",
+      [](R r) { return Fmt(r.summary.total_token_throughput, 1); });
+  const std::pair<const char*, sim::LatencyStats sim::MetricsSummary::*> latencies[] = {
+      {"TTFT", &sim::MetricsSummary::ttft_ms}, {"TPOT", &sim::MetricsSummary::tpot_ms},
+      {"ITL", &sim::MetricsSummary::itl_ms}, {"E2E latency", &sim::MetricsSummary::e2el_ms}};
+  for (const auto& [name, member] : latencies) {
+    row(absl::StrCat(name, " mean / p50 / p99 (ms)"), [member = member](R r) {
+      const sim::LatencyStats& s = r.summary.*member;
+      return absl::StrCat(Fmt(s.mean), " / ", Fmt(s.median), " / ", Fmt(s.p99));
+    });
+  }
+  row("Preemptions", [](R r) { return absl::StrCat(r.preemptions); });
+  row("Prefix-cache hit tokens", [](R r) {
+    return absl::StrFormat("%d / %d (%.2f%%)", r.prefix_cache.hit_tokens,
+                           r.prefix_cache.queried_tokens, 100 * r.prefix_cache.hit_rate);
+  });
+  row("Max concurrency (running)", [](R r) { return absl::StrCat(r.max_concurrency); });
+  row("KV budget (GiB)", [](R r) { return Fmt(r.kv_budget_bytes / 1073741824.0); });
+  row("KV usage peak / mean (%)", [](R r) {
+    return absl::StrCat(Fmt(100 * r.kv_usage[0].peak, 1), " / ", Fmt(100 * r.kv_usage[0].mean, 1));
+  });
+  row("KV mapped peak / mean (%)", [](R r) {
+    return absl::StrCat(Fmt(100 * r.kv_mapped.peak, 1), " / ", Fmt(100 * r.kv_mapped.mean, 1));
+  });
+  row("Steps", [](R r) { return absl::StrCat(r.num_steps); });
+  row("Simulated time (s)", [](R r) { return Fmt(r.simulated_seconds); });
+  row("Wall time (s)", [](R r) { return Fmt(r.wall_seconds); });
+
+  size_t name_w = 0;
+  std::vector<size_t> col_w;
+  for (const auto& run : runs) col_w.push_back(run.first.size());
+  for (const auto& [name, cells] : rows) {
+    name_w = std::max(name_w, name.size());
+    for (size_t i = 0; i < cells.size(); ++i) col_w[i] = std::max(col_w[i], cells[i].size());
+  }
+  std::string out = absl::StrFormat("%-*s", name_w, "");
+  for (size_t i = 0; i < runs.size(); ++i) absl::StrAppendFormat(&out, "  %*s", col_w[i], runs[i].first);
+  out += "\n";
+  for (const auto& [name, cells] : rows) {
+    absl::StrAppendFormat(&out, "%-*s", name_w, name);
+    for (size_t i = 0; i < cells.size(); ++i) absl::StrAppendFormat(&out, "  %*s", col_w[i], cells[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string PlotScript() {
+  if (const char* env = std::getenv("KVPAGE_SIM_PLOT_SCRIPT")) return env;
+  return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_sim.py";
+}
+
+// requests.csv, steps.csv and sim.png in `dir`. 1 on failure (message printed).
+int WriteOutputDir(const sim::SimResult& r, const std::string& dir, const std::string& title) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "kvpage sim: cannot create " << dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  std::ostringstream requests, steps;
+  sim::WriteRequestsCsv(r.requests, requests);
+  sim::WriteStepsCsv(r.steps, r.pool_names, steps);
+  for (const auto& [name, text] : {std::pair{"/requests.csv", requests.str()},
+                                   {"/steps.csv", steps.str()}}) {
+    if (absl::Status s = sim::WriteTextFile(dir + name, text); !s.ok()) {
+      std::cerr << "kvpage sim: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = absl::StrCat(python, " ", ShellQuote(PlotScript()), " --dir ",
+                                       ShellQuote(dir), " --title ", ShellQuote(title));
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "kvpage sim: plotting failed (" << cmd << ")\n";
+    return 1;
+  }
+  std::cerr << "kvpage sim: wrote " << dir << "/{requests.csv,steps.csv,sim.png}\n";
+  return 0;
+}
+
+// One run's JSON, or {"kvpage": {...}, "vllm": {...}} for several.
+std::string ResultsJson(const std::vector<std::string>& allocators,
+                        const std::vector<sim::SimResult>& results) {
+  if (results.size() == 1) return sim::SimResultToJson(results[0]);
+  std::string json = "{\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string one = sim::SimResultToJson(results[i]);
+    // Indent the nested object by two spaces.
+    std::string nested;
+    for (size_t p = 0; p < one.size(); ++p) {
+      nested += one[p];
+      if (one[p] == '\n' && p + 1 < one.size()) nested += "  ";
+    }
+    while (!nested.empty() && nested.back() == '\n') nested.pop_back();
+    absl::StrAppend(&json, "  \"", allocators[i], "\": ", nested,
+                    i + 1 < results.size() ? ",\n" : "\n");
+  }
+  return json + "}\n";
+}
+
+}  // namespace
+
+int RunSim(const std::vector<std::string>& args) {
+  SimFlags f;
+  FlagSet fs(kSimUsage);
+  RegisterSimFlags(fs, f);
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return Fail(s);
+  if (help) {
+    std::cout << fs.Help();
+    return 0;
+  }
+  if (f.allocator != "kvpage" && f.allocator != "vllm") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--allocator must be kvpage or vllm, got '", f.allocator, "'")));
+  }
+  if (f.compare_allocators && fs.WasSet("allocator")) {
+    return Fail(absl::InvalidArgumentError("--compare-allocators and --allocator exclude each other"));
+  }
+  auto base = MakeConfig(f, fs);
+  if (!base.ok()) return Fail(base.status());
+  auto trace = LoadTrace(f, fs);
+  if (!trace.ok()) return Fail(trace.status());
+
+  std::vector<std::string> allocators =
+      f.compare_allocators ? std::vector<std::string>{"kvpage", "vllm"}
+                           : std::vector<std::string>{f.allocator};
+  std::vector<sim::SimResult> results;
+  for (const std::string& allocator : allocators) {
+    sim::SimConfig c = *base;
+    c.scheduler.kv.mode = allocator == "vllm" ? AccountingMode::kVllm : AccountingMode::kKvpage;
+    ProgressBar bar(allocator);
+    if (!f.no_progress) c.progress = [&bar](const sim::SimProgress& p) { bar.Update(p); };
+    auto result = sim::Simulate(*trace, c);
+    bar.Clear();
+    if (!result.ok()) {
+      std::cerr << "kvpage sim: " << allocator << ": " << result.status().message() << "\n";
+      return absl::IsInvalidArgument(result.status()) ? 2 : 1;
+    }
+    if (result->dropped_requests > 0) {
+      std::cerr << "kvpage sim: warning: " << allocator << ": dropped " << result->dropped_requests
+                << " request(s) whose prompt leaves no room under max_model_len "
+                << result->max_model_len << "\n";
+    }
+    results.push_back(*std::move(result));
+  }
+
+  if (!f.output_dir.empty()) {
+    // Before the JSON, which may be written inside it.
+    std::error_code ec;
+    std::filesystem::create_directories(f.output_dir, ec);
+  }
+  const std::string json = ResultsJson(allocators, results);
+  if (f.output_json == "-") {
+    std::cout << json;
+  } else {
+    std::vector<std::pair<std::string, const sim::SimResult*>> runs;
+    for (size_t i = 0; i < results.size(); ++i) runs.emplace_back(allocators[i], &results[i]);
+    std::cout << absl::StrFormat("%s on %s%s, %d requests\n", base->model.name, base->gpu.name,
+                                 f.tp > 1 ? absl::StrCat(" x", f.tp) : "", trace->size())
+              << SummaryTable(runs);
+    if (!f.output_json.empty()) {
+      if (absl::Status s = sim::WriteTextFile(f.output_json, json); !s.ok()) {
+        std::cerr << "kvpage sim: " << s.message() << "\n";
+        return 1;
+      }
+    }
+  }
+  std::cout.flush();
+  if (!f.output_dir.empty()) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const std::string dir =
+          results.size() == 1 ? f.output_dir : f.output_dir + "/" + allocators[i];
+      const std::string title =
+          absl::StrCat(base->model.name, " on ", base->gpu.name, ", ", allocators[i]);
+      if (int rc = WriteOutputDir(results[i], dir, title); rc != 0) return rc;
+    }
+  }
+  return 0;
+}
+
+}  // namespace kvpage::cli

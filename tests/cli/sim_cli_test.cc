@@ -1,0 +1,161 @@
+// End-to-end tests of `kvpage sim`: runs the binary in a shell and checks exit status and output.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::ordered_json;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr, interleaved
+};
+
+CommandResult RunKvpage(const std::string& args) {
+  const std::string command =
+      std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " --no-progress 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed: " << command;
+    return result;
+  }
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+void ExpectUsageError(const std::string& args, const std::string& bad_value) {
+  const CommandResult r = RunKvpage(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr(bad_value)) << args;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// 40 requests of the bundled trace, found by its bare name.
+const std::string kBase =
+    "sim --model qwen3-8b --gpu h100 --trace mooncake_conversation_trace.jsonl "
+    "--max-requests 40";
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("kvpage_sim_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+TEST(SimCliTest, HelpListsEveryFlag) {
+  const CommandResult r = RunKvpage("sim --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* flag :
+       {"--model", "--gpu", "--trace", "--trace-format", "--kv-budget-gib",
+        "--gpu-memory-utilization", "--block-size", "--max-num-batched-tokens", "--max-num-seqs",
+        "--max-model-len", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
+        "--long-prefill-token-threshold", "--scheduling-policy", "--enable-prefix-caching",
+        "--no-enable-prefix-caching", "--kv-cache-dtype", "--tp", "--allocator",
+        "--kv-chunk-mib", "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
+        "--output-json", "--output-dir", "--seed"}) {
+    EXPECT_THAT(r.output, HasSubstr(flag)) << flag;
+  }
+}
+
+TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
+  ExpectUsageError(kBase + " --allocator tcmalloc", "tcmalloc");
+  ExpectUsageError(kBase + " --block-size 0", "--block-size");
+  ExpectUsageError(kBase + " --max-num-seqs abc", "abc");
+  ExpectUsageError(kBase + " --gpu-memory-utilization 1.5", "1.5");
+  ExpectUsageError(kBase + " --kv-budget-gib -3", "-3");
+  ExpectUsageError(kBase + " --scheduling-policy lifo", "lifo");
+  ExpectUsageError(kBase + " --trace-format parquet", "parquet");
+  ExpectUsageError(kBase + " --kv-cache-dtype int3", "int3");
+  ExpectUsageError(kBase + " --bogus-flag", "--bogus-flag");
+  ExpectUsageError(kBase + " --compare-allocators --allocator vllm", "--allocator");
+  ExpectUsageError("sim --model qwen3-8b --gpu h100 --trace /nonexistent/x.jsonl",
+                   "/nonexistent/x.jsonl");
+  ExpectUsageError("sim --model no-such-model --gpu h100 --trace x.jsonl", "no-such-model");
+  ExpectUsageError("sim --model qwen3-8b --gpu h100 --synthetic 10", "--request-rate");
+  ExpectUsageError("sim --model qwen3-8b --gpu h100", "--trace");
+}
+
+TEST(SimCliTest, JsonHasTheBenchServeFieldsAndIsDeterministic) {
+  const std::string a = TempPath("a.json"), b = TempPath("b.json");
+  const CommandResult r1 = RunKvpage(kBase + " --output-json " + a);
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_THAT(r1.output, HasSubstr("Max concurrency"));
+  const CommandResult r2 = RunKvpage(kBase + " --output-json " + b);
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  json ja = json::parse(ReadFile(a)), jb = json::parse(ReadFile(b));
+  for (const char* key :
+       {"completed", "request_throughput", "output_throughput", "total_token_throughput",
+        "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+        "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms",
+        "p90_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms",
+        "p99_e2el_ms", "preemptions", "prefix_cache", "kv_usage", "max_concurrency",
+        "simulated_seconds", "wall_seconds"}) {
+    EXPECT_TRUE(ja.contains(key)) << key;
+  }
+  for (const char* key : {"queried_tokens", "hit_tokens", "hit_rate"}) {
+    EXPECT_TRUE(ja["prefix_cache"].contains(key)) << key;
+  }
+  EXPECT_EQ(ja["completed"].get<int64_t>() + ja["dropped_requests"].get<int64_t>(), 40);
+  ja.erase("wall_seconds");
+  jb.erase("wall_seconds");
+  EXPECT_EQ(ja.dump(), jb.dump());
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
+TEST(SimCliTest, CompareAllocatorsPrintsBothColumns) {
+  const CommandResult r = RunKvpage(
+      "sim --model gemma-3-4b-it --gpu h100 --trace mooncake_conversation_trace.jsonl "
+      "--max-requests 30 --compare-allocators --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  ASSERT_TRUE(j.contains("kvpage"));
+  ASSERT_TRUE(j.contains("vllm"));
+  EXPECT_TRUE(j["kvpage"]["kv_usage"].contains("g0_sliding_window"));
+  EXPECT_TRUE(j["vllm"]["kv_usage"].contains("shared"));
+}
+
+TEST(SimCliTest, SyntheticTraceRuns) {
+  const CommandResult r = RunKvpage(
+      "sim --model qwen3-8b --gpu a100 --synthetic 20 --prompt-len 512 --output-len 16 "
+      "--arrival burst --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  EXPECT_EQ(j["completed"], 20);
+  EXPECT_EQ(j["total_output_tokens"], 320);
+}
+
+TEST(SimCliTest, OutputDirWritesCsvsAndPlot) {
+  const std::string dir = TempPath("out");
+  const CommandResult r = RunKvpage(kBase + " --output-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string steps = ReadFile(dir + "/steps.csv");
+  EXPECT_THAT(steps, HasSubstr(
+      "time_s,duration_s,running,waiting,scheduled_tokens,preemptions,kv_usage_g0_full_attention"));
+  EXPECT_THAT(ReadFile(dir + "/requests.csv"), HasSubstr("index,arrival_s,first_token_s"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/sim.png"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

@@ -141,6 +141,8 @@ class BlockPool {
     int32_t clean = 0;       // clean blocks
     int32_t prev = -1;       // links in bucket_[used] while clean > 0
     int32_t next = -1;
+    int32_t idle_prev = -1;  // links in the idle list while mapped and used == 0
+    int32_t idle_next = -1;
   };
   struct HashKey {
     BlockHash hash;
@@ -165,6 +167,8 @@ class BlockPool {
   void BucketInsert(int32_t chunk);
   void BucketRemove(int32_t chunk);
   void OnUsedChange(int32_t chunk, int32_t delta);
+  void IdleInsert(int32_t chunk);  // the chunk became idle (counted in num_idle_chunks_)
+  void IdleRemove(int32_t chunk);
   void LruAppend(int32_t block);
   void LruRemove(int32_t block);
   void DropHash(int32_t block);  // removes the block's map entry and emits BlockRemoved
@@ -195,6 +199,7 @@ class BlockPool {
   absl::flat_hash_map<HashKey, int32_t, HashKeyHasher> cached_;  // key -> first dup-chain block
 
   int32_t first_unmapped_hint_ = 0;  // every chunk below it is mapped
+  int32_t idle_head_ = -1;           // the idle chunks, so releasing one scans only them
   int32_t num_mapped_chunks_ = 0;
   int32_t num_idle_chunks_ = 0;
   int32_t num_used_ = 0;

@@ -65,8 +65,10 @@ struct KvCacheConfig {
   int32_t max_num_batched_tokens = 8192;
   bool async_scheduling = true;  // vllm mode only
   // kvpage mode: bytes a pool takes from the budget at a time (rounded to whole blocks, at
-  // least one block).
-  int64_t chunk_bytes = int64_t{64} << 20;
+  // least one block). 2 MiB is the granularity at which CUDA maps physical memory
+  // (cuMemMap), and small chunks strand little memory in one pool that another needs
+  // (docs/simulator.md measures 64 MiB against 2 MiB on Gemma 3).
+  int64_t chunk_bytes = int64_t{2} << 20;
   // Recurrent groups with prefix caching: snapshot the state whenever a step ends on a
   // multiple of this many blocks after the prompt (prefill chunks ending on any block boundary
   // are always snapshotted). 0 = no snapshots during decode.
@@ -103,6 +105,8 @@ struct AllocationRequest {
   // prompt only if all of it will fit. kvpage mode counts growing groups (full attention, MLA);
   // a sliding window needs no more than the step's own blocks. vllm mode also counts sliding
   // windows, up to vLLM's per-request admission bound, as vLLM's full-sequence gate does.
+  // Only memory is checked, not max_model_len: a scheduler may add the prompt tokens that
+  // requests admitted earlier still have to compute.
   int64_t num_reserve_tokens = 0;
   // Tokens whose step has finished on the device; sliding-window blocks before the window of
   // the first unprocessed token are freed. -1 = num_computed_tokens (synchronous scheduling).

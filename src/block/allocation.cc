@@ -171,10 +171,9 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
     return absl::InvalidArgumentError(
         absl::StrCat("num_reserve_tokens must be >= 0, got ", req.num_reserve_tokens));
   }
-  if (c + n + req.num_lookahead_tokens + req.num_reserve_tokens > max_model_len) {
+  if (c + n + req.num_lookahead_tokens > max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", st.id.value, " would hold ",
-                                              c + n + req.num_lookahead_tokens +
-                                                  req.num_reserve_tokens,
+                                              c + n + req.num_lookahead_tokens,
                                               " tokens, past max_model_len ", max_model_len));
   }
   if (req.num_processed_tokens > c) {

@@ -82,9 +82,9 @@ void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
   Chunk& ch = chunks_[c];
   const bool in_bucket = ch.clean > 0;
   if (in_bucket) BucketRemove(c);
-  if (ch.used == 0) --num_idle_chunks_;
+  if (ch.used == 0) IdleRemove(c);
   ch.used += delta;
-  if (ch.used == 0) ++num_idle_chunks_;
+  if (ch.used == 0) IdleInsert(c);
   if (in_bucket) BucketInsert(c);
 }
 
@@ -102,8 +102,29 @@ void BlockPool::MapChunk(int32_t c) {
   ch.clean = bpc_;
   num_clean_ += bpc_;
   ++num_mapped_chunks_;
-  ++num_idle_chunks_;
+  IdleInsert(c);
   BucketInsert(c);
+}
+
+void BlockPool::IdleInsert(int32_t c) {
+  Chunk& ch = chunks_[c];
+  ch.idle_prev = -1;
+  ch.idle_next = idle_head_;
+  if (idle_head_ >= 0) chunks_[idle_head_].idle_prev = c;
+  idle_head_ = c;
+  ++num_idle_chunks_;
+}
+
+void BlockPool::IdleRemove(int32_t c) {
+  Chunk& ch = chunks_[c];
+  if (ch.idle_prev >= 0) {
+    chunks_[ch.idle_prev].idle_next = ch.idle_next;
+  } else {
+    idle_head_ = ch.idle_next;
+  }
+  if (ch.idle_next >= 0) chunks_[ch.idle_next].idle_prev = ch.idle_prev;
+  ch.idle_prev = ch.idle_next = -1;
+  --num_idle_chunks_;
 }
 
 void BlockPool::UnmapChunk(int32_t c) {
@@ -113,10 +134,10 @@ void BlockPool::UnmapChunk(int32_t c) {
   num_clean_ -= ch.clean;
   const int32_t first = 1 + c * bpc_;
   for (int32_t b = first; b < first + bpc_; ++b) next_[b] = -1;
+  IdleRemove(c);
   ch = Chunk{};
   first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
   --num_mapped_chunks_;
-  --num_idle_chunks_;
   budget_->GiveChunk(pool_index_, c, chunk_bytes());
 }
 
@@ -195,7 +216,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       Chunk& ch = chunks_[c];
       const int32_t k = std::min(n, ch.clean);
       BucketRemove(c);
-      if (ch.used == 0) --num_idle_chunks_;
+      if (ch.used == 0) IdleRemove(c);
       int32_t b = ch.clean_top;
       for (int32_t i = 0; i < k; ++i) {
         ref_[b] = 1;
@@ -250,7 +271,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
   auto close_run = [&]() {
     if (run_chunk < 0) return;
     Chunk& ch = chunks_[run_chunk];
-    if (used_at_start > 0 && ch.used == 0) ++num_idle_chunks_;
+    if (used_at_start > 0 && ch.used == 0) IdleInsert(run_chunk);
     if (ch.clean > 0) BucketInsert(run_chunk);
     run_chunk = -1;
   };
@@ -375,12 +396,15 @@ int32_t BlockPool::NumCleanIdleChunks() const {
 }
 
 bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
+  // The idle chunk with the fewest cached blocks, the lowest index among equals.
   int32_t best = -1;
-  for (int32_t c = 0; c < max_chunks_; ++c) {
+  for (int32_t c = idle_head_; c >= 0; c = chunks_[c].idle_next) {
     const Chunk& ch = chunks_[c];
-    if (!ch.mapped || ch.used != 0 || (!allow_cache_loss && ch.cached > 0)) continue;
-    if (best < 0 || ch.cached < chunks_[best].cached) best = c;
-    if (ch.cached == 0) break;
+    if (!allow_cache_loss && ch.cached > 0) continue;
+    if (best < 0 || ch.cached < chunks_[best].cached ||
+        (ch.cached == chunks_[best].cached && c < best)) {
+      best = c;
+    }
   }
   if (best < 0) return false;
   const int32_t first = 1 + best * bpc_;
@@ -451,6 +475,15 @@ absl::Status BlockPool::CheckInvariants() const {
     cached += k;
     clean += ch.clean;
   }
+  // The idle list holds exactly the mapped chunks with no used block.
+  int32_t listed = 0;
+  for (int32_t c = idle_head_, prev = -1; c >= 0; prev = c, c = chunks_[c].idle_next) {
+    if (!chunks_[c].mapped || chunks_[c].used != 0 || chunks_[c].idle_prev != prev ||
+        ++listed > max_chunks_) {
+      return fail("idle list is broken at chunk ", c);
+    }
+  }
+  if (listed != idle) return fail("idle list holds ", listed, " chunks, ", idle, " are idle");
   if (used != num_used_ || cached != num_cached_free_ || clean != num_clean_ ||
       mapped != num_mapped_chunks_ || idle != num_idle_chunks_) {
     return fail("pool totals used/cached/clean/mapped/idle ", num_used_, "/", num_cached_free_,

@@ -58,7 +58,7 @@ struct SimFlags {
   std::string kv_cache_dtype = "auto";
   int64_t tp = 1;
   std::string allocator = "kvpage";
-  int64_t kv_chunk_mib = 64;
+  int64_t kv_chunk_mib = 2;
   bool compare_allocators = false;
   int64_t max_requests = 0;
   double request_rate = 0;
@@ -119,7 +119,7 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.String("allocator", &f.allocator,
             "KV accounting: kvpage (default) or vllm (what vLLM 0.29 would reserve).");
   fs.Int("kv-chunk-mib", &f.kv_chunk_mib,
-         "kvpage accounting: MiB a pool takes from the budget at a time (default 64). Larger\n"
+         "kvpage accounting: MiB a pool takes from the budget at a time (default 2). Larger\n"
          "chunks make huge budgets cheaper to simulate; smaller ones strand less memory in\n"
          "partly used chunks of hybrid models.");
   fs.Bool("compare-allocators", &f.compare_allocators,

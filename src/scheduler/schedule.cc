@@ -19,11 +19,31 @@ const SchedulerOutput& Scheduler::Schedule() {
   s.out.preempted_ids.clear();
   s.kv->NewStep();
   int64_t budget = s.config.max_num_batched_tokens;
+  s.ReleaseOutOfWindowBlocks();
   s.ScheduleRunning(budget);
-  if (!s.preempted_this_step) s.ScheduleWaiting(budget);
+  if (!s.preempted_this_step && !(s.config.policy == SchedulingPolicy::kFcfs
+                                      ? s.fcfs_waiting.empty()
+                                      : s.priority_waiting.empty())) {
+    s.ScheduleWaiting(budget);
+  }
   s.BuildOutput();
   ++s.stats.steps;
   return s.out;
+}
+
+void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
+  // The manager frees a request's out-of-window blocks when the request next allocates. A
+  // request that has just computed a long prompt chunk holds the window's blocks for all of it
+  // until then, and it comes last in the running order: requests ahead of it that need memory
+  // would preempt it (FCFS takes the last) for blocks it no longer needs. Release them all first.
+  if (!has_sliding_groups) return;
+  for (int32_t q : running) {
+    const SchedRequest& r = reqs[q];
+    if (r.num_computed < r.sync_release()) continue;
+    const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed);
+    KVPAGE_DCHECK(released.ok());
+    (void)released;
+  }
 }
 
 int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget) const {
@@ -163,6 +183,16 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
 }
 
 void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
+  // Prompt tokens that running requests still have to compute after this step: a new request
+  // is admitted only if those fit as well (else admitting it would preempt one of them, or
+  // itself, a few steps later).
+  int64_t outstanding = 0;
+  if (config.reserve_full_prompt) {
+    for (int32_t q : running) {
+      const SchedRequest& r = reqs[q];
+      outstanding += std::max<int64_t>(0, r.num_tokens - r.num_computed - 1);
+    }
+  }
   while (budget > 0 && static_cast<int32_t>(running.size()) < config.max_num_seqs) {
     const int32_t q = PeekWaiting();
     if (q < 0) break;
@@ -197,7 +227,8 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     const int32_t n = TokensToSchedule(r, budget);
     AllocationRequest req{.num_computed_tokens = c,
                           .num_new_tokens = n,
-                          .num_reserve_tokens = config.reserve_full_prompt ? remaining - n : 0,
+                          .num_reserve_tokens =
+                              config.reserve_full_prompt ? remaining - n + outstanding : 0,
                           .hit = hit.ok() && c > 0 ? &*hit : nullptr};
     absl::StatusOr<bool> ok = n > 0 ? kv->AllocateSlots(r.id, req) : absl::StatusOr<bool>(false);
     KVPAGE_DCHECK(ok.ok());
@@ -216,6 +247,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       break;  // waiting requests never preempt running ones
     }
     PopWaiting();
+    if (config.reserve_full_prompt) outstanding += remaining - n;
     if (!r.resumed) {
       stats.admitted_prompt_tokens += r.num_tokens;
       stats.prefix_hit_tokens += c;

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
     info.kind = m.group_kind(info.id);
     info.block_size = m.group_block_size(info.id);
     info.window = m.group_window(info.id);
+    impl->has_sliding_groups |= info.kind == LayerKind::kSlidingWindow;
     const int32_t kbs = config.kernel_block_size > 0 ? config.kernel_block_size : info.block_size;
     if (info.block_size % kbs != 0) {
       return absl::InvalidArgumentError(absl::StrCat("kernel_block_size ", kbs,

@@ -107,6 +107,8 @@ class Scheduler::Impl {
   absl::Status FreeKeepingTokens(int32_t q);
 
   // ---- Schedule (schedule.cc) ----
+  // Frees the blocks every running request's sliding windows have moved past.
+  void ReleaseOutOfWindowBlocks();
   void ScheduleRunning(int64_t& budget);
   void ScheduleWaiting(int64_t& budget);
   // Allocates a running request's step through AllocateSlots, preempting others when memory
@@ -135,6 +137,7 @@ class Scheduler::Impl {
   std::unique_ptr<KvCacheManager> kv;
   int64_t max_model_len = 0;
   bool has_state_groups = false;
+  bool has_sliding_groups = false;
   int32_t cache_block_size = 0;  // the manager's hash block size
 
   struct GroupInfo {

@@ -191,7 +191,7 @@ class DecodeBatch {
   static constexpr int32_t kGrowthSteps = 32;
 
   DecodeBatch(const char* model_name, int32_t num_requests, bool cross,
-              bool prefix_caching = true)
+              bool prefix_caching = true, int64_t chunk_bytes = 0)
       : num_requests_(num_requests), cross_(cross) {
     auto model = kvpage::LoadModel(model_name);
     if (!model.ok()) {
@@ -214,6 +214,7 @@ class DecodeBatch {
     config.block_size = kBlockSize;
     config.hash_seed = kHashSeed;
     config.enable_prefix_caching = prefix_caching;
+    if (chunk_bytes > 0) config.chunk_bytes = chunk_bytes;
     config.kv_budget_bytes = BudgetFor(*model, peak_tokens);
     auto manager = KvCacheManager::Create(*model, config);
     if (!manager.ok()) {
@@ -407,9 +408,11 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
 BENCHMARK_CAPTURE(BM_AllocateSlotsDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
 // The same step through the batch call a scheduler makes: AllocateDecodeStep over all requests.
-void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_caching) {
+void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_caching,
+                   int64_t chunk_bytes = 0) {
   const bool cross = state.range(1) != 0;
-  DecodeBatch batch(model_name, static_cast<int32_t>(state.range(0)), cross, prefix_caching);
+  DecodeBatch batch(model_name, static_cast<int32_t>(state.range(0)), cross, prefix_caching,
+                    chunk_bytes);
   if (!batch.ok()) {
     state.SkipWithError(batch.error().c_str());
     return;
@@ -464,6 +467,19 @@ BENCHMARK_CAPTURE(BM_AllocateDecodeStepNoPrefixCache, qwen3_8b, "qwen3-8b")
     ->ArgsProduct({{1024}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_AllocateDecodeStep, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);
+// The same step with chunks of 2, 8 and 64 MiB (third argument): small chunks strand less
+// memory across pools but cost a chunk-record miss or two per block taken.
+void BM_AllocateDecodeStepChunkMiB(benchmark::State& state, const char* model_name) {
+  RunDecodeStep(state, model_name, /*prefix_caching=*/true, state.range(2) << 20);
+}
+BENCHMARK_CAPTURE(BM_AllocateDecodeStepChunkMiB, qwen3_8b, "qwen3-8b")
+    ->ArgNames({"requests", "cross", "chunk_mib"})
+    ->ArgsProduct({{1024}, {1}, {2, 8, 64}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_AllocateDecodeStepChunkMiB, gemma3_4b, "gemma-3-4b-it")
+    ->ArgNames({"requests", "cross", "chunk_mib"})
+    ->ArgsProduct({{1024}, {1}, {2, 8, 64}})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(BM_AllocateSlotsOnly, qwen3_8b, "qwen3-8b")->Apply(DecodeArgs);
 BENCHMARK_CAPTURE(BM_AllocateSlotsOnly, gemma3_4b, "gemma-3-4b-it")->Apply(DecodeArgs);

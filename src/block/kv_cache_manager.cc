@@ -282,8 +282,7 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
 
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
-  // Resolve every id first (an unknown id is reported before anything changes), prefetching
-  // the states: the lookups are independent, so their misses overlap.
+  // Resolve every id first: an unknown id is reported before anything changes.
   const size_t n = steps.size();
   std::vector<RequestState*>& states = m.scratch_states;
   states.resize(n);
@@ -291,44 +290,49 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     RequestState* st = m.Find(steps[i].id, steps[i].handle);
     if (st == nullptr) return UnknownRequest(steps[i].id);
     states[i] = st;
-    __builtin_prefetch(st);
   }
-  // The requests that will need a block (their summaries say so): bring in, for all of them
-  // at once, their group arrays, table ends and next block hashes; then, with the hashes
-  // arrived, the prefix-cache slots those blocks will take. One miss at a time per request
-  // would otherwise dominate the step.
+  // Then tile by tile: bring in the tile's states; for the requests that will need a block
+  // (their summaries say so), their group arrays, table ends and next block hashes; then,
+  // with the hashes arrived, the prefix-cache slots those blocks will take; then serve the
+  // tile. The misses of a tile overlap instead of coming one request at a time, and a tile's
+  // data is still in cache when it is served.
+  constexpr size_t kTile = 32;
   std::vector<int32_t>& growing = m.scratch_indices;
-  growing.clear();
-  for (size_t i = 0; i < n; ++i) {
-    if (steps[i].num_computed_tokens + steps[i].num_new_tokens > states[i]->covered_tokens) {
-      growing.push_back(static_cast<int32_t>(i));
-      __builtin_prefetch(states[i]->groups.data());
-    }
-  }
-  for (int32_t i : growing) {
-    const RequestState& st = *states[i];
-    for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
-    const auto hashes = st.hashes.hashes();
-    if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
-      __builtin_prefetch(hashes.data() + st.cached_blocks);
-    }
-  }
-  if (m.config.enable_prefix_caching) {
-    for (int32_t i : growing) {
-      const RequestState& st = *states[i];
-      const auto hashes = st.hashes.hashes();
-      if (st.cached_blocks >= static_cast<int64_t>(hashes.size())) continue;
-      for (const internal::GroupLayout& g : m.groups) {
-        if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+  for (size_t begin = 0; begin < n; begin += kTile) {
+    const size_t end = std::min(n, begin + kTile);
+    for (size_t i = begin; i < end; ++i) __builtin_prefetch(states[i]);
+    growing.clear();
+    for (size_t i = begin; i < end; ++i) {
+      if (steps[i].num_computed_tokens + steps[i].num_new_tokens > states[i]->covered_tokens) {
+        growing.push_back(static_cast<int32_t>(i));
+        __builtin_prefetch(states[i]->groups.data());
       }
     }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
-                                .num_new_tokens = steps[i].num_new_tokens};
-    if (m.NothingToDo(*states[i], req)) continue;
-    KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[i], req));
-    if (!ok) return static_cast<int64_t>(i);
+    for (int32_t i : growing) {
+      const RequestState& st = *states[i];
+      for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+      const auto hashes = st.hashes.hashes();
+      if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
+        __builtin_prefetch(hashes.data() + st.cached_blocks);
+      }
+    }
+    if (m.config.enable_prefix_caching) {
+      for (int32_t i : growing) {
+        const RequestState& st = *states[i];
+        const auto hashes = st.hashes.hashes();
+        if (st.cached_blocks >= static_cast<int64_t>(hashes.size())) continue;
+        for (const internal::GroupLayout& g : m.groups) {
+          if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+        }
+      }
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
+                                  .num_new_tokens = steps[i].num_new_tokens};
+      if (m.NothingToDo(*states[i], req)) continue;
+      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[i], req));
+      if (!ok) return static_cast<int64_t>(i);
+    }
   }
   return static_cast<int64_t>(n);
 }

@@ -1,7 +1,6 @@
 // write_kv: the step's K/V rows -> paged cache slots (include/kvpage/cuda/write_kv.h).
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -70,22 +69,8 @@ absl::Status WriteKvFp8(const void* k, const void* v, int64_t k_token_stride,
                         int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                         DType input_dtype, float k_scale, float v_scale,
                         const KvCacheView& cache, cudaStream_t stream) {
-  absl::Status status = ValidateKvCacheView(cache);
+  absl::Status status = ValidateWriteKvFp8(cache, input_dtype, k_scale, v_scale);
   if (!status.ok()) return status;
-  if (cache.dtype != DType::kFP8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteKvFp8: cache dtype ", DTypeName(cache.dtype), " is not fp8"));
-  }
-  if (input_dtype != DType::kBF16 && input_dtype != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("WriteKvFp8: input dtype ",
-                                                   DTypeName(input_dtype), " is not f16/bf16"));
-  }
-  for (float scale : {k_scale, v_scale}) {
-    if (!(scale > 0.0f) || std::isinf(scale)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("WriteKvFp8: scale ", scale, " is not a positive finite number"));
-    }
-  }
   const absl::Status inputs = CheckInputs(k, v, k_token_stride, v_token_stride, slot_mapping,
                                           num_tokens, cache, "WriteKvFp8");
   if (!inputs.ok()) return inputs;

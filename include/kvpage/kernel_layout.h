@@ -71,6 +71,12 @@ KvCacheView MlaKvCache(void* base, int32_t num_blocks, int32_t block_size, int32
 // InvalidArgument naming the offending field when a view breaks the invariants above.
 absl::Status ValidateKvCacheView(const KvCacheView& cache);
 
+// The view and the arguments of a write into an fp8 cache (WriteKvFp8, here and in
+// kvpage/cuda/write_kv.h): a valid fp8 view, f16/bf16 input, positive finite scales.
+// InvalidArgument naming the bad value.
+absl::Status ValidateWriteKvFp8(const KvCacheView& cache, DType input_dtype, float k_scale,
+                                float v_scale);
+
 // Bytes from the start of a block's K to the end of its V when the block is one contiguous
 // chunk (kv_stride == block_size * token_stride, token_stride == num_kv_heads * head_stride,
 // head_stride == head_dim, or the MLA form); 0 when the block is not contiguous.

@@ -2,6 +2,7 @@
 #include "kvpage/kernel_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -97,6 +98,27 @@ int64_t ContiguousBlockBytes(const KvCacheView& c) {
     return 0;
   }
   return elements * BytesPerValue(c.dtype);
+}
+
+absl::Status ValidateWriteKvFp8(const KvCacheView& cache, DType input_dtype, float k_scale,
+                                float v_scale) {
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  if (cache.dtype != DType::kFP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteKvFp8: cache dtype ", DTypeName(cache.dtype), " is not fp8"));
+  }
+  if (input_dtype != DType::kBF16 && input_dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("WriteKvFp8: input dtype ",
+                                                   DTypeName(input_dtype), " is not f16/bf16"));
+  }
+  for (float scale : {k_scale, v_scale}) {
+    if (!(scale > 0.0f) || std::isinf(scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteKvFp8: scale ", scale, " is not a positive finite number"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {

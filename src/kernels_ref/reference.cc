@@ -92,22 +92,8 @@ absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_st
                         int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                         DType input_dtype, float k_scale, float v_scale,
                         const KvCacheView& cache) {
-  absl::Status status = ValidateKvCacheView(cache);
+  absl::Status status = ValidateWriteKvFp8(cache, input_dtype, k_scale, v_scale);
   if (!status.ok()) return status;
-  if (cache.dtype != DType::kFP8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteKvFp8: cache dtype ", DTypeName(cache.dtype), " is not fp8"));
-  }
-  if (input_dtype != DType::kBF16 && input_dtype != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("WriteKvFp8: input dtype ",
-                                                   DTypeName(input_dtype), " is not f16/bf16"));
-  }
-  for (float scale : {k_scale, v_scale}) {
-    if (!(scale > 0.0f) || std::isinf(scale)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("WriteKvFp8: scale ", scale, " is not a positive finite number"));
-    }
-  }
   status = CheckWriteArgs(k, slot_mapping, num_tokens, cache, "WriteKvFp8");
   if (!status.ok()) return status;
   const float inv_scale[2] = {1.0f / k_scale, 1.0f / v_scale};

@@ -272,6 +272,14 @@ class DecodeBatch {
     steps_since_prefill_ = 0;
   }
 
+  // Appends each request's next token (the one the coming step computes).
+  void AppendStepTokens() {
+    for (int32_t i = 0; i < num_requests_ && ok(); ++i) {
+      const int32_t token = NextToken(i);
+      Check(manager_->AppendTokens(id(i), {&token, 1}));
+    }
+  }
+
   // cross = true, after a step that appended and allocated one token: appends and allocates
   // 15 more so the next token starts a block again; every kGrowthSteps steps, starts over.
   void AdvanceToBoundary() {
@@ -369,13 +377,7 @@ void BM_AllocateSlotsOnly(benchmark::State& state, const char* model_name) {
   }
   KvCacheManager& manager = batch.manager();
   const int32_t n = batch.num_requests();
-  auto append_step_tokens = [&] {
-    for (int32_t i = 0; i < n && batch.ok(); ++i) {
-      const int32_t token = batch.NextToken(i);
-      batch.Check(manager.AppendTokens(batch.id(i), {&token, 1}));
-    }
-  };
-  append_step_tokens();
+  batch.AppendStepTokens();
   bool ok = batch.ok();
   for (auto _ : state) {
     if (!ok) break;
@@ -388,7 +390,7 @@ void BM_AllocateSlotsOnly(benchmark::State& state, const char* model_name) {
       // Without cross the same call is repeated: every block it needs is already held.
       state.PauseTiming();
       batch.AdvanceToBoundary();
-      append_step_tokens();
+      batch.AppendStepTokens();
       ok &= batch.ok();
       state.ResumeTiming();
     }
@@ -419,19 +421,13 @@ void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_
   }
   KvCacheManager& manager = batch.manager();
   const int32_t n = batch.num_requests();
-  auto append_step_tokens = [&] {
-    for (int32_t i = 0; i < n && batch.ok(); ++i) {
-      const int32_t token = batch.NextToken(i);
-      batch.Check(manager.AppendTokens(batch.id(i), {&token, 1}));
-    }
-  };
   std::vector<kvpage::DecodeStep> steps(n);
   auto fill_steps = [&] {
     for (int32_t i = 0; i < n; ++i) {
       steps[i] = {batch.id(i), batch.computed(i), 1};
     }
   };
-  append_step_tokens();
+  batch.AppendStepTokens();
   fill_steps();
   bool ok = batch.ok();
   for (auto _ : state) {
@@ -441,7 +437,7 @@ void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_
     if (cross) {
       state.PauseTiming();
       batch.AdvanceToBoundary();
-      append_step_tokens();
+      batch.AppendStepTokens();
       fill_steps();
       ok &= batch.ok();
       state.ResumeTiming();

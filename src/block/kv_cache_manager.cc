@@ -116,12 +116,7 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   RequestState& st = *it->second;
   if (tokens.size() == 1 && tokens[0] >= 0 &&
       static_cast<int64_t>(st.tokens.size()) < impl_->max_model_len) {
-    // One sampled token, the decode case: no range insert, and hashing only when a block
-    // has just become full.
-    st.tokens.push_back(tokens[0]);
-    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(impl_->block_size)) {
-      st.hashes.Update(st.tokens);
-    }
+    impl_->PushToken(st, tokens[0]);  // the decode case: no range insert
     return absl::OkStatus();
   }
   if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {
@@ -166,14 +161,7 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
     const absl::Span<const BlockHash> hashes = st.hashes.hashes();
     __builtin_prefetch(hashes.data() + hashes.size(), 1);
   }
-  // A block completes when the count reaches the next multiple of the block size: compare
-  // against the hashes already made instead of dividing.
-  const size_t block_size = static_cast<size_t>(m.block_size);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    RequestState& st = *states[i];
-    st.tokens.push_back(tokens[i].token);
-    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * block_size) st.hashes.Update(st.tokens);
-  }
+  for (size_t i = 0; i < tokens.size(); ++i) m.PushToken(*states[i], tokens[i].token);
   return absl::OkStatus();
 }
 

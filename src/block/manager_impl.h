@@ -33,6 +33,16 @@ class KvCacheManager::Impl {
   int64_t GroupHitLength(const internal::GroupLayout& g, absl::Span<const BlockHash> hashes,
                          int64_t max_blocks) const;
 
+  // Appends one checked token and hashes the block it completes, if any. A block completes
+  // when the count reaches the next multiple of the block size: compared against the hashes
+  // already made, no divide.
+  void PushToken(internal::RequestState& st, int32_t token) const {
+    st.tokens.push_back(token);
+    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(block_size)) {
+      st.hashes.Update(st.tokens);
+    }
+  }
+
   // ---- Allocation (allocation.cc) ----
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,

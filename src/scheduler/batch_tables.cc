@@ -32,7 +32,7 @@ void Scheduler::Impl::InitTables() {
   row_owner.reserve(rows);
 }
 
-int32_t Scheduler::Impl::TakeRow(int32_t q) {
+void Scheduler::Impl::TakeRow(int32_t q) {
   SchedRequest& r = reqs[q];
   r.row = static_cast<int32_t>(row_owner.size());
   row_owner.push_back(q);
@@ -41,7 +41,6 @@ int32_t Scheduler::Impl::TakeRow(int32_t q) {
   r.tail_index[0] = r.tail_index[1] = -1;
   r.sync_tokens = 0;
   r.sync_release_delta = 0;
-  return r.row;
 }
 
 void Scheduler::Impl::FreeRow(int32_t q) {
@@ -69,7 +68,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
   r.row = -1;
 }
 
-void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
+void Scheduler::Impl::SyncRow(SchedRequest& r) {
   for (size_t a = 0; a < attention.size(); ++a) {
     GroupInfo& g = attention[a];
     absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id);
@@ -91,7 +90,7 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
       for (int32_t k = 0; k < g.ratio; ++k) {
         const int32_t id = table[i].value * g.ratio + k;
         row[static_cast<size_t>(i) * g.ratio + k] = id;
-        if (record) out.attention[a].new_block_ids.push_back(id);
+        out.attention[a].new_block_ids.push_back(id);
       }
     }
     r.synced_blocks[a] = std::max(r.synced_blocks[a], size);

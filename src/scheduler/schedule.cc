@@ -320,7 +320,7 @@ void Scheduler::Impl::BuildOutput() {
     const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens,
                                                 max_model_len - c - n);
     if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
-      SyncRow(r, /*record=*/true);
+      SyncRow(r);
     }
     for (size_t a = 0; a < attention.size(); ++a) {
       const GroupInfo& g = attention[a];

@@ -124,11 +124,11 @@ class Scheduler::Impl {
 
   // ---- Batch tables (batch_tables.cc) ----
   void InitTables();
-  int32_t TakeRow(int32_t q);
-  void FreeRow(int32_t q);
-  // Copies what changed in the manager's tables into the request's row; appends the new
-  // blocks to each group's CSR when `record` is set.
-  void SyncRow(internal::SchedRequest& r, bool record);
+  void TakeRow(int32_t q);  // the next free row, cleared sync state
+  void FreeRow(int32_t q);  // the last row moves into the hole
+  // Copies what changed in the manager's tables into the request's row and appends the new
+  // blocks to each group's CSR of this step's output.
+  void SyncRow(internal::SchedRequest& r);
   void ComputeSyncBounds(internal::SchedRequest& r) const;
   absl::Status CheckTables() const;
 

@@ -35,15 +35,12 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
       budget_(budget),
       events_(events) {
   const size_t n = static_cast<size_t>(capacity()) + 1;
-  ref_.assign(n, 0);
-  has_hash_.assign(n, 0);
+  blocks_.assign(n, Block{});
   hash_.assign(n, BlockHash{});
   hash_group_.assign(n, -1);
-  next_.assign(n, -1);
-  prev_.assign(n, -1);
   dup_next_.assign(n, -1);
   chunks_.assign(max_chunks_, Chunk{});
-  bucket_head_.assign(bpc_ + 1, -1);
+  buckets_.resize(static_cast<size_t>(bpc_) + 1);
   if (max_chunks_ <= 1) {
     chunk_shift_ = 31;  // every id is in chunk 0
   } else if ((bpc_ & (bpc_ - 1)) == 0) {
@@ -60,22 +57,20 @@ bool BlockPool::is_mapped(BlockId block) const {
 
 void BlockPool::BucketInsert(int32_t c) {
   Chunk& ch = chunks_[c];
-  ch.prev = -1;
-  ch.next = bucket_head_[ch.used];
-  if (ch.next >= 0) chunks_[ch.next].prev = c;
-  bucket_head_[ch.used] = c;
+  std::vector<int32_t>& bucket = buckets_[ch.used];
+  ch.bucket_pos = static_cast<int32_t>(bucket.size());
+  bucket.push_back(c);
   max_bucket_ = std::max(max_bucket_, ch.used);
 }
 
 void BlockPool::BucketRemove(int32_t c) {
   Chunk& ch = chunks_[c];
-  if (ch.prev >= 0) {
-    chunks_[ch.prev].next = ch.next;
-  } else {
-    bucket_head_[ch.used] = ch.next;
-  }
-  if (ch.next >= 0) chunks_[ch.next].prev = ch.prev;
-  ch.prev = ch.next = -1;
+  std::vector<int32_t>& bucket = buckets_[ch.used];
+  const int32_t last = bucket.back();
+  bucket[ch.bucket_pos] = last;
+  chunks_[last].bucket_pos = ch.bucket_pos;
+  bucket.pop_back();
+  ch.bucket_pos = -1;
 }
 
 void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
@@ -91,12 +86,14 @@ void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
 void BlockPool::MapChunk(int32_t c) {
   Chunk& ch = chunks_[c];
   KVPAGE_DCHECK(!ch.mapped);
+  const bool listed = ch.idle_listed;
   ch = Chunk{};
   ch.mapped = true;
+  ch.idle_listed = listed;
   // Stack the ids so the lowest id is handed out first.
   const int32_t first = 1 + c * bpc_;
   for (int32_t b = first + bpc_ - 1; b >= first; --b) {
-    next_[b] = ch.clean_top;
+    blocks_[b].next = ch.clean_top;
     ch.clean_top = b;
   }
   ch.clean = bpc_;
@@ -108,23 +105,11 @@ void BlockPool::MapChunk(int32_t c) {
 
 void BlockPool::IdleInsert(int32_t c) {
   Chunk& ch = chunks_[c];
-  ch.idle_prev = -1;
-  ch.idle_next = idle_head_;
-  if (idle_head_ >= 0) chunks_[idle_head_].idle_prev = c;
-  idle_head_ = c;
-  ++num_idle_chunks_;
-}
-
-void BlockPool::IdleRemove(int32_t c) {
-  Chunk& ch = chunks_[c];
-  if (ch.idle_prev >= 0) {
-    chunks_[ch.idle_prev].idle_next = ch.idle_next;
-  } else {
-    idle_head_ = ch.idle_next;
+  if (!ch.idle_listed) {
+    ch.idle_listed = true;
+    idle_stack_.push_back(c);
   }
-  if (ch.idle_next >= 0) chunks_[ch.idle_next].idle_prev = ch.idle_prev;
-  ch.idle_prev = ch.idle_next = -1;
-  --num_idle_chunks_;
+  ++num_idle_chunks_;
 }
 
 void BlockPool::UnmapChunk(int32_t c) {
@@ -133,9 +118,11 @@ void BlockPool::UnmapChunk(int32_t c) {
   if (ch.clean > 0) BucketRemove(c);
   num_clean_ -= ch.clean;
   const int32_t first = 1 + c * bpc_;
-  for (int32_t b = first; b < first + bpc_; ++b) next_[b] = -1;
+  for (int32_t b = first; b < first + bpc_; ++b) blocks_[b].next = -1;
   IdleRemove(c);
+  const bool listed = ch.idle_listed;
   ch = Chunk{};
+  ch.idle_listed = listed;
   first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
   --num_mapped_chunks_;
   budget_->GiveChunk(pool_index_, c, chunk_bytes());
@@ -149,7 +136,7 @@ void BlockPool::PushClean(int32_t b) {
   if (ch.clean == 0) {
     ch.clean_top = -1;
   }
-  next_[b] = ch.clean_top;
+  blocks_[b].next = ch.clean_top;
   ch.clean_top = b;
   ++ch.clean;
   ++num_clean_;
@@ -157,10 +144,10 @@ void BlockPool::PushClean(int32_t b) {
 }
 
 void BlockPool::LruAppend(int32_t b) {
-  prev_[b] = lru_tail_;
-  next_[b] = -1;
+  blocks_[b].prev = lru_tail_;
+  blocks_[b].next = -1;
   if (lru_tail_ >= 0) {
-    next_[lru_tail_] = b;
+    blocks_[lru_tail_].next = b;
   } else {
     lru_head_ = b;
   }
@@ -168,21 +155,21 @@ void BlockPool::LruAppend(int32_t b) {
 }
 
 void BlockPool::LruRemove(int32_t b) {
-  if (prev_[b] >= 0) {
-    next_[prev_[b]] = next_[b];
+  if (blocks_[b].prev >= 0) {
+    blocks_[blocks_[b].prev].next = blocks_[b].next;
   } else {
-    lru_head_ = next_[b];
+    lru_head_ = blocks_[b].next;
   }
-  if (next_[b] >= 0) {
-    prev_[next_[b]] = prev_[b];
+  if (blocks_[b].next >= 0) {
+    blocks_[blocks_[b].next].prev = blocks_[b].prev;
   } else {
-    lru_tail_ = prev_[b];
+    lru_tail_ = blocks_[b].prev;
   }
-  prev_[b] = next_[b] = -1;
+  blocks_[b].prev = blocks_[b].next = -1;
 }
 
 void BlockPool::TakeBlock(int32_t b) {
-  ref_[b] = 1;
+  blocks_[b].ref = 1;
   ++num_used_;
   OnUsedChange(ChunkOf(b), +1);
 }
@@ -210,20 +197,28 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) MapChunk(c);
     }
     if (num_clean_ > 0) {
-      // Take a run from the fullest chunk and re-bucket it once.
-      while (bucket_head_[max_bucket_] < 0) --max_bucket_;
-      const int32_t c = bucket_head_[max_bucket_];
+      // Take a run from the fullest chunk. It is the back of its bucket, so leaving the
+      // bucket touches no other record; the record of a chunk a few takes ahead is prefetched
+      // (a decode step takes one block per request, chunk after chunk).
+      while (buckets_[max_bucket_].empty()) --max_bucket_;
+      std::vector<int32_t>& bucket = buckets_[max_bucket_];
+      const int32_t c = bucket.back();
+      bucket.pop_back();
+      if (bucket.size() >= kPrefetchDistance) {
+        const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
+        __builtin_prefetch(&chunks_[ahead], 1);
+        __builtin_prefetch(&blocks_[1 + static_cast<size_t>(ahead) * bpc_].ref, 1);
+      }
       Chunk& ch = chunks_[c];
+      ch.bucket_pos = -1;
       const int32_t k = std::min(n, ch.clean);
-      BucketRemove(c);
       if (ch.used == 0) IdleRemove(c);
+      // Used blocks' `next` links are dead: only the links still needed are read.
       int32_t b = ch.clean_top;
       for (int32_t i = 0; i < k; ++i) {
-        ref_[b] = 1;
+        blocks_[b].ref = 1;
         out->push_back(BlockId(b));
-        const int32_t next = next_[b];
-        next_[b] = -1;
-        b = next;
+        b = i + 1 < ch.clean ? blocks_[b].next : -1;
       }
       ch.clean_top = b;
       ch.clean -= k;
@@ -251,11 +246,11 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
   for (BlockId id : blocks) {
     const int32_t b = id.value;
     KVPAGE_DCHECK(b > 0 && b <= capacity());
-    if (ref_[b] > 0) {
-      ++ref_[b];
+    if (blocks_[b].ref > 0) {
+      ++blocks_[b].ref;
       continue;
     }
-    KVPAGE_DCHECK(has_hash_[b]);  // a free block can only be hit while it is cached
+    KVPAGE_DCHECK(blocks_[b].has_hash);  // a free block can only be hit while it is cached
     LruRemove(b);
     --chunks_[ChunkOf(b)].cached;
     --num_cached_free_;
@@ -278,8 +273,8 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
   for (BlockId id : blocks) {
     const int32_t b = id.value;
     if (b == kNullBlock.value) continue;
-    KVPAGE_DCHECK(b > 0 && b <= capacity() && ref_[b] > 0);
-    if (--ref_[b] > 0) continue;
+    KVPAGE_DCHECK(b > 0 && b <= capacity() && blocks_[b].ref > 0);
+    if (--blocks_[b].ref > 0) continue;
     const int32_t c = ChunkOf(b);
     if (c != run_chunk) {
       close_run();
@@ -290,12 +285,12 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     Chunk& ch = chunks_[c];
     --ch.used;
     --num_used_;
-    if (has_hash_[b]) {
+    if (blocks_[b].has_hash) {
       LruAppend(b);
       ++ch.cached;
       ++num_cached_free_;
     } else {
-      next_[b] = ch.clean > 0 ? ch.clean_top : -1;
+      blocks_[b].next = ch.clean > 0 ? ch.clean_top : -1;
       ch.clean_top = b;
       ++ch.clean;
       ++num_clean_;
@@ -308,9 +303,9 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
 
 void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent) {
   const int32_t b = block.value;
-  if (!enable_caching_ || has_hash_[b]) return;
-  KVPAGE_DCHECK(b > 0 && ref_[b] > 0);
-  has_hash_[b] = 1;
+  if (!enable_caching_ || blocks_[b].has_hash) return;
+  KVPAGE_DCHECK(b > 0 && blocks_[b].ref > 0);
+  blocks_[b].has_hash = 1;
   hash_[b] = hash;
   hash_group_[b] = group.value;
   auto [it, inserted] = cached_.try_emplace(HashKey{hash, group.value}, b);
@@ -346,15 +341,15 @@ void BlockPool::DropHash(int32_t b) {
     dup_next_[p] = dup_next_[b];
   }
   dup_next_[b] = -1;
-  has_hash_[b] = 0;
+  blocks_[b].has_hash = 0;
   hash_[b] = BlockHash{};
   hash_group_[b] = -1;
 }
 
 bool BlockPool::Uncache(BlockId block) {
   const int32_t b = block.value;
-  if (b <= 0 || b > capacity() || !has_hash_[b]) return false;
-  if (ref_[b] == 0) {
+  if (b <= 0 || b > capacity() || !blocks_[b].has_hash) return false;
+  if (blocks_[b].ref == 0) {
     LruRemove(b);
     --chunks_[ChunkOf(b)].cached;
     --num_cached_free_;
@@ -376,7 +371,7 @@ absl::Status BlockPool::ResetPrefixCache() {
     LruRemove(b);
     --chunks_[ChunkOf(b)].cached;
     --num_cached_free_;
-    has_hash_[b] = 0;
+    blocks_[b].has_hash = 0;
     hash_[b] = BlockHash{};
     hash_group_[b] = -1;
     dup_next_[b] = -1;
@@ -396,20 +391,28 @@ int32_t BlockPool::NumCleanIdleChunks() const {
 }
 
 bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
-  // The idle chunk with the fewest cached blocks, the lowest index among equals.
+  // The idle chunk with the fewest cached blocks, the lowest index among equals. The scan
+  // also drops the chunks that stopped being idle.
   int32_t best = -1;
-  for (int32_t c = idle_head_; c >= 0; c = chunks_[c].idle_next) {
-    const Chunk& ch = chunks_[c];
+  size_t kept = 0;
+  for (const int32_t c : idle_stack_) {
+    Chunk& ch = chunks_[c];
+    if (!ch.mapped || ch.used != 0) {
+      ch.idle_listed = false;
+      continue;
+    }
+    idle_stack_[kept++] = c;
     if (!allow_cache_loss && ch.cached > 0) continue;
     if (best < 0 || ch.cached < chunks_[best].cached ||
         (ch.cached == chunks_[best].cached && c < best)) {
       best = c;
     }
   }
+  idle_stack_.resize(kept);
   if (best < 0) return false;
   const int32_t first = 1 + best * bpc_;
   for (int32_t b = first; b < first + bpc_; ++b) {
-    if (!has_hash_[b]) continue;
+    if (!blocks_[b].has_hash) continue;
     LruRemove(b);
     DropHash(b);
     --chunks_[best].cached;
@@ -426,19 +429,21 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
 std::vector<BlockId> BlockPool::FreeOrder() const {
   std::vector<BlockId> order;
   for (int32_t u = bpc_; u >= 0; --u) {
-    for (int32_t c = bucket_head_[u]; c >= 0; c = chunks_[c].next) {
-      for (int32_t b = chunks_[c].clean_top, k = 0; k < chunks_[c].clean; b = next_[b], ++k) {
+    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(u)];
+    for (auto it = bucket.rbegin(); it != bucket.rend(); ++it) {
+      const int32_t c = *it;
+      for (int32_t b = chunks_[c].clean_top, k = 0; k < chunks_[c].clean; b = blocks_[b].next, ++k) {
         order.push_back(BlockId(b));
       }
     }
   }
-  for (int32_t b = lru_head_; b >= 0; b = next_[b]) order.push_back(BlockId(b));
+  for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) order.push_back(BlockId(b));
   return order;
 }
 
 absl::Status BlockPool::CheckInvariants() const {
   auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
-  if (ref_[0] != 0 || has_hash_[0]) return fail("null block is referenced or hashed");
+  if (blocks_[0].ref != 0 || blocks_[0].has_hash) return fail("null block is referenced or hashed");
   int32_t used = 0, cached = 0, clean = 0, mapped = 0, idle = 0;
   for (int32_t c = 0; c < max_chunks_; ++c) {
     const Chunk& ch = chunks_[c];
@@ -448,12 +453,12 @@ absl::Status BlockPool::CheckInvariants() const {
     const int32_t first = 1 + c * bpc_;
     int32_t u = 0, k = 0;
     for (int32_t b = first; b < first + bpc_; ++b) {
-      if (ref_[b] < 0) return fail("block ", b, " has ref ", ref_[b]);
-      if (!ch.mapped && (ref_[b] != 0 || has_hash_[b])) {
+      if (blocks_[b].ref < 0) return fail("block ", b, " has ref ", blocks_[b].ref);
+      if (!ch.mapped && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
         return fail("block ", b, " of unmapped chunk ", c, " is in use or hashed");
       }
-      u += ref_[b] > 0 ? 1 : 0;
-      k += (ref_[b] == 0 && has_hash_[b]) ? 1 : 0;
+      u += blocks_[b].ref > 0 ? 1 : 0;
+      k += (blocks_[b].ref == 0 && blocks_[b].has_hash) ? 1 : 0;
     }
     if (!ch.mapped) continue;
     ++mapped;
@@ -463,27 +468,44 @@ absl::Status BlockPool::CheckInvariants() const {
                   ch.clean, " but blocks say ", u, "/", k, "/", bpc_ - u - k);
     }
     int32_t walked = 0;
-    for (int32_t b = ch.clean_top; walked < ch.clean; b = next_[b], ++walked) {
-      if (b < first || b >= first + bpc_ || ref_[b] != 0 || has_hash_[b]) {
+    for (int32_t b = ch.clean_top; walked < ch.clean; b = blocks_[b].next, ++walked) {
+      if (b < first || b >= first + bpc_ || blocks_[b].ref != 0 || blocks_[b].has_hash) {
         return fail("clean stack of chunk ", c, " holds block ", b);
       }
     }
-    bool in_bucket = false;
-    for (int32_t x = bucket_head_[ch.used]; x >= 0; x = chunks_[x].next) in_bucket |= x == c;
+    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
+    const bool in_bucket = ch.bucket_pos >= 0 &&
+                           ch.bucket_pos < static_cast<int32_t>(bucket.size()) &&
+                           bucket[ch.bucket_pos] == c;
     if (in_bucket != (ch.clean > 0)) return fail("chunk ", c, " bucket membership is wrong");
+    if (ch.used > max_bucket_ && ch.clean > 0) return fail("chunk ", c, " above max_bucket_");
+    if (u == 0 && !ch.idle_listed) return fail("idle chunk ", c, " is not on the idle stack");
     used += u;
     cached += k;
     clean += ch.clean;
   }
-  // The idle list holds exactly the mapped chunks with no used block.
-  int32_t listed = 0;
-  for (int32_t c = idle_head_, prev = -1; c >= 0; prev = c, c = chunks_[c].idle_next) {
-    if (!chunks_[c].mapped || chunks_[c].used != 0 || chunks_[c].idle_prev != prev ||
-        ++listed > max_chunks_) {
-      return fail("idle list is broken at chunk ", c);
+  // Every bucket entry is a chunk with clean blocks at its recorded position.
+  for (const std::vector<int32_t>& bucket : buckets_) {
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      const Chunk& ch = chunks_[bucket[i]];
+      if (ch.bucket_pos != static_cast<int32_t>(i) || ch.clean == 0) {
+        return fail("bucket entry ", i, " holds chunk ", bucket[i], " at position ", ch.bucket_pos);
+      }
     }
   }
-  if (listed != idle) return fail("idle list holds ", listed, " chunks, ", idle, " are idle");
+  // The idle stack holds each listed chunk once (idle ones must be listed, checked above).
+  int32_t listed = 0;
+  std::vector<uint8_t> seen(static_cast<size_t>(max_chunks_), 0);
+  for (const int32_t c : idle_stack_) {
+    if (c < 0 || c >= max_chunks_ || seen[c] || !chunks_[c].idle_listed) {
+      return fail("idle stack is broken at chunk ", c);
+    }
+    seen[c] = 1;
+  }
+  for (int32_t c = 0; c < max_chunks_; ++c) listed += chunks_[c].idle_listed ? 1 : 0;
+  if (listed != static_cast<int32_t>(idle_stack_.size())) {
+    return fail(listed, " chunks are marked listed but the idle stack holds ", idle_stack_.size());
+  }
   if (used != num_used_ || cached != num_cached_free_ || clean != num_clean_ ||
       mapped != num_mapped_chunks_ || idle != num_idle_chunks_) {
     return fail("pool totals used/cached/clean/mapped/idle ", num_used_, "/", num_cached_free_,
@@ -491,21 +513,21 @@ absl::Status BlockPool::CheckInvariants() const {
                 used, "/", cached, "/", clean, "/", mapped, "/", idle);
   }
   int32_t lru = 0;
-  for (int32_t b = lru_head_, p = -1; b >= 0; p = b, b = next_[b], ++lru) {
-    if (prev_[b] != p || ref_[b] != 0 || !has_hash_[b]) return fail("LRU list broken at ", b);
+  for (int32_t b = lru_head_, p = -1; b >= 0; p = b, b = blocks_[b].next, ++lru) {
+    if (blocks_[b].prev != p || blocks_[b].ref != 0 || !blocks_[b].has_hash) return fail("LRU list broken at ", b);
     if (lru > num_cached_free_) return fail("LRU list longer than the cached-free count");
   }
   if (lru != num_cached_free_) return fail("LRU holds ", lru, " blocks, expected ", num_cached_free_);
   int64_t chained = 0;
   for (const auto& [key, head] : cached_) {
     for (int32_t b = head; b >= 0; b = dup_next_[b], ++chained) {
-      if (!has_hash_[b] || !(hash_[b] == key.hash) || hash_group_[b] != key.group) {
+      if (!blocks_[b].has_hash || !(hash_[b] == key.hash) || hash_group_[b] != key.group) {
         return fail("hash map entry points at block ", b, " which carries another key");
       }
     }
   }
   int64_t hashed = 0;
-  for (size_t b = 1; b < has_hash_.size(); ++b) hashed += has_hash_[b];
+  for (size_t b = 1; b < blocks_.size(); ++b) hashed += blocks_[b].has_hash;
   if (hashed != chained) return fail(hashed, " hashed blocks but ", chained, " in the map");
   return absl::OkStatus();
 }

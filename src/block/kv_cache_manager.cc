@@ -279,11 +279,13 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (st == nullptr) return UnknownRequest(steps[i].id);
     states[i] = st;
   }
-  // Then tile by tile: bring in the tile's states; for the requests that will need a block
-  // (their summaries say so), their group arrays, table ends and next block hashes; then,
-  // with the hashes arrived, the prefix-cache slots those blocks will take; then serve the
-  // tile. The misses of a tile overlap instead of coming one request at a time, and a tile's
-  // data is still in cache when it is served.
+  // Then tile by tile, in stages, each stage loading what the next one reads for every
+  // request of the tile at once, so that the tile's misses overlap instead of coming one
+  // request at a time: (1) the states; (2) for the requests that will need a block (their
+  // summaries say so), their group records; (3) their table ends, next block hashes and, when
+  // a sliding window is due to release a block, that table entry; (4) the prefix-cache slots
+  // the new blocks will take and the pool records of the blocks to release. Then the tile is
+  // served with its data in cache.
   constexpr size_t kTile = 32;
   std::vector<int32_t>& growing = m.scratch_indices;
   for (size_t begin = 0; begin < n; begin += kTile) {
@@ -291,26 +293,40 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     for (size_t i = begin; i < end; ++i) __builtin_prefetch(states[i]);
     growing.clear();
     for (size_t i = begin; i < end; ++i) {
-      if (steps[i].num_computed_tokens + steps[i].num_new_tokens > states[i]->covered_tokens) {
-        growing.push_back(static_cast<int32_t>(i));
-        __builtin_prefetch(states[i]->groups.data());
-      }
+      const RequestState& st = *states[i];
+      if (steps[i].num_computed_tokens + steps[i].num_new_tokens <= st.covered_tokens) continue;
+      growing.push_back(static_cast<int32_t>(i));
+      const char* g = reinterpret_cast<const char*>(st.groups.data());
+      const size_t bytes = st.groups.size() * sizeof(GroupState);
+      for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
     }
     for (int32_t i : growing) {
       const RequestState& st = *states[i];
-      for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+      const bool release = steps[i].num_computed_tokens >= st.next_release;
+      for (const GroupState& gs : st.groups) {
+        __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+        if (release && gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
+          __builtin_prefetch(gs.blocks.data() + gs.num_released);
+        }
+      }
       const auto hashes = st.hashes.hashes();
       if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
         __builtin_prefetch(hashes.data() + st.cached_blocks);
       }
     }
-    if (m.config.enable_prefix_caching) {
-      for (int32_t i : growing) {
-        const RequestState& st = *states[i];
-        const auto hashes = st.hashes.hashes();
-        if (st.cached_blocks >= static_cast<int64_t>(hashes.size())) continue;
-        for (const internal::GroupLayout& g : m.groups) {
-          if (g.IsAttention()) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+    for (int32_t i : growing) {
+      const RequestState& st = *states[i];
+      const auto hashes = st.hashes.hashes();
+      const bool cache = m.config.enable_prefix_caching &&
+                         st.cached_blocks < static_cast<int64_t>(hashes.size());
+      const bool release = steps[i].num_computed_tokens >= st.next_release;
+      for (const internal::GroupLayout& g : m.groups) {
+        if (!g.IsAttention()) continue;
+        if (cache) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+        const GroupState& gs = st.groups[g.id.value];
+        if (release && g.kind == LayerKind::kSlidingWindow &&
+            gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
+          m.pools[g.pool]->PrefetchBlock(gs.blocks[gs.num_released]);
         }
       }
     }

@@ -422,9 +422,10 @@ void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_
   KvCacheManager& manager = batch.manager();
   const int32_t n = batch.num_requests();
   std::vector<kvpage::DecodeStep> steps(n);
+  // With each request's handle, as a scheduler passes them (no id lookups).
   auto fill_steps = [&] {
     for (int32_t i = 0; i < n; ++i) {
-      steps[i] = {batch.id(i), batch.computed(i), 1};
+      steps[i] = {batch.id(i), batch.computed(i), 1, manager.RequestHandle(batch.id(i))};
     }
   };
   batch.AppendStepTokens();

@@ -332,7 +332,18 @@ void KvCacheManager::Impl::AddReserve(const RequestState& st, const AllocationRe
   }
 }
 
-void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
+KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const RequestState& st) const {
+  DecodeSummary s;
+  s.covered_tokens = st.covered_tokens;
+  s.cache_limit = config.enable_prefix_caching ? (st.cached_blocks + 1) * block_size
+                                               : std::numeric_limits<int64_t>::max();
+  s.next_release = st.next_release;
+  s.num_tokens = static_cast<int64_t>(st.tokens.size());
+  s.plain = st.allocated && !has_state_groups;
+  return s;
+}
+
+void KvCacheManager::Impl::RefreshSummary(RequestState& st) {
   int64_t covered = std::numeric_limits<int64_t>::max();
   int64_t cached = std::numeric_limits<int64_t>::max();
   int64_t release = std::numeric_limits<int64_t>::max();
@@ -349,6 +360,7 @@ void KvCacheManager::Impl::RefreshSummary(RequestState& st) const {
   st.covered_tokens = covered == std::numeric_limits<int64_t>::max() ? 0 : covered;
   st.cached_blocks = cached == std::numeric_limits<int64_t>::max() ? 0 : cached;
   st.next_release = release;
+  summaries[st.handle] = MakeSummary(st);
 }
 
 bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req,
@@ -561,6 +573,7 @@ void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
     gs = GroupState{};
   }
   st.allocated = false;
+  RefreshSummary(st);
 }
 
 }  // namespace kvpage

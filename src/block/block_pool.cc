@@ -99,6 +99,9 @@ void BlockPool::MapChunk(int32_t c) {
   ch.clean = bpc_;
   num_clean_ += bpc_;
   ++num_mapped_chunks_;
+  // Room in the prefix-cache map for every mapped block, so caching never rehashes it in the
+  // middle of a step (no-op unless the mapped blocks outgrew it).
+  if (enable_caching_) cached_.reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
   IdleInsert(c);
   BucketInsert(c);
 }
@@ -377,7 +380,8 @@ absl::Status BlockPool::ResetPrefixCache() {
     dup_next_[b] = -1;
     PushClean(b);
   }
-  cached_.clear();
+  cached_.clear();  // frees the table
+  cached_.reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
   events_->Add(KvEvent{KvEvent::Type::kAllCleared, GroupId(), BlockHash{}, BlockHash{}});
   return absl::OkStatus();
 }

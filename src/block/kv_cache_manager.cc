@@ -90,11 +90,13 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.free_handles.push_back(static_cast<int32_t>(m.by_handle.size()));
     m.by_handle.push_back(nullptr);
     m.handle_ids.push_back(RequestId(-1));
+    m.summaries.emplace_back();
   }
   st->handle = m.free_handles.back();
   m.free_handles.pop_back();
   m.by_handle[st->handle] = st.get();
   m.handle_ids[st->handle] = spec.id;
+  m.RefreshSummary(*st);
   m.requests.emplace(spec.id, std::move(st));
   return absl::OkStatus();
 }
@@ -130,38 +132,45 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   }
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
   st.hashes.Update(st.tokens);
+  impl_->summaries[st.handle].num_tokens = static_cast<int64_t>(st.tokens.size());
   return absl::OkStatus();
 }
 
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   Impl& m = *impl_;
-  // Check everything first (all or nothing), prefetching each request's state; the lookups
-  // are independent, so their misses overlap.
+  // Check everything first (all or nothing), from the flat per-handle summaries.
   std::vector<RequestState*>& states = m.scratch_states;
   states.resize(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    RequestState* st = m.Find(tokens[i].id, tokens[i].handle);
-    if (st == nullptr) return UnknownRequest(tokens[i].id);
+    const int32_t h = m.HandleOf(tokens[i].id, tokens[i].handle);
+    if (h < 0) return UnknownRequest(tokens[i].id);
     if (tokens[i].token < 0) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i].token, " is negative"));
     }
-    states[i] = st;
-    __builtin_prefetch(st);
+    states[i] = m.by_handle[h];
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const RequestState& st = *states[i];
-    if (static_cast<int64_t>(st.tokens.size()) >= m.max_model_len) {
-      return absl::OutOfRangeError(absl::StrCat("request ", st.id.value, " would have ",
-                                                st.tokens.size() + 1,
-                                                " tokens, more than max_model_len ",
+    const int64_t num_tokens = m.summaries[states[i]->handle].num_tokens;
+    if (num_tokens >= m.max_model_len) {
+      return absl::OutOfRangeError(absl::StrCat("request ", tokens[i].id.value, " would have ",
+                                                num_tokens + 1, " tokens, more than max_model_len ",
                                                 m.max_model_len));
     }
-    // Where the token goes, and where a block hash goes should the token complete a block.
-    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
-    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-    __builtin_prefetch(hashes.data() + hashes.size(), 1);
   }
-  for (size_t i = 0; i < tokens.size(); ++i) m.PushToken(*states[i], tokens[i].token);
+  // Then tile by tile: the states, then where each token goes (and where a block hash goes
+  // should the token complete a block), then the appends, so that the tile's misses overlap.
+  constexpr size_t kTile = 32;
+  for (size_t begin = 0; begin < tokens.size(); begin += kTile) {
+    const size_t end = std::min(tokens.size(), begin + kTile);
+    for (size_t i = begin; i < end; ++i) __builtin_prefetch(states[i]);
+    for (size_t i = begin; i < end; ++i) {
+      const RequestState& st = *states[i];
+      __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+      const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+      __builtin_prefetch(hashes.data() + hashes.size(), 1);
+    }
+    for (size_t i = begin; i < end; ++i) m.PushToken(*states[i], tokens[i].token);
+  }
   return absl::OkStatus();
 }
 
@@ -270,39 +279,42 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
 
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
-  // Resolve every id first: an unknown id is reported before anything changes.
+  // First resolve every id (an unknown id is reported before anything changes) and, from the
+  // flat per-handle summaries, set aside the requests whose step needs nothing: in steady
+  // decode all but the few that fill or cross a block. Skipping them early changes nothing:
+  // their steps would leave every table as it is.
   const size_t n = steps.size();
+  std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
   std::vector<RequestState*>& states = m.scratch_states;
-  states.resize(n);
+  work.clear();
+  states.clear();
   for (size_t i = 0; i < n; ++i) {
-    RequestState* st = m.Find(steps[i].id, steps[i].handle);
-    if (st == nullptr) return UnknownRequest(steps[i].id);
-    states[i] = st;
+    const DecodeStep& step = steps[i];
+    const int32_t h = m.HandleOf(step.id, step.handle);
+    if (h < 0) return UnknownRequest(step.id);
+    if (m.SummaryNothingToDo(m.summaries[h], step.num_computed_tokens, step.num_new_tokens)) continue;
+    work.push_back(static_cast<int32_t>(i));
+    states.push_back(m.by_handle[h]);
   }
-  // Then tile by tile, in stages, each stage loading what the next one reads for every
-  // request of the tile at once, so that the tile's misses overlap instead of coming one
-  // request at a time: (1) the states; (2) for the requests that will need a block (their
-  // summaries say so), their group records; (3) their table ends, next block hashes and, when
-  // a sliding window is due to release a block, that table entry; (4) the prefix-cache slots
-  // the new blocks will take and the pool records of the blocks to release. Then the tile is
-  // served with its data in cache.
+  // Then the rest, tile by tile, in stages, each stage loading what the next one reads for
+  // every request of the tile at once, so that the tile's misses overlap instead of coming
+  // one request at a time: (1) the states; (2) their group records; (3) their table ends,
+  // next block hashes and, when a sliding window is due to release a block, that table
+  // entry; (4) the prefix-cache slots the full blocks will take and the pool records of the
+  // blocks to release. Then the tile is served with its data in cache.
   constexpr size_t kTile = 32;
-  std::vector<int32_t>& growing = m.scratch_indices;
-  for (size_t begin = 0; begin < n; begin += kTile) {
-    const size_t end = std::min(n, begin + kTile);
-    for (size_t i = begin; i < end; ++i) __builtin_prefetch(states[i]);
-    growing.clear();
-    for (size_t i = begin; i < end; ++i) {
-      const RequestState& st = *states[i];
-      if (steps[i].num_computed_tokens + steps[i].num_new_tokens <= st.covered_tokens) continue;
-      growing.push_back(static_cast<int32_t>(i));
+  for (size_t begin = 0; begin < work.size(); begin += kTile) {
+    const size_t end = std::min(work.size(), begin + kTile);
+    for (size_t j = begin; j < end; ++j) __builtin_prefetch(states[j]);
+    for (size_t j = begin; j < end; ++j) {
+      const RequestState& st = *states[j];
       const char* g = reinterpret_cast<const char*>(st.groups.data());
       const size_t bytes = st.groups.size() * sizeof(GroupState);
       for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
     }
-    for (int32_t i : growing) {
-      const RequestState& st = *states[i];
-      const bool release = steps[i].num_computed_tokens >= st.next_release;
+    for (size_t j = begin; j < end; ++j) {
+      const RequestState& st = *states[j];
+      const bool release = steps[work[j]].num_computed_tokens >= st.next_release;
       for (const GroupState& gs : st.groups) {
         __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
         if (release && gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
@@ -314,12 +326,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         __builtin_prefetch(hashes.data() + st.cached_blocks);
       }
     }
-    for (int32_t i : growing) {
-      const RequestState& st = *states[i];
+    for (size_t j = begin; j < end; ++j) {
+      const RequestState& st = *states[j];
       const auto hashes = st.hashes.hashes();
       const bool cache = m.config.enable_prefix_caching &&
                          st.cached_blocks < static_cast<int64_t>(hashes.size());
-      const bool release = steps[i].num_computed_tokens >= st.next_release;
+      const bool release = steps[work[j]].num_computed_tokens >= st.next_release;
       for (const internal::GroupLayout& g : m.groups) {
         if (!g.IsAttention()) continue;
         if (cache) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
@@ -330,12 +342,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         }
       }
     }
-    for (size_t i = begin; i < end; ++i) {
-      const AllocationRequest req{.num_computed_tokens = steps[i].num_computed_tokens,
-                                  .num_new_tokens = steps[i].num_new_tokens};
-      if (m.NothingToDo(*states[i], req)) continue;
-      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[i], req));
-      if (!ok) return static_cast<int64_t>(i);
+    for (size_t j = begin; j < end; ++j) {
+      const DecodeStep& step = steps[work[j]];
+      const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
+                                  .num_new_tokens = step.num_new_tokens};
+      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
+      if (!ok) return static_cast<int64_t>(work[j]);
     }
   }
   return static_cast<int64_t>(n);
@@ -511,6 +523,9 @@ absl::Status KvCacheManager::CheckInvariants() const {
   for (const auto& [id, st] : m.requests) {
     if (st->handle < 0 || m.by_handle[st->handle] != st.get() || m.handle_ids[st->handle] != id) {
       return absl::InternalError(absl::StrCat("request ", id.value, " has a broken handle ", st->handle));
+    }
+    if (!(m.summaries[st->handle] == m.MakeSummary(*st))) {
+      return absl::InternalError(absl::StrCat("request ", id.value, "'s decode summary is stale"));
     }
   }
   for (const auto& [id, st] : m.requests) {

@@ -36,8 +36,9 @@ class KvCacheManager::Impl {
   // Appends one checked token and hashes the block it completes, if any. A block completes
   // when the count reaches the next multiple of the block size: compared against the hashes
   // already made, no divide.
-  void PushToken(internal::RequestState& st, int32_t token) const {
+  void PushToken(internal::RequestState& st, int32_t token) {
     st.tokens.push_back(token);
+    ++summaries[st.handle].num_tokens;
     if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(block_size)) {
       st.hashes.Update(st.tokens);
     }
@@ -60,8 +61,8 @@ class KvCacheManager::Impl {
   void CommitStep(internal::RequestState& st);
   // Gives back every block and slot of a request that is about to be erased.
   void FreeRequestBlocks(internal::RequestState& st);
-  // Recomputes RequestState's summary fields from its group tables.
-  void RefreshSummary(internal::RequestState& st) const;
+  // Recomputes RequestState's summary fields from its group tables, and its DecodeSummary.
+  void RefreshSummary(internal::RequestState& st);
   // Valid arguments for a running request's plain step (no hit, no lookahead, no state
   // groups, no window release due): the precondition of both fast paths below.
   // allow_release: a window release may be due (GrowFromFreeBlocks performs it).
@@ -70,6 +71,28 @@ class KvCacheManager::Impl {
   // The decode fast path: true when the step needs no block, no cache entry and no window
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
+
+  // What a decode step reads to find that a request needs nothing (NothingToDo for a plain
+  // step of n tokens after c), copied out of its RequestState into a flat array indexed by
+  // handle: in steady decode nearly every request needs nothing, and a step over the batch
+  // then streams through this array instead of visiting every request's own memory.
+  struct DecodeSummary {
+    int64_t covered_tokens = 0;  // RequestState::covered_tokens
+    int64_t cache_limit = 0;     // a block is due for the prefix cache once this many tokens
+                                 // are computed (max when caching is off)
+    int64_t next_release = 0;    // RequestState::next_release
+    int64_t num_tokens = 0;      // RequestState::tokens.size()
+    bool plain = false;          // allocated, and the model has no linear-attention group
+    friend bool operator==(const DecodeSummary&, const DecodeSummary&) = default;
+  };
+  DecodeSummary MakeSummary(const internal::RequestState& st) const;
+  // NothingToDo(st, {c, n}) from the request's summary alone.
+  bool SummaryNothingToDo(const DecodeSummary& s, int64_t c, int64_t n) const {
+    const int64_t total = c + n;
+    return s.plain && n > 0 && c >= 0 && c <= s.num_tokens && total <= max_model_len &&
+           c < s.next_release && total <= s.covered_tokens &&
+           std::min(total, s.num_tokens) < s.cache_limit;
+  }
   // The decode path that crosses a block boundary (and may release a window block): when
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
   // takes them directly. False = not handled, no change.
@@ -105,6 +128,7 @@ class KvCacheManager::Impl {
   std::vector<internal::RequestState*> by_handle;
   std::vector<RequestId> handle_ids;
   std::vector<int32_t> free_handles;
+  std::vector<DecodeSummary> summaries;  // by handle; stale for free handles
   // The request named by (id, handle), or null if unknown.
   internal::RequestState* Find(RequestId id, int32_t handle) const {
     if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
@@ -121,6 +145,14 @@ class KvCacheManager::Impl {
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
+  // The request a step names: by its handle when that handle is the id's, else by id.
+  int32_t HandleOf(RequestId id, int32_t handle) const {
+    if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
+      return handle;
+    }
+    auto it = requests.find(id);
+    return it == requests.end() ? -1 : it->second->handle;
+  }
 };
 
 }  // namespace kvpage

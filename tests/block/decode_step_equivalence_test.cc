@@ -1,0 +1,197 @@
+// The batched decode calls (AppendDecodeTokens + AllocateDecodeStep, which skip requests whose
+// step needs nothing by reading the manager's flat per-handle summaries) must leave the manager
+// exactly as the per-request calls (AppendTokens + AllocateSlots) do: same block tables, same
+// free orders, same usage, same number of requests served when memory runs out. Two managers
+// are driven through the same seeded decode workload (shared prefixes for hits, sliding
+// windows, recurrent state, finishing and new requests, a tight budget) and compared after
+// every step, with CheckInvariants on both.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "block/manager_test_util.h"
+#include "kvpage/kv_cache_manager.h"
+
+namespace kvpage {
+namespace {
+
+struct Case {
+  std::string name;
+  const char* model;
+  bool caching;
+  int32_t budget_blocks;  // budget = budget_blocks × 1.5 KiB; small = decode steps fail
+  // Steps of the 160 where every request was served, and where one ran out of memory. (A
+  // linear-attention model hits only at a snapshot; these prompts end past the shared
+  // prefixes, so gdn has none.)
+  int64_t served_steps;
+  int64_t failed_steps;
+  int64_t hit_tokens;  // prompt tokens served from the prefix cache, over all admissions
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+struct Live {
+  RequestId id;
+  int64_t computed = 0;
+  int64_t end = 0;  // finishes once it has this many tokens
+};
+
+class DecodeStepEquivalenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
+  const Case& c = GetParam();
+  const ModelSpec model = testing::TinyModel(c.model);
+  KvCacheConfig config;
+  config.block_size = 16;
+  config.hash_seed = 11;
+  config.enable_prefix_caching = c.caching;
+  config.kv_budget_bytes = int64_t{c.budget_blocks} * 16 * 32 * 3;
+  config.chunk_bytes = 4 * 16 * 32;  // small chunks: pools trade memory through the budget
+  auto made_a = KvCacheManager::Create(model, config);
+  auto made_b = KvCacheManager::Create(model, config);
+  ASSERT_TRUE(made_a.ok()) << made_a.status();
+  ASSERT_TRUE(made_b.ok()) << made_b.status();
+  KvCacheManager& a = **made_a;  // per-request calls
+  KvCacheManager& b = **made_b;  // batch calls
+  std::vector<GroupId> attention;
+  for (const PoolUsage& p : a.Usage().pools) {
+    if (p.kind != LayerKind::kLinearAttention) attention.push_back(p.group);
+  }
+
+  std::mt19937_64 rng(7);
+  auto uniform = [&](int64_t lo, int64_t hi) {  // portable across standard libraries
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  // Prompts start with one of three shared prefixes, so admissions hit each other's blocks.
+  const std::vector<std::vector<int32_t>> prefixes = {
+      testing::Tokens(40, 1), testing::Tokens(23, 300), testing::Tokens(64, 600)};
+  std::vector<Live> live;
+  int64_t next_id = 0;
+  int64_t served_steps = 0, failed_steps = 0;
+
+  auto expect_same = [&](const std::string& where) {
+    SCOPED_TRACE(where);
+    KVPAGE_EXPECT_INVARIANTS(a);
+    KVPAGE_EXPECT_INVARIANTS(b);
+    for (const Live& r : live) {
+      for (GroupId g : attention) {
+        auto ta = a.BlockTable(r.id, g);
+        auto tb = b.BlockTable(r.id, g);
+        ASSERT_TRUE(ta.ok() && tb.ok());
+        ASSERT_EQ(testing::Ids(*ta), testing::Ids(*tb)) << "request " << r.id.value;
+      }
+      ASSERT_EQ(a.Tokens(r.id)->size(), b.Tokens(r.id)->size());
+    }
+    for (GroupId g : attention) {
+      ASSERT_EQ(testing::Ids(a.FreeBlockOrder(g)), testing::Ids(b.FreeBlockOrder(g)));
+    }
+    ASSERT_EQ(a.Usage().used_bytes, b.Usage().used_bytes);
+    ASSERT_EQ(a.Usage().mapped_bytes, b.Usage().mapped_bytes);
+  };
+
+  // Admits a new request on both managers (same hit, same prefill); false if it does not fit.
+  auto admit = [&]() {
+    std::vector<int32_t> prompt = prefixes[uniform(0, 2)];
+    const int64_t extra = uniform(1, 30);
+    for (int64_t t = 0; t < extra; ++t) prompt.push_back(static_cast<int32_t>(uniform(0, 999)));
+    const RequestId id(next_id++);
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    for (KvCacheManager* m : {&a, &b}) ASSERT_TRUE(m->AddRequest({id, prompt}).ok());
+    bool fits[2];
+    int k = 0;
+    for (KvCacheManager* m : {&a, &b}) {
+      auto hit = m->GetComputedBlocks(id);
+      ASSERT_TRUE(hit.ok()) << hit.status();
+      AllocationRequest req{.num_computed_tokens = hit->num_tokens,
+                            .num_new_tokens = len - hit->num_tokens,
+                            .hit = &*hit};
+      auto ok = m->AllocateSlots(id, req);
+      ASSERT_TRUE(ok.ok()) << ok.status();
+      fits[k++] = *ok;
+    }
+    ASSERT_EQ(fits[0], fits[1]);
+    if (!fits[0]) {
+      for (KvCacheManager* m : {&a, &b}) ASSERT_TRUE(m->Free(id).ok());
+      return;
+    }
+    live.push_back({id, len, len + uniform(1, 90)});
+  };
+
+  for (int step = 0; step < 160; ++step) {
+    a.NewStep();
+    b.NewStep();
+    while (live.size() < 24) {
+      const size_t before = live.size();
+      admit();
+      if (HasFatalFailure()) return;
+      if (live.size() == before) break;  // memory is short: decode what runs
+    }
+    // One sampled token each. Half the batch names its request by handle, half by id only.
+    std::vector<DecodeToken> tokens;
+    std::vector<DecodeStep> steps;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const int32_t token = static_cast<int32_t>(uniform(0, 999));
+      const int32_t handle = i % 2 == 0 ? b.RequestHandle(live[i].id) : -1;
+      tokens.push_back({live[i].id, handle, token});
+      steps.push_back({live[i].id, live[i].computed, 1, handle});
+      ASSERT_TRUE(a.AppendTokens(live[i].id, {token}).ok());
+    }
+    ASSERT_TRUE(b.AppendDecodeTokens(tokens).ok());
+    // Per request, in order, up to the first that does not fit; the batch must agree.
+    int64_t served_a = 0;
+    for (const Live& r : live) {
+      auto ok = a.AllocateSlots(r.id, {.num_computed_tokens = r.computed, .num_new_tokens = 1});
+      ASSERT_TRUE(ok.ok()) << ok.status();
+      if (!*ok) break;
+      ++served_a;
+    }
+    auto served_b = b.AllocateDecodeStep(steps);
+    ASSERT_TRUE(served_b.ok()) << served_b.status();
+    ASSERT_EQ(*served_b, served_a) << "step " << step;
+    expect_same("step " + std::to_string(step));
+    if (HasFatalFailure()) return;
+    // The served advance; the first unserved is preempted (rolled back and freed) on both.
+    for (int64_t i = 0; i < served_a; ++i) ++live[i].computed;
+    if (served_a < static_cast<int64_t>(live.size())) {
+      ++failed_steps;
+      for (KvCacheManager* m : {&a, &b}) ASSERT_TRUE(m->Free(live[served_a].id).ok());
+      live.erase(live.begin() + served_a);
+    } else {
+      ++served_steps;
+    }
+    // Finished requests leave.
+    for (size_t i = 0; i < live.size();) {
+      if (live[i].computed + 1 < live[i].end) {
+        ++i;
+        continue;
+      }
+      for (KvCacheManager* m : {&a, &b}) ASSERT_TRUE(m->Free(live[i].id).ok());
+      live.erase(live.begin() + static_cast<int64_t>(i));
+    }
+    expect_same("after frees, step " + std::to_string(step));
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(a.prefix_cache_stats().hit_tokens, c.hit_tokens);
+  EXPECT_EQ(b.prefix_cache_stats().hit_tokens, c.hit_tokens);
+  EXPECT_EQ(served_steps, c.served_steps);
+  EXPECT_EQ(failed_steps, c.failed_steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, DecodeStepEquivalenceTest,
+    ::testing::Values(Case{"full", testing::kTinyFull, true, 600, 160, 0, 3664},
+                      Case{"full_no_caching", testing::kTinyFull, false, 600, 160, 0, 0},
+                      Case{"full_tight", testing::kTinyFull, true, 24, 92, 68, 5760},
+                      Case{"swa", testing::kTinyHybridSwa, true, 600, 160, 0, 3664},
+                      Case{"swa_tight", testing::kTinyHybridSwa, true, 40, 72, 88, 8688},
+                      Case{"swa_no_caching", testing::kTinyHybridSwa, false, 600, 160, 0, 0},
+                      Case{"gdn", testing::kTinyGdn, true, 600, 160, 0, 0}),
+    [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
+
+}  // namespace
+}  // namespace kvpage

@@ -402,6 +402,47 @@ void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
   }
 }
 
+void KvCacheManager::Impl::PrefetchStepTables(const RequestState& st, int64_t computed) const {
+  const bool release = computed >= st.next_release;
+  for (const GroupState& gs : st.groups) {
+    __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+    if (release && gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
+      __builtin_prefetch(gs.blocks.data() + gs.num_released);
+    }
+  }
+  const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+  if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
+    __builtin_prefetch(hashes.data() + st.cached_blocks);
+  }
+}
+
+void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t computed) const {
+  const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+  const bool cache =
+      config.enable_prefix_caching && st.cached_blocks < static_cast<int64_t>(hashes.size());
+  const bool release = computed >= st.next_release;
+  if (!cache && !release) return;
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) continue;
+    if (cache) pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+    const GroupState& gs = st.groups[g.id.value];
+    if (release && g.kind == LayerKind::kSlidingWindow &&
+        gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
+      pools[g.pool]->PrefetchBlock(gs.blocks[gs.num_released]);
+    }
+  }
+}
+
+bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st) {
+  for (const GroupLayout& g : groups) {
+    if (pools[g.pool]->num_clean_blocks() == 0) return false;
+  }
+  for (const GroupLayout& g : groups) pools[g.pool]->Allocate(1, &st.groups[g.id.value].blocks);
+  st.covered_tokens += block_size;
+  summaries[st.handle].covered_tokens = st.covered_tokens;
+  return true;
+}
+
 bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const AllocationRequest& req) {
   // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
   // computed tokens the request holds blocks for.

@@ -157,19 +157,17 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
                                                 m.max_model_len));
     }
   }
-  // Then tile by tile: the states, then where each token goes (and where a block hash goes
-  // should the token complete a block), then the appends, so that the tile's misses overlap.
-  constexpr size_t kTile = 32;
-  for (size_t begin = 0; begin < tokens.size(); begin += kTile) {
-    const size_t end = std::min(tokens.size(), begin + kTile);
-    for (size_t i = begin; i < end; ++i) __builtin_prefetch(states[i]);
-    for (size_t i = begin; i < end; ++i) {
-      const RequestState& st = *states[i];
-      __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
-      const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-      __builtin_prefetch(hashes.data() + hashes.size(), 1);
-    }
-    for (size_t i = begin; i < end; ++i) m.PushToken(*states[i], tokens[i].token);
+  // Then a software pipeline: while token i is appended, the state of request i + 2D is on
+  // its way and the token end of request i + D (whose state arrived D appends ago), so the
+  // misses of consecutive requests overlap instead of being paid one after another.
+  constexpr size_t kD = 8;
+  const size_t n = tokens.size();
+  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) Impl::PrefetchState(states[i]);
+  for (size_t i = 0; i < std::min(n, kD); ++i) m.PrefetchTokenEnd(*states[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + 2 * kD < n) Impl::PrefetchState(states[i + 2 * kD]);
+    if (i + kD < n) m.PrefetchTokenEnd(*states[i + kD]);
+    m.PushToken(*states[i], tokens[i].token);
   }
   return absl::OkStatus();
 }
@@ -286,69 +284,67 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   const size_t n = steps.size();
   std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
   std::vector<RequestState*>& states = m.scratch_states;
+  std::vector<uint8_t>& crossing = m.scratch_flags;  // SummaryPureCross
   work.clear();
   states.clear();
+  crossing.clear();
   for (size_t i = 0; i < n; ++i) {
     const DecodeStep& step = steps[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
     if (h < 0) return UnknownRequest(step.id);
-    if (m.SummaryNothingToDo(m.summaries[h], step.num_computed_tokens, step.num_new_tokens)) continue;
+    const Impl::DecodeSummary& s = m.summaries[h];
+    if (m.SummaryNothingToDo(s, step.num_computed_tokens, step.num_new_tokens)) continue;
     work.push_back(static_cast<int32_t>(i));
     states.push_back(m.by_handle[h]);
+    crossing.push_back(m.SummaryPureCross(s, step.num_computed_tokens, step.num_new_tokens));
   }
-  // Then the rest, tile by tile, in stages, each stage loading what the next one reads for
-  // every request of the tile at once, so that the tile's misses overlap instead of coming
-  // one request at a time: (1) the states; (2) their group records; (3) their table ends,
-  // next block hashes and, when a sliding window is due to release a block, that table
-  // entry; (4) the prefix-cache slots the full blocks will take and the pool records of the
-  // blocks to release. Then the tile is served with its data in cache.
-  constexpr size_t kTile = 32;
-  for (size_t begin = 0; begin < work.size(); begin += kTile) {
-    const size_t end = std::min(work.size(), begin + kTile);
-    for (size_t j = begin; j < end; ++j) __builtin_prefetch(states[j]);
-    for (size_t j = begin; j < end; ++j) {
-      const RequestState& st = *states[j];
-      const char* g = reinterpret_cast<const char*>(st.groups.data());
-      const size_t bytes = st.groups.size() * sizeof(GroupState);
-      for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
-    }
-    for (size_t j = begin; j < end; ++j) {
-      const RequestState& st = *states[j];
-      const bool release = steps[work[j]].num_computed_tokens >= st.next_release;
-      for (const GroupState& gs : st.groups) {
-        __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
-        if (release && gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
-          __builtin_prefetch(gs.blocks.data() + gs.num_released);
+  // Then the rest through a software pipeline of four prefetch stages, each reading only
+  // what the stage before loaded kD requests earlier: (1) the state; (2) its group records;
+  // (3) its table ends, next block hash and, when a sliding window is due to release a block,
+  // that table entry; (4) the prefix-cache slot the next full block takes and the pool
+  // record of the block to release. Request j is served while request j + 4·kD is being
+  // fetched, so the misses of consecutive requests overlap.
+  constexpr size_t kD = 4;
+  const size_t w = work.size();
+  auto stage = [&](int level, size_t j) {
+    const RequestState& st = *states[j];
+    switch (level) {
+      case 1:
+        Impl::PrefetchState(&st);
+        return;
+      case 2: {
+        const char* g = reinterpret_cast<const char*>(st.groups.data());
+        const size_t bytes = st.groups.size() * sizeof(GroupState);
+        for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
+        return;
+      }
+      case 3:
+        if (crossing[j]) {  // only the table ends
+          for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+        } else {
+          m.PrefetchStepTables(st, steps[work[j]].num_computed_tokens);
         }
-      }
-      const auto hashes = st.hashes.hashes();
-      if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
-        __builtin_prefetch(hashes.data() + st.cached_blocks);
-      }
+        return;
+      default:
+        if (!crossing[j]) m.PrefetchStepPools(st, steps[work[j]].num_computed_tokens);
+        return;
     }
-    for (size_t j = begin; j < end; ++j) {
-      const RequestState& st = *states[j];
-      const auto hashes = st.hashes.hashes();
-      const bool cache = m.config.enable_prefix_caching &&
-                         st.cached_blocks < static_cast<int64_t>(hashes.size());
-      const bool release = steps[work[j]].num_computed_tokens >= st.next_release;
-      for (const internal::GroupLayout& g : m.groups) {
-        if (!g.IsAttention()) continue;
-        if (cache) m.pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
-        const GroupState& gs = st.groups[g.id.value];
-        if (release && g.kind == LayerKind::kSlidingWindow &&
-            gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
-          m.pools[g.pool]->PrefetchBlock(gs.blocks[gs.num_released]);
-        }
-      }
+  };
+  // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
+  for (int level = 1; level <= 4; ++level) {
+    for (size_t j = 0; j < std::min(w, static_cast<size_t>(5 - level) * kD); ++j) stage(level, j);
+  }
+  for (size_t j = 0; j < w; ++j) {
+    for (int level = 1; level <= 4; ++level) {
+      const size_t ahead = j + static_cast<size_t>(5 - level) * kD;
+      if (ahead < w) stage(level, ahead);
     }
-    for (size_t j = begin; j < end; ++j) {
-      const DecodeStep& step = steps[work[j]];
-      const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
-                                  .num_new_tokens = step.num_new_tokens};
-      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
-      if (!ok) return static_cast<int64_t>(work[j]);
-    }
+    if (crossing[j] && m.TakeCrossingBlocks(*states[j])) continue;
+    const DecodeStep& step = steps[work[j]];
+    const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
+                                .num_new_tokens = step.num_new_tokens};
+    KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
+    if (!ok) return static_cast<int64_t>(work[j]);
   }
   return static_cast<int64_t>(n);
 }

@@ -44,6 +44,27 @@ class KvCacheManager::Impl {
     }
   }
 
+  // ---- Prefetches for the batched decode calls (no effect on state) ----
+  // Every line of the request's state (a decode step reads its summary line, its hashes'
+  // and its group table header, which sit in different lines).
+  static void PrefetchState(const internal::RequestState* st) {
+    const char* p = reinterpret_cast<const char*>(st);
+    for (size_t off = 0; off < sizeof(internal::RequestState); off += 64) __builtin_prefetch(p + off);
+    __builtin_prefetch(p + sizeof(internal::RequestState) - 1);
+  }
+  // Where PushToken writes: the token's place and, should it complete a block, the hash's.
+  void PrefetchTokenEnd(const internal::RequestState& st) const {
+    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    __builtin_prefetch(hashes.data() + hashes.size(), 1);
+  }
+  // What a decode step after `computed` tokens reads from the request's own tables: each
+  // table's end, the next block hash to cache, and the table entry a due window release frees.
+  void PrefetchStepTables(const internal::RequestState& st, int64_t computed) const;
+  // What it then reads from the pools: the prefix-cache slot of the next block to cache and
+  // the record of the block a due window release frees.
+  void PrefetchStepPools(const internal::RequestState& st, int64_t computed) const;
+
   // ---- Allocation (allocation.cc) ----
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
@@ -97,6 +118,18 @@ class KvCacheManager::Impl {
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
   // takes them directly. False = not handled, no change.
   bool GrowFromFreeBlocks(internal::RequestState& st, const AllocationRequest& req);
+  // The commonest case of that path, decided from the summary alone: one token that starts a
+  // new block in every attention group, with no window release and no block to cache due,
+  // in kvpage mode (a pool per group). TakeCrossingBlocks then needs no checks beyond clean
+  // blocks at hand and no recomputation: one block per group, the covered count moves by a
+  // block. It hands out the very blocks GrowFromFreeBlocks would.
+  bool SummaryPureCross(const DecodeSummary& s, int64_t c, int64_t n) const {
+    return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
+           c <= s.num_tokens && c + 1 <= max_model_len && c < s.next_release &&
+           std::min(c + 1, s.num_tokens) < s.cache_limit;
+  }
+  // False (no change) when a pool has no clean block left.
+  bool TakeCrossingBlocks(internal::RequestState& st);
   // Offers the blocks filled by tokens [0, end) (verified tokens only) to the prefix cache.
   void CacheFullBlocks(internal::RequestState& st, int64_t end);
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
@@ -142,9 +175,13 @@ class KvCacheManager::Impl {
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
   bool has_state_groups = false;        // any linear-attention group
+  // kvpage mode with attention groups only, all of the hash block size: pool p serves
+  // group p, and a block boundary is one for every group.
+  bool one_pool_per_group = false;
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
+  std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {
     if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {

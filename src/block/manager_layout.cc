@@ -164,6 +164,10 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
   }
   for (const GroupLayout& g : m->groups) m->has_state_groups |= !g.IsAttention();
+  m->one_pool_per_group = m->pools.size() == m->groups.size();
+  for (const GroupLayout& g : m->groups) {
+    m->one_pool_per_group &= g.IsAttention() && g.block_size == m->block_size;
+  }
   if (config.mode == AccountingMode::kKvpage) {
     int64_t headroom = 0;
     for (const auto& pool : m->pools) headroom += pool->chunk_bytes();

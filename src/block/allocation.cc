@@ -332,6 +332,17 @@ void KvCacheManager::Impl::AddReserve(const RequestState& st, const AllocationRe
   }
 }
 
+int64_t KvCacheManager::Impl::NextRelease(const RequestState& st) const {
+  int64_t release = std::numeric_limits<int64_t>::max();
+  for (const GroupLayout& g : groups) {
+    if (g.kind != LayerKind::kSlidingWindow) continue;
+    // Block f dies once (p − W + 1) / bs > f, i.e. p >= (f + 1)·bs + W − 1.
+    const GroupState& gs = st.groups[g.id.value];
+    release = std::min<int64_t>(release, (gs.num_released + 1) * g.block_size + g.window - 1);
+  }
+  return release;
+}
+
 KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const RequestState& st) const {
   DecodeSummary s;
   s.covered_tokens = st.covered_tokens;
@@ -346,20 +357,15 @@ KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const Requ
 void KvCacheManager::Impl::RefreshSummary(RequestState& st) {
   int64_t covered = std::numeric_limits<int64_t>::max();
   int64_t cached = std::numeric_limits<int64_t>::max();
-  int64_t release = std::numeric_limits<int64_t>::max();
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;
     const GroupState& gs = st.groups[g.id.value];
     covered = std::min<int64_t>(covered, static_cast<int64_t>(gs.blocks.size()) * g.block_size);
     cached = std::min(cached, gs.num_cached_blocks);
-    if (g.kind == LayerKind::kSlidingWindow) {
-      // Block f dies once (p − W + 1) / bs > f, i.e. p >= (f + 1)·bs + W − 1.
-      release = std::min<int64_t>(release, (gs.num_released + 1) * g.block_size + g.window - 1);
-    }
   }
   st.covered_tokens = covered == std::numeric_limits<int64_t>::max() ? 0 : covered;
   st.cached_blocks = cached == std::numeric_limits<int64_t>::max() ? 0 : cached;
-  st.next_release = release;
+  st.next_release = NextRelease(st);
   summaries[st.handle] = MakeSummary(st);
 }
 
@@ -433,13 +439,21 @@ void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t com
   }
 }
 
-bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st) {
+bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed) {
+  // Freeing first (as GrowFromFreeBlocks does) can only add clean blocks, so checking before
+  // it is enough.
   for (const GroupLayout& g : groups) {
-    if (pools[g.pool]->num_clean_blocks() == 0) return false;
+    if (!HasBlocksAtHand(g.pool, 1)) return false;
+  }
+  DecodeSummary& s = summaries[st.handle];
+  if (computed >= st.next_release) {
+    RemoveSkipped(st, computed);
+    st.next_release = NextRelease(st);
+    s.next_release = st.next_release;
   }
   for (const GroupLayout& g : groups) pools[g.pool]->Allocate(1, &st.groups[g.id.value].blocks);
   st.covered_tokens += block_size;
-  summaries[st.handle].covered_tokens = st.covered_tokens;
+  s.covered_tokens = st.covered_tokens;
   return true;
 }
 
@@ -454,9 +468,7 @@ bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const Allocation
   for (const GroupLayout& g : groups) {
     const int64_t want = CeilDiv(total, g.block_size) -
                          static_cast<int64_t>(st.groups[g.id.value].blocks.size());
-    // Free blocks the pool already has (clean, or cached and evictable): no chunk has to
-    // move between pools, which is what the slow path is for.
-    if (want > pools[g.pool]->num_free_blocks()) return false;
+    if (!HasBlocksAtHand(g.pool, want)) return false;
   }
   // A sliding window moved past a block: free it first, as Allocate does (freed blocks join
   // the cached-free list or, unhashed, the clean stack; neither takes what is counted above).

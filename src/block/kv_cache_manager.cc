@@ -319,14 +319,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         return;
       }
       case 3:
-        if (crossing[j]) {  // only the table ends
-          for (const GroupState& gs : st.groups) __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
-        } else {
-          m.PrefetchStepTables(st, steps[work[j]].num_computed_tokens);
-        }
+        m.PrefetchStepTables(st, steps[work[j]].num_computed_tokens);
         return;
       default:
-        if (!crossing[j]) m.PrefetchStepPools(st, steps[work[j]].num_computed_tokens);
+        m.PrefetchStepPools(st, steps[work[j]].num_computed_tokens);
         return;
     }
   };
@@ -339,7 +335,9 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
       const size_t ahead = j + static_cast<size_t>(5 - level) * kD;
       if (ahead < w) stage(level, ahead);
     }
-    if (crossing[j] && m.TakeCrossingBlocks(*states[j])) continue;
+    if (crossing[j] && m.TakeCrossingBlocks(*states[j], steps[work[j]].num_computed_tokens)) {
+      continue;
+    }
     const DecodeStep& step = steps[work[j]];
     const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
                                 .num_new_tokens = step.num_new_tokens};

@@ -119,17 +119,27 @@ class KvCacheManager::Impl {
   // takes them directly. False = not handled, no change.
   bool GrowFromFreeBlocks(internal::RequestState& st, const AllocationRequest& req);
   // The commonest case of that path, decided from the summary alone: one token that starts a
-  // new block in every attention group, with no window release and no block to cache due,
-  // in kvpage mode (a pool per group). TakeCrossingBlocks then needs no checks beyond clean
-  // blocks at hand and no recomputation: one block per group, the covered count moves by a
-  // block. It hands out the very blocks GrowFromFreeBlocks would.
+  // new block in every attention group with no block to cache due, in kvpage mode (a pool
+  // per group). TakeCrossingBlocks then needs no checks beyond clean blocks at hand and no
+  // recomputation: a due window release, one block per group, the covered count moves by a
+  // block. It frees and hands out the very blocks GrowFromFreeBlocks would.
   bool SummaryPureCross(const DecodeSummary& s, int64_t c, int64_t n) const {
     return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
-           c <= s.num_tokens && c + 1 <= max_model_len && c < s.next_release &&
+           c <= s.num_tokens && c + 1 <= max_model_len &&
            std::min(c + 1, s.num_tokens) < s.cache_limit;
   }
-  // False (no change) when a pool has no clean block left.
-  bool TakeCrossingBlocks(internal::RequestState& st);
+  // False (no change) when a pool has no block at hand (HasBlocksAtHand).
+  bool TakeCrossingBlocks(internal::RequestState& st, int64_t computed);
+  // Can pool p hand out n blocks by itself, with what the slow path would do anyway? With
+  // several pools: from its free blocks (clean, or cached and evictable), so no chunk has to
+  // move between pools. With one pool: also by mapping chunks from the budget's free bytes
+  // (there is no other pool to make room or keep room for).
+  bool HasBlocksAtHand(int32_t p, int64_t n) const {
+    return n <= pools[p]->num_free_blocks() ||
+           (pools.size() == 1 && n <= pools[p]->AllocatableNow());
+  }
+  // The smallest processed count at which one of the request's windows frees a block.
+  int64_t NextRelease(const internal::RequestState& st) const;
   // Offers the blocks filled by tokens [0, end) (verified tokens only) to the prefix cache.
   void CacheFullBlocks(internal::RequestState& st, int64_t end);
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?

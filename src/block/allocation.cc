@@ -440,10 +440,14 @@ void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t com
 }
 
 bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed) {
-  // Freeing first (as GrowFromFreeBlocks does) can only add clean blocks, so checking before
-  // it is enough.
+  // Every table must end exactly at `computed` (the summary said so before the step began;
+  // a batch naming the request twice has changed it since). Freeing first (as
+  // GrowFromFreeBlocks does) can only add free blocks, so checking before it is enough.
   for (const GroupLayout& g : groups) {
-    if (!HasBlocksAtHand(g.pool, 1)) return false;
+    if (static_cast<int64_t>(st.groups[g.id.value].blocks.size()) * block_size != computed ||
+        !HasBlocksAtHand(g.pool, 1)) {
+      return false;
+    }
   }
   DecodeSummary& s = summaries[st.handle];
   if (computed >= st.next_release) {

@@ -120,9 +120,10 @@ class KvCacheManager::Impl {
   bool GrowFromFreeBlocks(internal::RequestState& st, const AllocationRequest& req);
   // The commonest case of that path, decided from the summary alone: one token that starts a
   // new block in every attention group with no block to cache due, in kvpage mode (a pool
-  // per group). TakeCrossingBlocks then needs no checks beyond clean blocks at hand and no
-  // recomputation: a due window release, one block per group, the covered count moves by a
-  // block. It frees and hands out the very blocks GrowFromFreeBlocks would.
+  // per group). TakeCrossingBlocks then only checks that every table ends there and every
+  // pool has a block at hand, and recomputes nothing: a due window release, one block per
+  // group, the covered count moves by a block. It frees and hands out the very blocks
+  // GrowFromFreeBlocks would.
   bool SummaryPureCross(const DecodeSummary& s, int64_t c, int64_t n) const {
     return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
            c <= s.num_tokens && c + 1 <= max_model_len &&

@@ -712,6 +712,25 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
+// A batch that names a request twice at a block boundary takes one block, as two
+// AllocateSlots calls would (the second finds the block there), also on the crossing fast path.
+TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 8 * 16 * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.hash_seed = 4;
+  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(32, 0)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(3), {.num_new_tokens = 32}));
+  ASSERT_TRUE(m->AppendTokens(RequestId(3), {5}).ok());
+  const int32_t h = m->RequestHandle(RequestId(3));
+  std::vector<DecodeStep> twice = {{RequestId(3), 32, 1, h}, {RequestId(3), 32, 1, h}};
+  ASSERT_EQ(*m->AllocateDecodeStep(twice), 2);
+  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 3));
+  EXPECT_EQ(m->Usage().pools[0].used_blocks, 3);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
 // num_reserve_tokens: the rest of a prompt must fit in growing groups, but is not taken.
 TEST(KvCacheManagerDecodeStepTest, ReserveTokensAreCheckedNotTaken) {
   KvCacheConfig c;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "cli/cli_util.h"
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
 #include "kvpage/plan_format.h"
@@ -169,20 +170,11 @@ absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet&
   return std::optional<int64_t>(*budget);
 }
 
-int Fail(const absl::Status& s) {
-  std::cerr << "kvpage plan: " << s.message() << "\n";
-  return 2;
-}
+int Fail(const absl::Status& s) { return FailUsage("plan", s); }
 
 std::string PlotScript() {
   if (const char* env = std::getenv("KVPAGE_PLOT_SCRIPT")) return env;
   return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_plan.py";
-}
-
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // Runs the planner over a power-of-two sweep and hands its JSON to the plotting script.
@@ -196,17 +188,12 @@ int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
       return 1;
     }
   }
-  const std::string python =
-      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd = absl::StrCat(python, " ", ShellQuote(PlotScript()), " --input ",
-                                       ShellQuote(json_path), " --output ", ShellQuote(png));
-  const int rc = std::system(cmd.c_str());
+  const bool plotted = RunPlotScript(
+      "plan", PlotScript(),
+      absl::StrCat("--input ", ShellQuote(json_path), " --output ", ShellQuote(png)));
   std::error_code ec;
   std::filesystem::remove(json_path, ec);
-  if (rc != 0) {
-    std::cerr << "kvpage plan: plotting failed (" << cmd << ")\n";
-    return 1;
-  }
+  if (!plotted) return 1;
   std::cerr << "kvpage plan: wrote " << png << "\n";
   return 0;
 }
@@ -217,12 +204,7 @@ int RunPlan(const std::vector<std::string>& args) {
   PlanFlags f;
   FlagSet fs(kPlanUsage);
   RegisterPlanFlags(fs, f);
-  bool help = false;
-  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return Fail(s);
-  if (help) {
-    std::cout << fs.Help();
-    return 0;
-  }
+  if (int rc = 0; !ParseFlagsOrExit(fs, args, "plan", &rc)) return rc;
   if (f.format != "table" && f.format != "json" && f.format != "csv") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--format must be table, json or csv, got '", f.format, "'")));
@@ -295,20 +277,9 @@ int RunModels(const std::vector<std::string>& args) {
   std::string model_list = "all";
   FlagSet fs("Usage: kvpage models [--model M[,M…]]\n\nLists models with their layer groups.");
   fs.String("model", &model_list, "Bundled name(s), path(s) or 'all' (default).");
-  bool help = false;
-  if (absl::Status s = fs.Parse(args, &help); !s.ok()) {
-    std::cerr << "kvpage models: " << s.message() << "\n";
-    return 2;
-  }
-  if (help) {
-    std::cout << fs.Help();
-    return 0;
-  }
+  if (int rc = 0; !ParseFlagsOrExit(fs, args, "models", &rc)) return rc;
   auto models = LoadModels(model_list);
-  if (!models.ok()) {
-    std::cerr << "kvpage models: " << models.status().message() << "\n";
-    return 2;
-  }
+  if (!models.ok()) return FailUsage("models", models.status());
   for (const ModelSpec& m : *models) {
     std::cout << absl::StrFormat(
         "%-28s %-18s %3d layers  %s  %7.2fB params  %7.2f GB weights  max_pos %d\n", m.name,

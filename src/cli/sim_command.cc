@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "cli/cli_util.h"
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
@@ -148,10 +149,7 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.Bool("no-progress", &f.no_progress, "No progress bar on stderr.");
 }
 
-int Fail(const absl::Status& s) {
-  std::cerr << "kvpage sim: " << s.message() << "\n";
-  return 2;
-}
+int Fail(const absl::Status& s) { return FailUsage("sim", s); }
 
 absl::Status Positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 30) {
   if (v < 1 || v > max) {
@@ -442,12 +440,6 @@ std::string SummaryTable(const std::vector<std::pair<std::string, const sim::Sim
   return out;
 }
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string PlotScript() {
   if (const char* env = std::getenv("KVPAGE_SIM_PLOT_SCRIPT")) return env;
   return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_sim.py";
@@ -471,12 +463,8 @@ int WriteOutputDir(const sim::SimResult& r, const std::string& dir, const std::s
       return 1;
     }
   }
-  const std::string python =
-      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd = absl::StrCat(python, " ", ShellQuote(PlotScript()), " --dir ",
-                                       ShellQuote(dir), " --title ", ShellQuote(title));
-  if (std::system(cmd.c_str()) != 0) {
-    std::cerr << "kvpage sim: plotting failed (" << cmd << ")\n";
+  if (!RunPlotScript("sim", PlotScript(),
+                     absl::StrCat("--dir ", ShellQuote(dir), " --title ", ShellQuote(title)))) {
     return 1;
   }
   std::cerr << "kvpage sim: wrote " << dir << "/{requests.csv,steps.csv,sim.png}\n";
@@ -509,12 +497,7 @@ int RunSim(const std::vector<std::string>& args) {
   SimFlags f;
   FlagSet fs(kSimUsage);
   RegisterSimFlags(fs, f);
-  bool help = false;
-  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return Fail(s);
-  if (help) {
-    std::cout << fs.Help();
-    return 0;
-  }
+  if (int rc = 0; !ParseFlagsOrExit(fs, args, "sim", &rc)) return rc;
   if (f.allocator != "kvpage" && f.allocator != "vllm") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--allocator must be kvpage or vllm, got '", f.allocator, "'")));

@@ -1,0 +1,48 @@
+#include "cli/cli_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvpage::cli {
+
+int FailUsage(const char* command, const absl::Status& status) {
+  std::cerr << "kvpage " << command << ": " << status.message() << "\n";
+  return 2;
+}
+
+bool ParseFlagsOrExit(FlagSet& fs, const std::vector<std::string>& args, const char* command,
+                      int* exit_code) {
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) {
+    *exit_code = FailUsage(command, s);
+    return false;
+  }
+  if (help) {
+    std::cout << fs.Help();
+    *exit_code = 0;
+    return false;
+  }
+  return true;
+}
+
+std::string ShellQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool RunPlotScript(const char* command, const std::string& script, const std::string& quoted_args) {
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = absl::StrCat(python, " ", ShellQuote(script), " ", quoted_args);
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "kvpage " << command << ": plotting failed (" << cmd << ")\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace kvpage::cli

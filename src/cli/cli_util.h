@@ -1,0 +1,31 @@
+// Pieces the kvpage CLI's subcommands share: flag parsing with --help and usage errors, and
+// running the bundled plotting scripts.
+#ifndef KVPAGE_CLI_CLI_UTIL_H_
+#define KVPAGE_CLI_CLI_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cli/flags.h"
+
+namespace kvpage::cli {
+
+// Prints "kvpage <command>: <message>" to stderr; returns 2 (bad usage or bad input).
+int FailUsage(const char* command, const absl::Status& status);
+
+// Parses args into fs. Returns true when the command should go on; otherwise it printed the
+// help (*exit_code = 0) or the bad flag (*exit_code = 2).
+bool ParseFlagsOrExit(FlagSet& fs, const std::vector<std::string>& args, const char* command,
+                      int* exit_code);
+
+// 'text' for a POSIX shell.
+std::string ShellQuote(const std::string& text);
+
+// Runs `script` (a path) with `quoted_args` under /usr/bin/python3 (or python3 on the PATH).
+// Prints "kvpage <command>: plotting failed (...)" and returns false if it fails.
+bool RunPlotScript(const char* command, const std::string& script, const std::string& quoted_args);
+
+}  // namespace kvpage::cli
+
+#endif  // KVPAGE_CLI_CLI_UTIL_H_

@@ -369,8 +369,7 @@ void KvCacheManager::Impl::RefreshSummary(RequestState& st) {
   summaries[st.handle] = MakeSummary(st);
 }
 
-bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req,
-                                      bool allow_release) const {
+bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRequest& req) const {
   if (!st.allocated || req.hit != nullptr || req.num_lookahead_tokens != 0 ||
       req.num_reserve_tokens != 0 || has_state_groups) {
     return false;
@@ -378,17 +377,14 @@ bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRe
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
   return n > 0 && c >= 0 && c <= static_cast<int64_t>(st.tokens.size()) &&
-         c + n <= max_model_len && processed >= 0 && processed <= c &&
-         (allow_release || processed < st.next_release);
+         c + n <= max_model_len && processed >= 0 && processed <= c;
 }
 
 bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
-  const int64_t total = req.num_computed_tokens + req.num_new_tokens;
-  if (!OnFastPath(st, req) || total > st.covered_tokens) return false;
-  // No block became full beyond those already cached (a multiply: no divide on this path).
-  return !config.enable_prefix_caching ||
-         std::min<int64_t>(total, static_cast<int64_t>(st.tokens.size())) <
-             (st.cached_blocks + 1) * block_size;
+  const int64_t c = req.num_computed_tokens;
+  return req.hit == nullptr && req.num_lookahead_tokens == 0 && req.num_reserve_tokens == 0 &&
+         SummaryNothingToDo(summaries[st.handle], c, req.num_new_tokens,
+                            req.num_processed_tokens < 0 ? c : req.num_processed_tokens);
 }
 
 void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
@@ -464,7 +460,7 @@ bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed
 bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const AllocationRequest& req) {
   // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
   // computed tokens the request holds blocks for.
-  if (pools.size() != groups.size() || !OnFastPath(st, req, /*allow_release=*/true) ||
+  if (pools.size() != groups.size() || !OnFastPath(st, req) ||
       req.num_computed_tokens > st.covered_tokens) {
     return false;
   }

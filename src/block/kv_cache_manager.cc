@@ -293,7 +293,8 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const int32_t h = m.HandleOf(step.id, step.handle);
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
-    if (m.SummaryNothingToDo(s, step.num_computed_tokens, step.num_new_tokens)) continue;
+    const int64_t c = step.num_computed_tokens;
+    if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) continue;
     work.push_back(static_cast<int32_t>(i));
     states.push_back(m.by_handle[h]);
     crossing.push_back(m.SummaryPureCross(s, step.num_computed_tokens, step.num_new_tokens));

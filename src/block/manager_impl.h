@@ -84,11 +84,9 @@ class KvCacheManager::Impl {
   void FreeRequestBlocks(internal::RequestState& st);
   // Recomputes RequestState's summary fields from its group tables, and its DecodeSummary.
   void RefreshSummary(internal::RequestState& st);
-  // Valid arguments for a running request's plain step (no hit, no lookahead, no state
-  // groups, no window release due): the precondition of both fast paths below.
-  // allow_release: a window release may be due (GrowFromFreeBlocks performs it).
-  bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req,
-                  bool allow_release = false) const;
+  // Valid arguments for a running request's plain step (no hit, no lookahead, no reserve, no
+  // state groups); a window release may be due. The precondition of GrowFromFreeBlocks.
+  bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req) const;
   // The decode fast path: true when the step needs no block, no cache entry and no window
   // release, and its arguments are valid, so Allocate may return true without changes.
   bool NothingToDo(const internal::RequestState& st, const AllocationRequest& req) const;
@@ -107,12 +105,15 @@ class KvCacheManager::Impl {
     friend bool operator==(const DecodeSummary&, const DecodeSummary&) = default;
   };
   DecodeSummary MakeSummary(const internal::RequestState& st) const;
-  // NothingToDo(st, {c, n}) from the request's summary alone.
-  bool SummaryNothingToDo(const DecodeSummary& s, int64_t c, int64_t n) const {
+  // The rule NothingToDo applies, from the request's summary alone, for a plain step of n
+  // tokens after c with `processed` tokens done on the device: valid arguments, no window
+  // release due, tables covering the step, and no block full beyond those already cached (a
+  // multiply: no divide on this path).
+  bool SummaryNothingToDo(const DecodeSummary& s, int64_t c, int64_t n, int64_t processed) const {
     const int64_t total = c + n;
     return s.plain && n > 0 && c >= 0 && c <= s.num_tokens && total <= max_model_len &&
-           c < s.next_release && total <= s.covered_tokens &&
-           std::min(total, s.num_tokens) < s.cache_limit;
+           processed >= 0 && processed <= c && processed < s.next_release &&
+           total <= s.covered_tokens && std::min(total, s.num_tokens) < s.cache_limit;
   }
   // The decode path that crosses a block boundary (and may release a window block): when
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,

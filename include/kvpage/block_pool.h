@@ -29,9 +29,9 @@
 #define KVPAGE_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kvpage/kv_events.h"
@@ -39,6 +39,11 @@
 #include "kvpage/types.h"
 
 namespace kvpage {
+
+namespace internal {
+class PrefixIndex;
+struct PrefixKey;
+}  // namespace internal
 
 struct BlockPoolConfig {
   int32_t pool_index = 0;        // this pool's index in its MemoryBudget
@@ -54,6 +59,7 @@ class BlockPool {
  public:
   // REQUIRES: config.Validate().ok(); budget outlives the pool.
   BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEventLog* events);
+  ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -108,9 +114,7 @@ class BlockPool {
   void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
   // Starts loading the prefix-cache map's slot for (hash, group) into the CPU cache, ahead of
   // a CacheBlock or Lookup with that key. No effect on state.
-  void PrefetchCacheSlot(BlockHash hash, GroupId group) const {
-    cached_.prefetch(HashKey{hash, group.value});
-  }
+  void PrefetchCacheSlot(BlockHash hash, GroupId group) const;
   // A block cached under (hash, group), or kNullBlock. Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
   // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A
@@ -130,7 +134,7 @@ class BlockPool {
   // ---- Introspection ------------------------------------------------------------------------
   int32_t ref_count(BlockId block) const { return blocks_[block.value].ref; }
   bool is_cached(BlockId block) const { return blocks_[block.value].has_hash != 0; }
-  BlockHash block_hash(BlockId block) const { return hash_[block.value]; }
+  BlockHash block_hash(BlockId block) const;
   bool is_mapped(BlockId block) const;
   // Clean blocks in the order Allocate would hand them out, then cached-free blocks in
   // eviction order. For tests; O(capacity).
@@ -149,19 +153,6 @@ class BlockPool {
     int32_t bucket_pos = -1;  // index in buckets_[used] while clean > 0
     bool mapped = false;
     bool idle_listed = false;  // on idle_stack_ (which may hold it after it stopped being idle)
-  };
-  struct HashKey {
-    BlockHash hash;
-    int32_t group = 0;
-    friend bool operator==(const HashKey&, const HashKey&) = default;
-  };
-  // Block hashes are already uniform (XXH3 or SHA-256 output): fold in the group and use them
-  // directly instead of hashing them again.
-  struct HashKeyHasher {
-    size_t operator()(const HashKey& k) const {
-      return static_cast<size_t>(k.hash.lo ^ (k.hash.hi >> 1) ^
-                                 (static_cast<uint64_t>(k.group) * 0x9E3779B97F4A7C15ull));
-    }
   };
 
   // How many chunks ahead of the one it takes Allocate prefetches.
@@ -202,9 +193,7 @@ class BlockPool {
   };
   // Per block, indexed by id (index 0 = the null block).
   std::vector<Block> blocks_;
-  std::vector<BlockHash> hash_;
-  std::vector<int32_t> hash_group_;
-  std::vector<int32_t> dup_next_;  // next block with the same HashKey, -1 at the end
+  std::unique_ptr<internal::PrefixKey[]> keys_;  // hash, group and duplicate chain
 
   std::vector<Chunk> chunks_;
   // buckets_[u]: the chunks with clean blocks and u used blocks, as arrays (not linked lists)
@@ -213,7 +202,8 @@ class BlockPool {
   std::vector<std::vector<int32_t>> buckets_;
   int32_t max_bucket_ = -1;  // highest non-empty bucket (or an upper bound of it)
   int32_t lru_head_ = -1, lru_tail_ = -1;
-  absl::flat_hash_map<HashKey, int32_t, HashKeyHasher> cached_;  // key -> first dup-chain block
+  // (hash, group) -> the first block of its duplicate chain; keys live in keys_.
+  std::unique_ptr<internal::PrefixIndex> index_;
 
   int32_t first_unmapped_hint_ = 0;  // every chunk below it is mapped
   // Every idle chunk, plus chunks that stopped being idle since the last ReleaseIdleChunk (it

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "block/prefix_index.h"
 #include "internal/status_macros.h"
 
 namespace kvpage {
@@ -36,9 +37,8 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
       events_(events) {
   const size_t n = static_cast<size_t>(capacity()) + 1;
   blocks_.assign(n, Block{});
-  hash_.assign(n, BlockHash{});
-  hash_group_.assign(n, -1);
-  dup_next_.assign(n, -1);
+  keys_ = std::make_unique<internal::PrefixKey[]>(n);
+  index_ = std::make_unique<internal::PrefixIndex>(keys_.get());
   chunks_.assign(max_chunks_, Chunk{});
   buckets_.resize(static_cast<size_t>(bpc_) + 1);
   if (max_chunks_ <= 1) {
@@ -47,6 +47,10 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
     chunk_shift_ = __builtin_ctz(static_cast<uint32_t>(bpc_));
   }
 }
+
+BlockPool::~BlockPool() = default;
+
+BlockHash BlockPool::block_hash(BlockId block) const { return keys_[block.value].hash; }
 
 bool BlockPool::is_mapped(BlockId block) const {
   if (block.value <= 0 || block.value > capacity()) return false;
@@ -101,7 +105,7 @@ void BlockPool::MapChunk(int32_t c) {
   ++num_mapped_chunks_;
   // Room in the prefix-cache map for every mapped block, so caching never rehashes it in the
   // middle of a step (no-op unless the mapped blocks outgrew it).
-  if (enable_caching_) cached_.reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
+  if (enable_caching_) index_->Reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
   IdleInsert(c);
   BucketInsert(c);
 }
@@ -358,44 +362,46 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   if (!enable_caching_ || blocks_[b].has_hash) return;
   KVPAGE_DCHECK(b > 0 && blocks_[b].ref > 0);
   blocks_[b].has_hash = 1;
-  hash_[b] = hash;
-  hash_group_[b] = group.value;
-  auto [it, inserted] = cached_.try_emplace(HashKey{hash, group.value}, b);
-  if (inserted) {
-    dup_next_[b] = -1;
+  internal::PrefixKey& key = keys_[b];
+  key.hash = hash;
+  key.group = group.value;
+  const int32_t head = index_->FindOrInsert(hash, group.value, b);
+  if (head == 0) {
+    key.dup_next = -1;
     events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
   } else {
     // Keep the first block as the one lookups return; chain the duplicate behind it.
-    dup_next_[b] = dup_next_[it->second];
-    dup_next_[it->second] = b;
+    key.dup_next = keys_[head].dup_next;
+    keys_[head].dup_next = b;
   }
+}
+
+void BlockPool::PrefetchCacheSlot(BlockHash hash, GroupId group) const {
+  index_->Prefetch(hash, group.value);
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
-  auto it = cached_.find(HashKey{hash, group.value});
-  return it == cached_.end() ? kNullBlock : BlockId(it->second);
+  return BlockId(index_->Find(hash, group.value));  // 0 = kNullBlock
 }
 
 void BlockPool::DropHash(int32_t b) {
-  const HashKey key{hash_[b], hash_group_[b]};
-  auto it = cached_.find(key);
-  KVPAGE_DCHECK(it != cached_.end());
-  if (it->second == b) {
-    if (dup_next_[b] < 0) {
-      cached_.erase(it);
-      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(key.group), key.hash, BlockHash{}});
-    } else {
-      it->second = dup_next_[b];
+  internal::PrefixKey& key = keys_[b];
+  const BlockHash hash = key.hash;
+  const int32_t group = key.group;
+  const int32_t head = index_->Find(hash, group);
+  KVPAGE_DCHECK(head != 0);
+  if (head == b) {
+    index_->Replace(hash, group, b, std::max(key.dup_next, 0));  // 0: the key goes
+    if (key.dup_next < 0) {
+      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
     }
   } else {
-    int32_t p = it->second;
-    while (dup_next_[p] != b) p = dup_next_[p];
-    dup_next_[p] = dup_next_[b];
+    int32_t p = head;
+    while (keys_[p].dup_next != b) p = keys_[p].dup_next;
+    keys_[p].dup_next = key.dup_next;
   }
-  dup_next_[b] = -1;
   blocks_[b].has_hash = 0;
-  hash_[b] = BlockHash{};
-  hash_group_[b] = -1;
+  key = internal::PrefixKey{};
 }
 
 bool BlockPool::Uncache(BlockId block) {
@@ -424,13 +430,11 @@ absl::Status BlockPool::ResetPrefixCache() {
     --chunks_[ChunkOf(b)].cached;
     --num_cached_free_;
     blocks_[b].has_hash = 0;
-    hash_[b] = BlockHash{};
-    hash_group_[b] = -1;
-    dup_next_[b] = -1;
+    keys_[b] = internal::PrefixKey{};
     PushClean(b);
   }
-  cached_.clear();  // frees the table
-  cached_.reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
+  index_->Clear();  // frees the table
+  index_->Reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
   events_->Add(KvEvent{KvEvent::Type::kAllCleared, GroupId(), BlockHash{}, BlockHash{}});
   return absl::OkStatus();
 }
@@ -571,14 +575,18 @@ absl::Status BlockPool::CheckInvariants() const {
     if (lru > num_cached_free_) return fail("LRU list longer than the cached-free count");
   }
   if (lru != num_cached_free_) return fail("LRU holds ", lru, " blocks, expected ", num_cached_free_);
+  if (absl::Status index = index_->CheckInvariants(); !index.ok()) return index;
   int64_t chained = 0;
-  for (const auto& [key, head] : cached_) {
-    for (int32_t b = head; b >= 0; b = dup_next_[b], ++chained) {
-      if (!blocks_[b].has_hash || !(hash_[b] == key.hash) || hash_group_[b] != key.group) {
-        return fail("hash map entry points at block ", b, " which carries another key");
+  int32_t bad = 0;
+  index_->ForEach([&](int32_t head) {
+    for (int32_t b = head; b >= 0; b = keys_[b].dup_next, ++chained) {
+      if (!blocks_[b].has_hash || !(keys_[b].hash == keys_[head].hash) ||
+          keys_[b].group != keys_[head].group) {
+        bad = b;
       }
     }
-  }
+  });
+  if (bad != 0) return fail("hash map entry points at block ", bad, " which carries another key");
   int64_t hashed = 0;
   for (size_t b = 1; b < blocks_.size(); ++b) hashed += blocks_[b].has_hash;
   if (hashed != chained) return fail(hashed, " hashed blocks but ", chained, " in the map");

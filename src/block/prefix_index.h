@@ -1,0 +1,134 @@
+// PrefixIndex: a block pool's prefix-cache map, (block hash, group) -> the first block cached
+// under that key (internal to BlockPool).
+//
+// Why not a general hash map: caching a block in steady decode is one insert of a key that is
+// almost never present, at a random place of a table that is far larger than the CPU caches,
+// and a decode step makes dozens of them. absl::flat_hash_map spreads one probe over a control
+// group and a slot 32 bytes wide at a random offset within a 512-byte slot group, so an insert
+// touches two or three cache lines that a prefetch of the key cannot all name in advance. Here a
+// key's home is one 64-byte bucket holding seven entries of a 32-bit tag and a block id, and the
+// full key is not stored at all: the pool keeps every cached block's hash and group in its own
+// array of PrefixKey records, so a tag match is confirmed there. An insert then touches exactly the bucket line
+// that Prefetch() names (the confirming load happens only on a tag match, about once in a
+// billion probes for a new key), and the table takes 8 bytes per entry instead of 32.
+//
+// Probing: a key lives in its home bucket or, if that bucket was full when it was inserted, in
+// one of the buckets after it. A bucket that an insert had to pass while full is marked
+// `overflowed`; a search stops at the first bucket without the mark. Removing an entry leaves
+// the marks (they only lengthen searches); Rebuild() clears them when too many pile up.
+//
+// Capacity: Reserve(n) keeps the load at or under half of the slots for n keys, so an insert
+// rarely finds its home full (at that load, about 3 % of buckets are home to more than seven
+// keys: Poisson(3.5)).
+// Not thread-safe; owned by one BlockPool.
+#ifndef KVPAGE_BLOCK_PREFIX_INDEX_H_
+#define KVPAGE_BLOCK_PREFIX_INDEX_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kvpage/types.h"
+
+namespace kvpage::internal {
+
+// A block's prefix-cache record, in the pool's array indexed by block id: its key and the next
+// block cached under the same key. 32 bytes, so confirming a key reads one cache line.
+struct alignas(32) PrefixKey {
+  BlockHash hash;
+  int32_t group = -1;     // -1 while the block carries no hash
+  int32_t dup_next = -1;  // next block with the same key, -1 at the end of the chain
+};
+
+class PrefixIndex {
+ public:
+  // `keys` is the pool's per-block record array (indexed by block id, stable for the index's
+  // life): a block in the index has its key there.
+  explicit PrefixIndex(const PrefixKey* keys) : keys_(keys) {}
+
+  // The block registered under the key, or 0 (the null block) if none.
+  int32_t Find(BlockHash hash, int32_t group) const {
+    if (buckets_.empty()) return 0;
+    const uint64_t mix = Mix(hash, group);
+    const uint32_t tag = static_cast<uint32_t>(mix);
+    const size_t mask = buckets_.size() - 1;
+    for (size_t i = mix >> shift_;; i = (i + 1) & mask) {
+      const Bucket& b = buckets_[i];
+      for (int s = 0; s < kSlots; ++s) {
+        if (b.tags[s] == tag && b.blocks[s] != 0 && KeyOf(b.blocks[s], hash, group)) return b.blocks[s];
+      }
+      if (!b.overflowed) return 0;
+    }
+  }
+  // Registers `block` under the key unless a block already is; returns that block, or 0 when
+  // `block` was registered. REQUIRES: block > 0, and its key is already in the pool's arrays.
+  int32_t FindOrInsert(BlockHash hash, int32_t group, int32_t block);
+  // The entry that holds `old_block` under the key now holds `new_block` (0 = the entry goes).
+  // REQUIRES: old_block is registered under the key.
+  void Replace(BlockHash hash, int32_t group, int32_t old_block, int32_t new_block);
+  // Starts loading the key's home bucket into the CPU cache. No effect on state.
+  void Prefetch(BlockHash hash, int32_t group) const {
+    if (!buckets_.empty()) __builtin_prefetch(&buckets_[Home(hash, group)], 1);
+  }
+
+  // Room for `n` keys at half load: grows (rehashes) when the table is smaller than that.
+  void Reserve(size_t n);
+  // Drops every entry and frees the table.
+  void Clear();
+  size_t size() const { return size_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  size_t num_overflow_marks() const { return num_overflowed_; }  // buckets marked overflowed
+  // Calls fn(block) for every registered block.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Bucket& b : buckets_) {
+      for (int32_t block : b.blocks) {
+        if (block != 0) fn(block);
+      }
+    }
+  }
+  // Every entry is found from its home bucket under its key, tags match the keys, and the
+  // counts agree.
+  absl::Status CheckInvariants() const;
+
+ private:
+  static constexpr int kSlots = 7;
+  static constexpr size_t kMinBuckets = 8;
+  // One cache line. blocks[i] == 0 marks a free slot (block 0 is never cached).
+  struct alignas(64) Bucket {
+    uint32_t tags[kSlots] = {};
+    int32_t blocks[kSlots] = {};
+    uint32_t overflowed = 0;  // an insert passed this bucket while it was full
+    uint32_t unused = 0;
+  };
+  static_assert(sizeof(Bucket) == 64);
+
+  // Block hashes are uniform already (XXH3 or SHA-256 output); the multiply spreads tests'
+  // small hand-made hashes too, and folds the group in.
+  static uint64_t Mix(BlockHash hash, int32_t group) {
+    return (hash.lo ^ (hash.hi * 0xC2B2AE3D27D4EB4Full) ^
+            (static_cast<uint64_t>(static_cast<uint32_t>(group)) + 1) * 0x9E3779B97F4A7C15ull) *
+           0xFF51AFD7ED558CCDull;
+  }
+  size_t Home(BlockHash hash, int32_t group) const { return Mix(hash, group) >> shift_; }
+  static uint32_t Tag(BlockHash hash, int32_t group) {
+    return static_cast<uint32_t>(Mix(hash, group));
+  }
+  bool KeyOf(int32_t block, BlockHash hash, int32_t group) const {
+    return keys_[block].hash == hash && keys_[block].group == group;
+  }
+  // Places a key known to be absent (no search for it first).
+  void Place(uint32_t tag, size_t home, int32_t block);
+  // Re-inserts every entry into `num_buckets` fresh buckets (a power of two).
+  void Rebuild(size_t num_buckets);
+
+  const PrefixKey* keys_;
+  std::vector<Bucket> buckets_;  // a power of two (at least kMinBuckets), or empty
+  int shift_ = 0;                // 64 − log2(buckets): Home takes the top bits of Mix
+  size_t size_ = 0;
+  size_t num_overflowed_ = 0;    // buckets marked overflowed
+};
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_BLOCK_PREFIX_INDEX_H_

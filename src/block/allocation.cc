@@ -18,6 +18,13 @@ using internal::RequestState;
 
 namespace {
 
+// Room for `size` blocks and half as many again. A table filled by a prompt (or a hit) then
+// grows by one block every block_size decode steps; an exact fit would be reallocated and
+// copied at the first of them, in the middle of a batched decode step.
+void ReserveTable(std::vector<BlockId>& table, size_t size) {
+  if (table.capacity() < size) table.reserve(size + size / 2 + 8);
+}
+
 // Where a linear-attention group writes this step's state.
 struct StatePlan {
   int32_t fresh_slots = 0;        // slots to take from the pool (write slot, vllm reserve)
@@ -542,7 +549,8 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
       pools[g.pool]->Touch(live);
       GroupState& gs = st.groups[g.id.value];
       if (g.IsAttention()) {
-        gs.blocks = hit;
+        ReserveTable(gs.blocks, hit.size());
+        gs.blocks.assign(hit.begin(), hit.end());
         gs.num_cached_blocks = static_cast<int64_t>(hit.size());
         while (gs.num_released < static_cast<int64_t>(hit.size()) &&
                hit[gs.num_released] == kNullBlock) {
@@ -584,6 +592,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
     const int64_t n = fresh_count[g.id.value];
     if (n > 0) TakeFromPool(g.pool, n, absl::MakeSpan(need), ReservedForOthers(g.pool, need), &fresh);
     if (g.IsAttention()) {
+      ReserveTable(gs.blocks, gs.blocks.size() + fresh.size());
       gs.blocks.insert(gs.blocks.end(), fresh.begin(), fresh.end());
       continue;
     }

@@ -458,7 +458,7 @@ bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed
     st.next_release = NextRelease(st);
     s.next_release = st.next_release;
   }
-  for (const GroupLayout& g : groups) pools[g.pool]->Allocate(1, &st.groups[g.id.value].blocks);
+  for (const GroupLayout& g : groups) pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
   st.covered_tokens += block_size;
   s.covered_tokens = st.covered_tokens;
   return true;

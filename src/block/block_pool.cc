@@ -204,32 +204,8 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) MapChunk(c);
     }
     if (num_clean_ > 0 && bpc_ == 1) {
-      // One-block chunks (blocks of 2 MiB and more: every model of 8B parameters and up).
-      // A chunk with a clean block is then wholly clean and idle, so its record is known
-      // without reading it: the chunks are taken straight off the bucket, n at a time, and
-      // their records only written (the lines prefetched a few takes ahead).
-      std::vector<int32_t>& bucket = buckets_[0];
-      const int32_t k = std::min<int32_t>(n, static_cast<int32_t>(bucket.size()));
-      for (int32_t i = 0; i < k; ++i) {
-        const int32_t c = bucket.back();
-        bucket.pop_back();
-        if (bucket.size() >= kPrefetchDistance) {  // the lines a later take will write
-          const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-          __builtin_prefetch(&chunks_[ahead], 1);
-          __builtin_prefetch(&blocks_[1 + ahead], 1);
-        }
-        const int32_t b = 1 + c;
-        Chunk& ch = chunks_[c];
-        ch.used = 1;
-        ch.clean = 0;
-        ch.clean_top = -1;
-        ch.bucket_pos = -1;
-        blocks_[b].ref = 1;
-        out->push_back(BlockId(b));
-      }
-      num_idle_chunks_ -= k;
-      num_clean_ -= k;
-      num_used_ += k;
+      const int32_t k = std::min(n, num_clean_);
+      for (int32_t i = 0; i < k; ++i) out->push_back(BlockId(TakeSingleBlockChunk()));
       n -= k;
       continue;
     }

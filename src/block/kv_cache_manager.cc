@@ -307,35 +307,32 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // fetched, so the misses of consecutive requests overlap.
   constexpr size_t kD = 4;
   const size_t w = work.size();
-  auto stage = [&](int level, size_t j) {
+  auto state = [&](size_t j) { Impl::PrefetchState(states[j]); };
+  auto group_records = [&](size_t j) {
     const RequestState& st = *states[j];
-    switch (level) {
-      case 1:
-        Impl::PrefetchState(&st);
-        return;
-      case 2: {
-        const char* g = reinterpret_cast<const char*>(st.groups.data());
-        const size_t bytes = st.groups.size() * sizeof(GroupState);
-        for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
-        return;
-      }
-      case 3:
-        m.PrefetchStepTables(st, steps[work[j]].num_computed_tokens);
-        return;
-      default:
-        m.PrefetchStepPools(st, steps[work[j]].num_computed_tokens);
-        return;
-    }
+    const char* g = reinterpret_cast<const char*>(st.groups.data());
+    const size_t bytes = st.groups.size() * sizeof(GroupState);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
+  };
+  auto tables = [&](size_t j) {
+    m.PrefetchStepTables(*states[j], steps[work[j]].num_computed_tokens);
+  };
+  // A pure crossing caches nothing; it reads a pool record only for a due window release.
+  auto pools = [&](size_t j) {
+    const RequestState& st = *states[j];
+    const int64_t c = steps[work[j]].num_computed_tokens;
+    if (!crossing[j] || c >= st.next_release) m.PrefetchStepPools(st, c);
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
-  for (int level = 1; level <= 4; ++level) {
-    for (size_t j = 0; j < std::min(w, static_cast<size_t>(5 - level) * kD); ++j) stage(level, j);
-  }
+  for (size_t j = 0; j < std::min(w, 4 * kD); ++j) state(j);
+  for (size_t j = 0; j < std::min(w, 3 * kD); ++j) group_records(j);
+  for (size_t j = 0; j < std::min(w, 2 * kD); ++j) tables(j);
+  for (size_t j = 0; j < std::min(w, kD); ++j) pools(j);
   for (size_t j = 0; j < w; ++j) {
-    for (int level = 1; level <= 4; ++level) {
-      const size_t ahead = j + static_cast<size_t>(5 - level) * kD;
-      if (ahead < w) stage(level, ahead);
-    }
+    if (j + 4 * kD < w) state(j + 4 * kD);
+    if (j + 3 * kD < w) group_records(j + 3 * kD);
+    if (j + 2 * kD < w) tables(j + 2 * kD);
+    if (j + kD < w) pools(j + kD);
     if (crossing[j] && m.TakeCrossingBlocks(*states[j], steps[work[j]].num_computed_tokens)) {
       continue;
     }

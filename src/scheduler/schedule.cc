@@ -26,7 +26,7 @@ const SchedulerOutput& Scheduler::Schedule() {
                                       : s.priority_waiting.empty())) {
     s.ScheduleWaiting(budget);
   }
-  s.BuildOutput();
+  s.BuildOutput(s.config.max_num_batched_tokens - budget);
   ++s.stats.steps;
   return s.out;
 }
@@ -260,11 +260,9 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
   }
 }
 
-void Scheduler::Impl::BuildOutput() {
+void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   SchedulerOutput& o = out;
   o.step = step;
-  o.requests.clear();
-  o.total_num_scheduled_tokens = 0;
   o.num_rows = static_cast<int32_t>(running.size());
   o.row_moves.swap(pending_row_moves);
   pending_row_moves.clear();
@@ -273,27 +271,38 @@ void Scheduler::Impl::BuildOutput() {
   o.slots_to_zero = kv->TakeSlotsToZero();
   o.state_copies = kv->TakeStateCopies();
 
-  // Rows in order; a row's tokens follow the previous row's.
-  row_scheduled.assign(static_cast<size_t>(o.num_rows), 0);
-  for (int32_t q : scheduled) row_scheduled[reqs[q].row] = 1;
-  o.query_start_loc.resize(static_cast<size_t>(o.num_rows) + 1);
-  o.seq_lens.resize(static_cast<size_t>(o.num_rows));
+  // Every output array is sized first and written by index: in steady decode the sizes do not
+  // change from step to step, so nothing is constructed or grown, and the loop below does no
+  // capacity checks.
+  const size_t rows = static_cast<size_t>(o.num_rows);
+  const size_t num_scheduled = scheduled.size();
+  // Rows in order; a row's tokens follow the previous row's. In steady decode every running
+  // request is scheduled and the per-row flags are not needed.
+  const bool every_row = num_scheduled == rows;
+  if (!every_row) {
+    row_scheduled.assign(rows, 0);
+    for (int32_t q : scheduled) row_scheduled[reqs[q].row] = 1;
+  }
+  o.requests.resize(num_scheduled);
+  o.query_start_loc.resize(rows + 1);
+  o.seq_lens.resize(rows);
   for (size_t a = 0; a < attention.size(); ++a) {
     AttentionBatch& batch = o.attention[a];
-    batch.block_table = absl::MakeConstSpan(attention[a].table.data(),
-                                            static_cast<size_t>(o.num_rows) * attention[a].stride);
-    batch.slot_mapping.clear();
+    batch.block_table = absl::MakeConstSpan(attention[a].table.data(), rows * attention[a].stride);
+    batch.slot_mapping.resize(static_cast<size_t>(total_tokens));
     batch.new_block_ids.clear();
-    batch.new_block_offsets.assign(1, 0);
+    batch.new_block_offsets.resize(num_scheduled + 1);
+    batch.new_block_offsets[0] = 0;
   }
   for (StateBatch& sb : o.states) {
-    sb.read_slots.assign(static_cast<size_t>(o.num_rows), -1);
-    sb.write_slots.assign(static_cast<size_t>(o.num_rows), -1);
+    sb.read_slots.assign(rows, -1);
+    sb.write_slots.assign(rows, -1);
   }
   int32_t tokens = 0;
-  for (int32_t row = 0; row < o.num_rows; ++row) {
+  size_t k = 0;  // index in o.requests
+  for (size_t row = 0; row < rows; ++row) {
     o.query_start_loc[row] = tokens;
-    if (!row_scheduled[row]) {
+    if (!every_row && !row_scheduled[row]) {
       o.seq_lens[row] = 0;
       continue;
     }
@@ -302,16 +311,16 @@ void Scheduler::Impl::BuildOutput() {
     const int64_t c = r.step_computed;
     const int32_t n = r.num_scheduled;
     const bool fresh = r.fresh;
-    o.requests.push_back(ScheduledRequest{
-        .id = r.id,
-        .row = row,
-        .is_new = fresh,
-        .resumed = fresh && r.resumed,
-        .num_computed_tokens = c,
-        .num_scheduled_tokens = n,
-        .num_draft_tokens = r.num_scheduled_drafts,
-        .samples = c + n - r.num_scheduled_drafts >= r.num_tokens,
-        .handle = static_cast<uint32_t>(q)});
+    ScheduledRequest& sr = o.requests[k];
+    sr.id = r.id;
+    sr.row = static_cast<int32_t>(row);
+    sr.is_new = fresh;
+    sr.resumed = fresh && r.resumed;
+    sr.num_computed_tokens = c;
+    sr.num_scheduled_tokens = n;
+    sr.num_draft_tokens = r.num_scheduled_drafts;
+    sr.samples = c + n - r.num_scheduled_drafts >= r.num_tokens;
+    sr.handle = static_cast<uint32_t>(q);
     if (fresh) {
       r.fresh = false;
       r.resumed = false;
@@ -325,18 +334,19 @@ void Scheduler::Impl::BuildOutput() {
     for (size_t a = 0; a < attention.size(); ++a) {
       const GroupInfo& g = attention[a];
       AttentionBatch& batch = o.attention[a];
+      int64_t* slots = batch.slot_mapping.data() + tokens;
       // A token's slot is its cache block times the cache block size plus its offset, whatever
       // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
       const int64_t bs = g.block_size;
-      if (n == 1 && a < 2 && c / bs == r.tail_index[a]) {
-        batch.slot_mapping.push_back(int64_t{r.tail_block[a]} * bs + c % bs);  // decode: no table read
+      if (n == 1 && a < 2 && g.block_shift >= 0 && (c >> g.block_shift) == r.tail_index[a]) {
+        slots[0] = (int64_t{r.tail_block[a]} << g.block_shift) + (c & (bs - 1));  // decode: no table read
       } else {
-        const int32_t* table = g.table.data() + static_cast<size_t>(row) * g.stride;
+        const int32_t* table = g.table.data() + row * g.stride;
         for (int64_t pos = c; pos < c + n; ++pos) {
-          batch.slot_mapping.push_back(int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs);
+          slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
         }
       }
-      batch.new_block_offsets.push_back(static_cast<int32_t>(batch.new_block_ids.size()));
+      batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
     }
     for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
       absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);
@@ -347,8 +357,10 @@ void Scheduler::Impl::BuildOutput() {
     }
     tokens += n;
     o.seq_lens[row] = static_cast<int32_t>(c + n);
+    ++k;
   }
-  o.query_start_loc[o.num_rows] = tokens;
+  KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
+  o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
 }
 

@@ -2,6 +2,7 @@
 #include "kvpage/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <utility>
 
@@ -99,6 +100,9 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
                                                      info.block_size, " of group ", g));
     }
     info.ratio = info.block_size / kbs;
+    if (std::has_single_bit(static_cast<uint32_t>(info.block_size))) {
+      info.block_shift = std::countr_zero(static_cast<uint32_t>(info.block_size));
+    }
     impl->cache_block_size = info.block_size;
     impl->attention.push_back(std::move(info));
   }
@@ -343,6 +347,17 @@ absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t r
   return absl::OkStatus();
 }
 
+// The first negative id, if any (one vectorizable pass when there is none).
+absl::Status CheckTokenIds(absl::Span<const int32_t> tokens, absl::string_view name) {
+  int32_t lowest = 0;
+  for (int32_t t : tokens) lowest = std::min(lowest, t);
+  if (lowest >= 0) return absl::OkStatus();
+  for (int32_t t : tokens) {
+    if (t < 0) return absl::InvalidArgumentError(absl::StrCat(name, " token id ", t, " is negative"));
+  }
+  return absl::OkStatus();
+}
+
 int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
   return offsets.empty() ? 0 : offsets[i + 1] - offsets[i];
 }
@@ -361,41 +376,44 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.sampled_offsets, result.sampled_token_ids.size(), n,
                                   "sampled"));
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
-  for (int32_t t : result.sampled_token_ids) {
-    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("sampled token id ", t, " is negative"));
-  }
-  for (int32_t t : result.draft_token_ids) {
-    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("draft token id ", t, " is negative"));
-  }
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
+  // With no sampled token at all the offsets may be empty; read counts through this.
+  const bool has_offsets = !result.sampled_offsets.empty();
+  const int32_t* offsets = result.sampled_offsets.data();
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    const int32_t k = CsrCount(result.sampled_offsets, i);
-    if (!sr.samples && k != 0) {
+    const int32_t k = has_offsets ? offsets[i + 1] - offsets[i] : 0;
+    if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
+    if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
     }
-    if (sr.samples && (k < 1 || k > sr.num_draft_tokens + 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
-                                                     sr.num_draft_tokens + 1, " tokens, got ", k));
-    }
+    return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
+                                                   sr.num_draft_tokens + 1, " tokens, got ", k));
   }
 
   UpdateResult update;
-  s.append_tokens.clear();
+  // Tokens for the batched append, written by index (sized for every request up front).
+  s.append_tokens.resize(n);
+  size_t num_append = 0;
+  const bool drafts = s.config.num_speculative_tokens > 0;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
     if (i + 8 < n) __builtin_prefetch(&s.reqs[output.requests[i + 8].handle]);
     SchedRequest& r = s.reqs[sr.handle];
     // Aborted (or its index reused) since the step was scheduled: its results are dropped.
     if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != s.step) continue;
-    const int32_t k = CsrCount(result.sampled_offsets, i);
     if (!sr.samples) continue;
-    const int32_t rejected = sr.num_draft_tokens - (k - 1);
-    r.num_computed -= rejected;
-    update.stats.num_rejected_drafts += rejected;
-    update.stats.num_accepted_drafts += k - 1;
+    const int32_t k = offsets[i + 1] - offsets[i];
+    const int32_t* sampled = result.sampled_token_ids.data() + offsets[i];
+    if (drafts) {
+      const int32_t rejected = sr.num_draft_tokens - (k - 1);
+      r.num_computed -= rejected;
+      update.stats.num_rejected_drafts += rejected;
+      update.stats.num_accepted_drafts += k - 1;
+    }
     // Keep tokens up to the first that ends the request.
-    const int32_t* sampled = result.sampled_token_ids.data() + result.sampled_offsets[i];
     int32_t keep = 0;
     bool finished = false;
     FinishReason reason = FinishReason::kStop;
@@ -424,12 +442,13 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
       continue;
     }
     if (keep == 1) {
-      s.append_tokens.push_back({r.id, r.kv_handle, sampled[0]});  // appended together below
+      s.append_tokens[num_append++] = {r.id, r.kv_handle, sampled[0]};  // appended together below
     } else {
       const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
       KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
       (void)appended;
     }
+    if (!drafts) continue;  // r.num_drafts stays 0
     // Drafts for the next step, capped by the configuration and by max_model_len.
     const int32_t d = CsrCount(result.draft_offsets, i);
     const int64_t room = s.max_model_len - r.num_tokens - s.config.num_speculative_tokens;
@@ -437,6 +456,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
         std::min<int64_t>(d, s.config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
     r.num_drafts = take;
   }
+  s.append_tokens.resize(num_append);
   const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
   KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
   (void)appended;

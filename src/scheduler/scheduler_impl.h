@@ -120,7 +120,8 @@ class Scheduler::Impl {
   void RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget);
   // Tokens request q would compute this step before the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
-  void BuildOutput();
+  // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
+  void BuildOutput(int64_t total_tokens);
 
   // ---- Batch tables (batch_tables.cc) ----
   void InitTables();
@@ -144,6 +145,7 @@ class Scheduler::Impl {
     GroupId id;
     LayerKind kind = LayerKind::kFullAttention;
     int32_t block_size = 0;
+    int32_t block_shift = -1;  // log2(block_size) when a power of two: no divide per token
     int32_t window = 0;
     int32_t ratio = 1;       // manager block -> kernel blocks
     int32_t stride = 0;      // kernel blocks per row

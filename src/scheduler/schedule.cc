@@ -66,7 +66,12 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
 }
 
 void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
-  MarkScheduled(reqs[q], n, drafts);
+  SchedRequest& r = reqs[q];
+  r.step_computed = r.num_computed;
+  r.num_scheduled = n;
+  r.num_scheduled_drafts = drafts;
+  r.num_computed += n;
+  r.scheduled_step = step;
   budget -= n;
   scheduled.push_back(q);
 }
@@ -133,33 +138,26 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   size_t i = 0;
   while (i < running.size() && budget > 0) {
     if (batchable) {
-      // The run of plain decode steps from request i on, written by index.
-      const size_t most = std::min<size_t>(running.size() - i, static_cast<size_t>(budget));
-      decode_batch.resize(most);
-      size_t m = 0;
-      while (m < most) {
-        const SchedRequest& r = reqs[running[i + m]];
+      decode_batch.clear();
+      decode_batch_index.clear();
+      size_t j = i;
+      while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
+        const SchedRequest& r = reqs[running[j]];
         if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
-        decode_batch[m] = {r.id, r.num_computed, 1, r.kv_handle};
-        ++m;
+        decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
+        decode_batch_index.push_back(running[j]);
+        ++j;
       }
-      if (m > 0) {
-        const absl::StatusOr<int64_t> served =
-            kv->AllocateDecodeStep(absl::MakeConstSpan(decode_batch.data(), m));
+      if (!decode_batch.empty()) {
+        const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
         KVPAGE_DCHECK(served.ok());
-        const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
-        // RecordScheduled for each served request, the list written by index.
-        const size_t first = scheduled.size();
-        scheduled.resize(first + k);
-        for (size_t t = 0; t < k; ++t) {
-          const int32_t q = running[i + t];
-          reqs[q].visited_step = step;
-          MarkScheduled(reqs[q], 1, 0);
-          scheduled[first + t] = q;
+        const int64_t k = served.ok() ? *served : 0;
+        for (int64_t t = 0; t < k; ++t) {
+          reqs[decode_batch_index[t]].visited_step = step;
+          RecordScheduled(decode_batch_index[t], 1, 0, budget);
         }
-        budget -= static_cast<int64_t>(k);
-        i += k;
-        if (k == m) continue;
+        i += static_cast<size_t>(k);
+        if (k == static_cast<int64_t>(decode_batch.size())) continue;
         // Request i did not fit: the general path below preempts for it.
       }
     }

@@ -118,15 +118,6 @@ class Scheduler::Impl {
   int32_t PickVictim() const;
   void Preempt(int32_t victim, int64_t& budget);
   void RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget);
-  // The request part of RecordScheduled: it computes n tokens (the last `drafts` of them
-  // drafts) in this step.
-  void MarkScheduled(internal::SchedRequest& r, int32_t n, int32_t drafts) const {
-    r.step_computed = r.num_computed;
-    r.num_scheduled = n;
-    r.num_scheduled_drafts = drafts;
-    r.num_computed += n;
-    r.scheduled_step = step;
-  }
   // Tokens request q would compute this step before the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
@@ -179,6 +170,7 @@ class Scheduler::Impl {
   bool preempted_this_step = false;
   std::vector<int32_t> scheduled;  // request indices scheduled this step
   std::vector<DecodeStep> decode_batch;
+  std::vector<int32_t> decode_batch_index;
   SchedulerOutput out;
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;

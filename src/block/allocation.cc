@@ -357,7 +357,6 @@ KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const Requ
                                                : std::numeric_limits<int64_t>::max();
   s.next_release = st.next_release;
   s.num_tokens = static_cast<int64_t>(st.tokens.size());
-  s.next_block_end = NextBlockEnd(st);
   s.plain = st.allocated && !has_state_groups;
   return s;
 }

@@ -132,47 +132,42 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   }
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
   st.hashes.Update(st.tokens);
-  Impl::DecodeSummary& s = impl_->summaries[st.handle];
-  s.num_tokens = static_cast<int64_t>(st.tokens.size());
-  s.next_block_end = impl_->NextBlockEnd(st);
+  impl_->summaries[st.handle].num_tokens = static_cast<int64_t>(st.tokens.size());
   return absl::OkStatus();
 }
 
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   Impl& m = *impl_;
-  // Check everything first (all or nothing), from the handles and the flat per-handle
-  // summaries alone: no request's own memory is read.
-  const size_t n = tokens.size();
-  std::vector<int32_t>& handles = m.scratch_indices;
-  handles.resize(n);
-  for (size_t i = 0; i < n; ++i) {
+  // Check everything first (all or nothing), from the flat per-handle summaries.
+  std::vector<RequestState*>& states = m.scratch_states;
+  states.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t h = m.HandleOf(tokens[i].id, tokens[i].handle);
     if (h < 0) return UnknownRequest(tokens[i].id);
-    handles[i] = h;
-  }
-  for (size_t i = 0; i < n; ++i) {
     if (tokens[i].token < 0) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i].token, " is negative"));
     }
-    const int64_t num_tokens = m.summaries[handles[i]].num_tokens;
+    states[i] = m.by_handle[h];
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t num_tokens = m.summaries[states[i]->handle].num_tokens;
     if (num_tokens >= m.max_model_len) {
       return absl::OutOfRangeError(absl::StrCat("request ", tokens[i].id.value, " would have ",
                                                 num_tokens + 1, " tokens, more than max_model_len ",
                                                 m.max_model_len));
     }
   }
-  // Then a software pipeline: while token i is appended, the state line holding the token
-  // vector of request i + 2D is on its way, and the token end of request i + D (whose state
-  // arrived D appends ago), so the misses of consecutive requests overlap.
+  // Then a software pipeline: while token i is appended, the state of request i + 2D is on
+  // its way and the token end of request i + D (whose state arrived D appends ago), so the
+  // misses of consecutive requests overlap instead of being paid one after another.
   constexpr size_t kD = 8;
-  auto state = [&](size_t i) { __builtin_prefetch(&m.by_handle[handles[i]]->tokens); };
-  auto token_end = [&](size_t i) { Impl::PrefetchTokenEnd(*m.by_handle[handles[i]]); };
-  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) state(i);
-  for (size_t i = 0; i < std::min(n, kD); ++i) token_end(i);
+  const size_t n = tokens.size();
+  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) Impl::PrefetchState(states[i]);
+  for (size_t i = 0; i < std::min(n, kD); ++i) m.PrefetchTokenEnd(*states[i]);
   for (size_t i = 0; i < n; ++i) {
-    if (i + 2 * kD < n) state(i + 2 * kD);
-    if (i + kD < n) token_end(i + kD);
-    m.PushToken(*m.by_handle[handles[i]], tokens[i].token);
+    if (i + 2 * kD < n) Impl::PrefetchState(states[i + 2 * kD]);
+    if (i + kD < n) m.PrefetchTokenEnd(*states[i + kD]);
+    m.PushToken(*states[i], tokens[i].token);
   }
   return absl::OkStatus();
 }

@@ -33,20 +33,15 @@ class KvCacheManager::Impl {
   int64_t GroupHitLength(const internal::GroupLayout& g, absl::Span<const BlockHash> hashes,
                          int64_t max_blocks) const;
 
-  // Appends one checked token and hashes the block it completes, if any. Whether it completes
-  // one is read from the request's summary, which sits in a flat array: the request's own
-  // memory is touched only at its token vector.
+  // Appends one checked token and hashes the block it completes, if any. A block completes
+  // when the count reaches the next multiple of the block size: compared against the hashes
+  // already made, no divide.
   void PushToken(internal::RequestState& st, int32_t token) {
     st.tokens.push_back(token);
-    DecodeSummary& s = summaries[st.handle];
-    if (++s.num_tokens >= s.next_block_end) {
+    ++summaries[st.handle].num_tokens;
+    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(block_size)) {
       st.hashes.Update(st.tokens);
-      s.next_block_end = NextBlockEnd(st);
     }
-  }
-  // The token count at which the request's next block is complete and gets its hash.
-  int64_t NextBlockEnd(const internal::RequestState& st) const {
-    return (static_cast<int64_t>(st.hashes.hashes().size()) + 1) * block_size;
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
@@ -57,9 +52,11 @@ class KvCacheManager::Impl {
     for (size_t off = 0; off < sizeof(internal::RequestState); off += 64) __builtin_prefetch(p + off);
     __builtin_prefetch(p + sizeof(internal::RequestState) - 1);
   }
-  // Where PushToken writes: the token's place.
-  static void PrefetchTokenEnd(const internal::RequestState& st) {
+  // Where PushToken writes: the token's place and, should it complete a block, the hash's.
+  void PrefetchTokenEnd(const internal::RequestState& st) const {
     __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+    const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+    __builtin_prefetch(hashes.data() + hashes.size(), 1);
   }
   // What a decode step after `computed` tokens reads from the request's own tables: each
   // table's end, the next block hash to cache, and the table entry a due window release frees.
@@ -104,7 +101,6 @@ class KvCacheManager::Impl {
                                  // are computed (max when caching is off)
     int64_t next_release = 0;    // RequestState::next_release
     int64_t num_tokens = 0;      // RequestState::tokens.size()
-    int64_t next_block_end = 0;  // NextBlockEnd: PushToken hashes a block at this count
     bool plain = false;          // allocated, and the model has no linear-attention group
     friend bool operator==(const DecodeSummary&, const DecodeSummary&) = default;
   };

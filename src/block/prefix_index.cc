@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
@@ -18,55 +19,52 @@ int32_t PrefixIndex::FindOrInsert(BlockHash hash, int32_t group, int32_t block) 
   const size_t mask = buckets_.size() - 1;
   const size_t home = mix >> shift_;
   // One pass: look for the key along its probe chain, remembering the first free slot.
-  Bucket* free_bucket = nullptr;
+  size_t free_bucket = 0;
   int free_slot = -1;
   for (size_t i = home;; i = (i + 1) & mask) {
     Bucket& b = buckets_[i];
     for (int s = 0; s < kSlots; ++s) {
       const int32_t at = b.blocks[s];
       if (at == 0) {
-        if (free_bucket == nullptr) {
-          free_bucket = &b;
+        if (free_slot < 0) {
+          free_bucket = i;
           free_slot = s;
         }
       } else if (b.tags[s] == tag && KeyOf(at, hash, group)) {
         return at;
       }
     }
-    if (!b.overflowed) break;
+    if (b.passing == 0) break;
   }
-  if (free_bucket != nullptr) {
-    // On the chain already: a search from home reaches it.
-    free_bucket->tags[free_slot] = tag;
-    free_bucket->blocks[free_slot] = block;
-    ++size_;
+  if (free_slot >= 0) {
+    Store(tag, home, free_bucket, free_slot, block);
   } else {
     Place(tag, home, block);
   }
-  // Many overflow marks (left by removed entries) make searches long: start over clean, and
-  // larger if the keys themselves crowd their homes.
-  if (num_overflowed_ > buckets_.size() / 8) {
-    Rebuild(buckets_.size());
-    if (num_overflowed_ > buckets_.size() / 16) Rebuild(2 * buckets_.size());
-  }
   return 0;
+}
+
+void PrefixIndex::Store(uint32_t tag, size_t home, size_t at, int slot, int32_t block) {
+  buckets_[at].tags[slot] = tag;
+  buckets_[at].blocks[slot] = block;
+  // Searches for this key now pass every bucket from its home up to where it sits.
+  const size_t mask = buckets_.size() - 1;
+  for (size_t i = home; i != at; i = (i + 1) & mask) {
+    ++buckets_[i].passing;
+    ++total_passing_;
+  }
+  ++size_;
 }
 
 void PrefixIndex::Place(uint32_t tag, size_t home, int32_t block) {
   const size_t mask = buckets_.size() - 1;
   for (size_t i = home;; i = (i + 1) & mask) {
-    Bucket& b = buckets_[i];
+    const Bucket& b = buckets_[i];
     for (int s = 0; s < kSlots; ++s) {
       if (b.blocks[s] == 0) {
-        b.tags[s] = tag;
-        b.blocks[s] = block;
-        ++size_;
+        Store(tag, home, i, s, block);
         return;
       }
-    }
-    if (!b.overflowed) {
-      b.overflowed = 1;
-      ++num_overflowed_;
     }
   }
 }
@@ -74,16 +72,23 @@ void PrefixIndex::Place(uint32_t tag, size_t home, int32_t block) {
 void PrefixIndex::Replace(BlockHash hash, int32_t group, int32_t old_block, int32_t new_block) {
   KVPAGE_DCHECK(!buckets_.empty() && old_block > 0);
   const size_t mask = buckets_.size() - 1;
-  for (size_t i = Home(hash, group);; i = (i + 1) & mask) {
+  const size_t home = Home(hash, group);
+  for (size_t i = home;; i = (i + 1) & mask) {
     Bucket& b = buckets_[i];
     for (int s = 0; s < kSlots; ++s) {
-      if (b.blocks[s] == old_block) {
-        b.blocks[s] = new_block;  // same key: the tag stays
-        if (new_block == 0) --size_;
-        return;
+      if (b.blocks[s] != old_block) continue;
+      b.blocks[s] = new_block;  // same key: the tag stays
+      if (new_block == 0) {
+        // The entry goes: searches for it no longer pass the buckets before it.
+        for (size_t k = home; k != i; k = (k + 1) & mask) {
+          --buckets_[k].passing;
+          --total_passing_;
+        }
+        --size_;
       }
+      return;
     }
-    KVPAGE_DCHECK(b.overflowed);
+    KVPAGE_DCHECK(b.passing > 0);
   }
 }
 
@@ -96,7 +101,7 @@ void PrefixIndex::Reserve(size_t n) {
 void PrefixIndex::Clear() {
   buckets_ = {};
   size_ = 0;
-  num_overflowed_ = 0;
+  total_passing_ = 0;
 }
 
 void PrefixIndex::Rebuild(size_t num_buckets) {
@@ -104,7 +109,7 @@ void PrefixIndex::Rebuild(size_t num_buckets) {
   old.swap(buckets_);
   shift_ = 64 - std::countr_zero(num_buckets);
   size_ = 0;
-  num_overflowed_ = 0;
+  total_passing_ = 0;
   for (const Bucket& b : old) {
     for (int s = 0; s < kSlots; ++s) {
       const int32_t block = b.blocks[s];
@@ -114,11 +119,13 @@ void PrefixIndex::Rebuild(size_t num_buckets) {
 }
 
 absl::Status PrefixIndex::CheckInvariants() const {
+  // Recount every bucket's `passing` from where the entries sit relative to their homes.
+  std::vector<uint32_t> passing(buckets_.size(), 0);
+  const size_t mask = buckets_.empty() ? 0 : buckets_.size() - 1;
   size_t entries = 0;
-  size_t overflowed = 0;
+  size_t total = 0;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = buckets_[i];
-    overflowed += b.overflowed;
     for (int s = 0; s < kSlots; ++s) {
       const int32_t block = b.blocks[s];
       if (block == 0) continue;
@@ -128,16 +135,33 @@ absl::Status PrefixIndex::CheckInvariants() const {
       if (b.tags[s] != Tag(hash, group)) {
         return absl::InternalError(absl::StrCat("prefix index: block ", block, " has a stale tag"));
       }
-      if (Find(hash, group) != block) {
+      for (size_t k = Home(hash, group); k != i; k = (k + 1) & mask) {
+        ++passing[k];
+        ++total;
+      }
+    }
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (passing[i] != buckets_[i].passing) {
+      return absl::InternalError(absl::StrCat("prefix index: bucket ", i, " is passed by ",
+                                              passing[i], " entries but counts ",
+                                              buckets_[i].passing));
+    }
+  }
+  if (entries != size_ || total != total_passing_) {
+    return absl::InternalError(absl::StrCat("prefix index counts ", size_, " entries and ",
+                                            total_passing_, " passes, found ", entries, " and ",
+                                            total));
+  }
+  // With the counts right, every entry is found from its home; check it anyway (cheap).
+  for (const Bucket& b : buckets_) {
+    for (int s = 0; s < kSlots; ++s) {
+      const int32_t block = b.blocks[s];
+      if (block != 0 && Find(keys_[block].hash, keys_[block].group) != block) {
         return absl::InternalError(absl::StrCat("prefix index: block ", block,
                                                 " is not found under its key"));
       }
     }
-  }
-  if (entries != size_ || overflowed != num_overflowed_) {
-    return absl::InternalError(absl::StrCat("prefix index counts ", size_, " entries and ",
-                                            num_overflowed_, " overflow marks, found ", entries,
-                                            " and ", overflowed));
   }
   return absl::OkStatus();
 }

@@ -13,9 +13,11 @@
 // billion probes for a new key), and the table takes 8 bytes per entry instead of 32.
 //
 // Probing: a key lives in its home bucket or, if that bucket was full when it was inserted, in
-// one of the buckets after it. A bucket that an insert had to pass while full is marked
-// `overflowed`; a search stops at the first bucket without the mark. Removing an entry leaves
-// the marks (they only lengthen searches); Rebuild() clears them when too many pile up.
+// one of the buckets after it. Each bucket counts the entries whose search passes it (those
+// stored beyond it with their home at or before it); a search stops at the first bucket with
+// a count of zero. Removing an entry decrements the counts it added, so searches never get
+// longer than the entries in the table require, and no periodic rebuild is needed: the table
+// is only rebuilt when it grows.
 //
 // Capacity: Reserve(n) keeps the load at or under half of the slots for n keys, so an insert
 // rarely finds its home full (at that load, about 3 % of buckets are home to more than seven
@@ -57,7 +59,7 @@ class PrefixIndex {
       for (int s = 0; s < kSlots; ++s) {
         if (b.tags[s] == tag && b.blocks[s] != 0 && KeyOf(b.blocks[s], hash, group)) return b.blocks[s];
       }
-      if (!b.overflowed) return 0;
+      if (b.passing == 0) return 0;
     }
   }
   // Registers `block` under the key unless a block already is; returns that block, or 0 when
@@ -77,7 +79,8 @@ class PrefixIndex {
   void Clear();
   size_t size() const { return size_; }
   size_t num_buckets() const { return buckets_.size(); }
-  size_t num_overflow_marks() const { return num_overflowed_; }  // buckets marked overflowed
+  // The buckets searches pass in all: the sum over entries of their distance from home.
+  size_t total_displacement() const { return total_passing_; }
   // Calls fn(block) for every registered block.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
@@ -87,8 +90,8 @@ class PrefixIndex {
       }
     }
   }
-  // Every entry is found from its home bucket under its key, tags match the keys, and the
-  // counts agree.
+  // Tags match the keys, every bucket's pass count equals the entries that pass it, every entry
+  // is found under its key, and the totals agree.
   absl::Status CheckInvariants() const;
 
  private:
@@ -98,7 +101,7 @@ class PrefixIndex {
   struct alignas(64) Bucket {
     uint32_t tags[kSlots] = {};
     int32_t blocks[kSlots] = {};
-    uint32_t overflowed = 0;  // an insert passed this bucket while it was full
+    uint32_t passing = 0;  // entries stored beyond this bucket whose search passes it
     uint32_t unused = 0;
   };
   static_assert(sizeof(Bucket) == 64);
@@ -117,6 +120,8 @@ class PrefixIndex {
   bool KeyOf(int32_t block, BlockHash hash, int32_t group) const {
     return keys_[block].hash == hash && keys_[block].group == group;
   }
+  // Writes the entry into slot `slot` of bucket `at` and counts the buckets from `home` to it.
+  void Store(uint32_t tag, size_t home, size_t at, int slot, int32_t block);
   // Places a key known to be absent (no search for it first).
   void Place(uint32_t tag, size_t home, int32_t block);
   // Re-inserts every entry into `num_buckets` fresh buckets (a power of two).
@@ -126,7 +131,7 @@ class PrefixIndex {
   std::vector<Bucket> buckets_;  // a power of two (at least kMinBuckets), or empty
   int shift_ = 0;                // 64 − log2(buckets): Home takes the top bits of Mix
   size_t size_ = 0;
-  size_t num_overflowed_ = 0;    // buckets marked overflowed
+  size_t total_passing_ = 0;     // sum of the buckets' `passing`
 };
 
 }  // namespace kvpage::internal

@@ -79,8 +79,8 @@ TEST(PrefixIndexTest, InvariantsCatchAKeyChangedUnderTheIndex) {
   EXPECT_FALSE(index.CheckInvariants().ok());
 }
 
-// Thousands of keys in a table that starts with 8 buckets of 7 slots: it grows, and buckets
-// overflow into the next ones; every key stays findable and removable.
+// Thousands of keys in a table that starts with 8 buckets of 7 slots: it grows, and keys whose
+// home is full go to the next buckets; every key stays findable and removable.
 TEST(PrefixIndexTest, GrowsAndOverflowsWithoutLosingKeys) {
   constexpr int32_t kBlocks = 5000;
   Keys keys(kBlocks);
@@ -91,18 +91,21 @@ TEST(PrefixIndexTest, GrowsAndOverflowsWithoutLosingKeys) {
     ASSERT_EQ(index.FindOrInsert(keys.hash(b), keys.group(b), b), 0) << b;
   }
   EXPECT_EQ(index.size(), static_cast<size_t>(kBlocks));
-  // Grown from 8 buckets to 2,048 (5,000 keys at most 3/4 of the slots); some homes were
-  // full when a key arrived (exact for these keys and this mixing).
-  EXPECT_EQ(index.num_buckets(), 2048u);
-  EXPECT_EQ(index.num_overflow_marks(), 12u);
+  // Grown from 8 buckets to 1,024 (5,000 keys fill at most 3/4 of the slots). Some homes were
+  // full when a key arrived, so some keys sit past home: 505 bucket passes in all (exact for
+  // these keys and this mixing).
+  EXPECT_EQ(index.num_buckets(), 1024u);
+  EXPECT_EQ(index.total_displacement(), 505u);
   ASSERT_TRUE(index.CheckInvariants().ok());
   for (int32_t b = 1; b <= kBlocks; ++b) {
     ASSERT_EQ(index.Find(keys.hash(b), keys.group(b)), b);
     ASSERT_EQ(index.Find(keys.hash(b), keys.group(b) + 3), 0);
   }
-  // Remove every other key; the rest stay reachable past the overflow marks.
+  // Remove every other key; the rest stay reachable through the pass counts.
   for (int32_t b = 2; b <= kBlocks; b += 2) index.Replace(keys.hash(b), keys.group(b), b, 0);
   EXPECT_EQ(index.size(), static_cast<size_t>(kBlocks / 2));
+  // Removed keys take their passes with them: searches are no longer than the rest need.
+  EXPECT_EQ(index.total_displacement(), 254u);
   ASSERT_TRUE(index.CheckInvariants().ok());
   for (int32_t b = 1; b <= kBlocks; ++b) {
     ASSERT_EQ(index.Find(keys.hash(b), keys.group(b)), b % 2 == 1 ? b : 0) << b;
@@ -115,13 +118,13 @@ TEST(PrefixIndexTest, MatchesAReferenceMapUnderChurn) {
   constexpr int32_t kBlocks = 600;
   Keys keys(kBlocks);
   PrefixIndex index(keys.records.data());
-  index.Reserve(64);  // far too small on purpose: the table grows and rebuilds under churn
+  index.Reserve(64);  // far too small on purpose: the table grows under churn
   std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> ref;  // key -> blocks, head first
   std::vector<int32_t> free_blocks;
   for (int32_t b = kBlocks; b >= 1; --b) free_blocks.push_back(b);
   std::mt19937 rng(7);
   int64_t inserts = 0, removals = 0;
-  size_t max_marks = 0, prev_marks = 0, rebuilds = 0;
+  size_t max_displacement = 0, growths = 0, buckets = index.num_buckets();
   for (int op = 0; op < 20000; ++op) {
     const bool insert = !free_blocks.empty() && (ref.empty() || rng() % 100 < 55);
     if (insert) {
@@ -151,9 +154,9 @@ TEST(PrefixIndexTest, MatchesAReferenceMapUnderChurn) {
       ++removals;
     }
     ASSERT_EQ(index.size(), ref.size()) << "op " << op;
-    max_marks = std::max(max_marks, index.num_overflow_marks());
-    if (index.num_overflow_marks() < prev_marks) ++rebuilds;
-    prev_marks = index.num_overflow_marks();
+    max_displacement = std::max(max_displacement, index.total_displacement());
+    if (index.num_buckets() != buckets) ++growths;
+    buckets = index.num_buckets();
     ASSERT_TRUE(index.CheckInvariants().ok()) << "op " << op;
   }
   for (const auto& [key, chain] : ref) {
@@ -161,14 +164,15 @@ TEST(PrefixIndexTest, MatchesAReferenceMapUnderChurn) {
   }
   // Both kinds of operation ran many times (the seed fixes these counts).
   EXPECT_EQ(inserts + removals, 20000);
-  // The seed fixes these: both kinds of operation ran thousands of times, the table grew to
-  // 128 buckets, and the overflow marks (at most 16 of 128 buckets after any operation, the
-  // rebuild threshold) were cleared five times by a growth or a rebuild.
+  // The seed fixes these: both kinds of operation ran thousands of times; the table grew
+  // twice, to 128 buckets; displacement peaked at 272 bucket passes and, with the churn's
+  // removals giving theirs back, ends at 1.
   EXPECT_EQ(inserts, 10299);
   EXPECT_EQ(removals, 9701);
   EXPECT_EQ(index.num_buckets(), 128u);
-  EXPECT_EQ(max_marks, 16u);
-  EXPECT_EQ(rebuilds, 5u);
+  EXPECT_EQ(growths, 2u);
+  EXPECT_EQ(max_displacement, 272u);
+  EXPECT_EQ(index.total_displacement(), 1u);
 }
 
 }  // namespace

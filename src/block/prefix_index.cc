@@ -13,7 +13,9 @@ namespace kvpage::internal {
 int32_t PrefixIndex::FindOrInsert(BlockHash hash, int32_t group, int32_t block) {
   KVPAGE_DCHECK(block > 0 && KeyOf(block, hash, group));
   // Past three quarters of the slots (the pool reserves for half), double.
-  if (4 * (size_ + 1) > 3 * kSlots * buckets_.size()) Rebuild(std::max(kMinBuckets, 2 * buckets_.size()));
+  if (4 * (size_ + 1) > 3 * kSlots * buckets_.size()) {
+    Rebuild(std::max(kMinBuckets, 2 * buckets_.size()));
+  }
   const uint64_t mix = Mix(hash, group);
   const uint32_t tag = static_cast<uint32_t>(mix);
   const size_t mask = buckets_.size() - 1;

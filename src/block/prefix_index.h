@@ -8,9 +8,9 @@
 // touches two or three cache lines that a prefetch of the key cannot all name in advance. Here a
 // key's home is one 64-byte bucket holding seven entries of a 32-bit tag and a block id, and the
 // full key is not stored at all: the pool keeps every cached block's hash and group in its own
-// array of PrefixKey records, so a tag match is confirmed there. An insert then touches exactly the bucket line
-// that Prefetch() names (the confirming load happens only on a tag match, about once in a
-// billion probes for a new key), and the table takes 8 bytes per entry instead of 32.
+// array of PrefixKey records, so a tag match is confirmed there. An insert then touches exactly
+// the bucket line that Prefetch() names (the confirming load happens only on a tag match, about
+// once in a billion probes for a new key), and the table takes 8 bytes per entry instead of 32.
 //
 // Probing: a key lives in its home bucket or, if that bucket was full when it was inserted, in
 // one of the buckets after it. Each bucket counts the entries whose search passes it (those
@@ -22,6 +22,7 @@
 // Capacity: Reserve(n) keeps the load at or under half of the slots for n keys, so an insert
 // rarely finds its home full (at that load, about 3 % of buckets are home to more than seven
 // keys: Poisson(3.5)).
+//
 // Not thread-safe; owned by one BlockPool.
 #ifndef KVPAGE_BLOCK_PREFIX_INDEX_H_
 #define KVPAGE_BLOCK_PREFIX_INDEX_H_
@@ -57,13 +58,14 @@ class PrefixIndex {
     for (size_t i = mix >> shift_;; i = (i + 1) & mask) {
       const Bucket& b = buckets_[i];
       for (int s = 0; s < kSlots; ++s) {
-        if (b.tags[s] == tag && b.blocks[s] != 0 && KeyOf(b.blocks[s], hash, group)) return b.blocks[s];
+        const int32_t at = b.blocks[s];
+        if (b.tags[s] == tag && at != 0 && KeyOf(at, hash, group)) return at;
       }
       if (b.passing == 0) return 0;
     }
   }
   // Registers `block` under the key unless a block already is; returns that block, or 0 when
-  // `block` was registered. REQUIRES: block > 0, and its key is already in the pool's arrays.
+  // `block` was registered. REQUIRES: block > 0, and its key is already in its PrefixKey record.
   int32_t FindOrInsert(BlockHash hash, int32_t group, int32_t block);
   // The entry that holds `old_block` under the key now holds `new_block` (0 = the entry goes).
   // REQUIRES: old_block is registered under the key.

@@ -715,11 +715,7 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
 // A batch that names a request twice at a block boundary takes one block, as two
 // AllocateSlots calls would (the second finds the block there), also on the crossing fast path.
 TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {
-  KvCacheConfig c;
-  c.kv_budget_bytes = 8 * 16 * 32;
-  c.chunk_bytes = c.kv_budget_bytes;
-  c.hash_seed = 4;
-  auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  auto m = FullManager(8);
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(32, 0)}).ok());
   ASSERT_TRUE(*m->AllocateSlots(RequestId(3), {.num_new_tokens = 32}));
   ASSERT_TRUE(m->AppendTokens(RequestId(3), {5}).ok());

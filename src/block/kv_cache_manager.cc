@@ -118,7 +118,7 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   RequestState& st = *it->second;
   if (tokens.size() == 1 && tokens[0] >= 0 &&
       static_cast<int64_t>(st.tokens.size()) < impl_->max_model_len) {
-    impl_->PushToken(st, tokens[0]);  // the decode case: no range insert
+    impl_->PushToken(st, st.handle, tokens[0]);  // the decode case: no range insert
     return absl::OkStatus();
   }
   if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {
@@ -139,35 +139,41 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   Impl& m = *impl_;
   // Check everything first (all or nothing), from the flat per-handle summaries.
-  std::vector<RequestState*>& states = m.scratch_states;
-  states.resize(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  const size_t n = tokens.size();
+  std::vector<int32_t>& handles = m.scratch_indices;
+  handles.resize(n);
+  for (size_t i = 0; i < n; ++i) {
     const int32_t h = m.HandleOf(tokens[i].id, tokens[i].handle);
     if (h < 0) return UnknownRequest(tokens[i].id);
     if (tokens[i].token < 0) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i].token, " is negative"));
     }
-    states[i] = m.by_handle[h];
-  }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int64_t num_tokens = m.summaries[states[i]->handle].num_tokens;
+    const int64_t num_tokens = m.summaries[h].num_tokens;
     if (num_tokens >= m.max_model_len) {
       return absl::OutOfRangeError(absl::StrCat("request ", tokens[i].id.value, " would have ",
                                                 num_tokens + 1, " tokens, more than max_model_len ",
                                                 m.max_model_len));
     }
+    handles[i] = h;
   }
-  // Then a software pipeline: while token i is appended, the state of request i + 2D is on
-  // its way and the token end of request i + D (whose state arrived D appends ago), so the
-  // misses of consecutive requests overlap instead of being paid one after another.
-  constexpr size_t kD = 8;
-  const size_t n = tokens.size();
-  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) Impl::PrefetchState(states[i]);
-  for (size_t i = 0; i < std::min(n, kD); ++i) m.PrefetchTokenEnd(*states[i]);
+  // Then a software pipeline of three prefetch stages: while token i is appended, the first
+  // line of request i + 3D's state is on its way, then (from that line) the token end of
+  // request i + 2D and, if its token completes a block, what hashing reads first, then the
+  // hashes' end of request i + D. The misses of consecutive requests overlap instead of being
+  // paid one after another. An append reads no other line of the state unless it completes a
+  // block.
+  constexpr size_t kD = 4;
+  auto state = [&](size_t i) { __builtin_prefetch(m.by_handle[handles[i]]); };
+  auto token_end = [&](size_t i) { m.PrefetchTokenEnd(*m.by_handle[handles[i]]); };
+  auto hash_end = [&](size_t i) { m.PrefetchHashEnd(*m.by_handle[handles[i]]); };
+  for (size_t i = 0; i < std::min(n, 3 * kD); ++i) state(i);
+  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) token_end(i);
+  for (size_t i = 0; i < std::min(n, kD); ++i) hash_end(i);
   for (size_t i = 0; i < n; ++i) {
-    if (i + 2 * kD < n) Impl::PrefetchState(states[i + 2 * kD]);
-    if (i + kD < n) m.PrefetchTokenEnd(*states[i + kD]);
-    m.PushToken(*states[i], tokens[i].token);
+    if (i + 3 * kD < n) state(i + 3 * kD);
+    if (i + 2 * kD < n) token_end(i + 2 * kD);
+    if (i + kD < n) hash_end(i + kD);
+    m.PushToken(*m.by_handle[handles[i]], handles[i], tokens[i].token);
   }
   return absl::OkStatus();
 }

@@ -33,15 +33,17 @@ class KvCacheManager::Impl {
   int64_t GroupHitLength(const internal::GroupLayout& g, absl::Span<const BlockHash> hashes,
                          int64_t max_blocks) const;
 
-  // Appends one checked token and hashes the block it completes, if any. A block completes
-  // when the count reaches the next multiple of the block size: compared against the hashes
-  // already made, no divide.
-  void PushToken(internal::RequestState& st, int32_t token) {
+  // Appends one checked token to the request with handle h and hashes the block it completes,
+  // if any. Every full block is hashed already (CheckInvariants checks it), so the token
+  // completes one exactly when the count becomes a multiple of the block size: the hashes,
+  // which sit in another line of the state, are read only then.
+  void PushToken(internal::RequestState& st, int32_t h, int32_t token) {
     st.tokens.push_back(token);
-    ++summaries[st.handle].num_tokens;
-    if (st.tokens.size() >= (st.hashes.hashes().size() + 1) * static_cast<size_t>(block_size)) {
-      st.hashes.Update(st.tokens);
-    }
+    ++summaries[h].num_tokens;
+    if (CompletesBlock(st.tokens.size())) st.hashes.Update(st.tokens);
+  }
+  bool CompletesBlock(size_t num_tokens) const {
+    return static_cast<uint32_t>(num_tokens) % static_cast<uint32_t>(block_size) == 0;
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
@@ -52,11 +54,25 @@ class KvCacheManager::Impl {
     for (size_t off = 0; off < sizeof(internal::RequestState); off += 64) __builtin_prefetch(p + off);
     __builtin_prefetch(p + sizeof(internal::RequestState) - 1);
   }
-  // Where PushToken writes: the token's place and, should it complete a block, the hash's.
+  // Where PushToken writes: the token's place and, should it complete a block, what hashing
+  // it reads first: the block's first tokens and the state's lines that hold the hasher, the
+  // extra keys and the hashes' header.
   void PrefetchTokenEnd(const internal::RequestState& st) const {
-    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+    const int32_t* end = st.tokens.data() + st.tokens.size();
+    __builtin_prefetch(end, 1);
+    if (!CompletesBlock(st.tokens.size() + 1)) return;
+    __builtin_prefetch(end + 1 - block_size);
+    const char* h = reinterpret_cast<const char*>(&st.hashes);
+    for (size_t off = 0; off < sizeof(st.hashes); off += 64) __builtin_prefetch(h + off);
+    __builtin_prefetch(h + sizeof(st.hashes) - 1);
+  }
+  // Then, once those lines are in: the last hash (the new block's parent) and the new one's
+  // place.
+  void PrefetchHashEnd(const internal::RequestState& st) const {
+    if (!CompletesBlock(st.tokens.size() + 1)) return;
     const absl::Span<const BlockHash> hashes = st.hashes.hashes();
     __builtin_prefetch(hashes.data() + hashes.size(), 1);
+    if (!hashes.empty()) __builtin_prefetch(hashes.data() + hashes.size() - 1);
   }
   // What a decode step after `computed` tokens reads from the request's own tables: each
   // table's end, the next block hash to cache, and the table entry a due window release frees.

@@ -47,7 +47,9 @@ struct GroupState {
   std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps per group
 };
 
-struct RequestState {
+// Aligned to a cache line, so the first line holds what every decode step reads, the token
+// vector's header included: appending a decode token touches that line and the token's own.
+struct alignas(64) RequestState {
   RequestState(RequestId request_id, const BlockHasher* hasher, int32_t block_size,
                BlockHashExtras extras)
       : id(request_id), hashes(hasher, block_size, std::move(extras)) {}
@@ -63,6 +65,7 @@ struct RequestState {
   int64_t cached_blocks = 0;   // min over attention groups of num_cached_blocks
   int64_t next_release = 0;    // smallest processed count at which a window frees a block
   std::vector<int32_t> tokens;
+  // ---- End of the first line.
 
   int64_t prompt_len = 0;
   RequestBlockHashes hashes;

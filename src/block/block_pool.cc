@@ -39,6 +39,10 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
   blocks_.assign(n, Block{});
   keys_ = std::make_unique<internal::PrefixKey[]>(n);
   index_ = std::make_unique<internal::PrefixIndex>(keys_.get());
+  // The prefix-cache map is sized once, like the block records, for every block the pool can
+  // ever hold (about 18 bytes per block at half load): it never rehashes while serving, where
+  // growing with the mapped chunks would stop one step for a rehash of every cached block.
+  if (enable_caching_) index_->Reserve(static_cast<size_t>(capacity()));
   chunks_.assign(max_chunks_, Chunk{});
   buckets_.resize(static_cast<size_t>(bpc_) + 1);
   if (max_chunks_ <= 1) {
@@ -103,9 +107,6 @@ void BlockPool::MapChunk(int32_t c) {
   ch.clean = bpc_;
   num_clean_ += bpc_;
   ++num_mapped_chunks_;
-  // Room in the prefix-cache map for every mapped block, so caching never rehashes it in the
-  // middle of a step (no-op unless the mapped blocks outgrew it).
-  if (enable_caching_) index_->Reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
   IdleInsert(c);
   BucketInsert(c);
 }
@@ -409,8 +410,8 @@ absl::Status BlockPool::ResetPrefixCache() {
     keys_[b] = internal::PrefixKey{};
     PushClean(b);
   }
-  index_->Clear();  // frees the table
-  index_->Reserve(static_cast<size_t>(num_mapped_chunks_) * bpc_);
+  index_->Clear();
+  index_->Reserve(static_cast<size_t>(capacity()));  // as sized at construction
   events_->Add(KvEvent{KvEvent::Type::kAllCleared, GroupId(), BlockHash{}, BlockHash{}});
   return absl::OkStatus();
 }

@@ -164,7 +164,7 @@ void KvCacheManager::Impl::CommitStep(RequestState& st) {
 absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
                                                       const AllocationRequest& req) const {
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
-  const int64_t known = static_cast<int64_t>(st.tokens.size());
+  const int64_t known = NumTokens(st);
   if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("num_new_tokens must be > 0, got ", n));
   if (c < 0 || c >= known + n || c > known) {
     return absl::InvalidArgumentError(absl::StrCat("num_computed_tokens ", c, " is outside [0, ",
@@ -356,7 +356,7 @@ KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const Requ
   s.cache_limit = config.enable_prefix_caching ? (st.cached_blocks + 1) * block_size
                                                : std::numeric_limits<int64_t>::max();
   s.next_release = st.next_release;
-  s.num_tokens = static_cast<int64_t>(st.tokens.size());
+  s.num_tokens = NumTokens(st);
   s.plain = st.allocated && !has_state_groups;
   return s;
 }
@@ -383,7 +383,7 @@ bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRe
   }
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
-  return n > 0 && c >= 0 && c <= static_cast<int64_t>(st.tokens.size()) &&
+  return n > 0 && c >= 0 && c <= NumTokens(st) &&
          c + n <= max_model_len && processed >= 0 && processed <= c;
 }
 
@@ -398,7 +398,7 @@ void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
   if (!config.enable_prefix_caching) return;
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   const int64_t full = std::min<int64_t>(
-      std::min<int64_t>(end, static_cast<int64_t>(st.tokens.size())) / block_size,
+      std::min<int64_t>(end, NumTokens(st)) / block_size,
       static_cast<int64_t>(hashes.size()));
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;

@@ -91,11 +91,13 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.by_handle.push_back(nullptr);
     m.handle_ids.push_back(RequestId(-1));
     m.summaries.emplace_back();
+    m.token_tails.resize(m.token_tails.size() + static_cast<size_t>(m.block_size));
   }
   st->handle = m.free_handles.back();
   m.free_handles.pop_back();
   m.by_handle[st->handle] = st.get();
   m.handle_ids[st->handle] = spec.id;
+  m.summaries[st->handle].num_tokens = st->prompt_len;  // the vector holds every token
   m.RefreshSummary(*st);
   m.requests.emplace(spec.id, std::move(st));
   return absl::OkStatus();
@@ -109,6 +111,7 @@ int32_t KvCacheManager::RequestHandle(RequestId id) const {
 absl::StatusOr<absl::Span<const int32_t>> KvCacheManager::Tokens(RequestId id) const {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
+  impl_->FlushTokens(*it->second);  // changes no token and no count
   return absl::MakeConstSpan(it->second->tokens);
 }
 
@@ -116,20 +119,21 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
   RequestState& st = *it->second;
-  if (tokens.size() == 1 && tokens[0] >= 0 &&
-      static_cast<int64_t>(st.tokens.size()) < impl_->max_model_len) {
-    impl_->PushToken(st, st.handle, tokens[0]);  // the decode case: no range insert
+  const int64_t held = impl_->NumTokens(st);
+  if (tokens.size() == 1 && tokens[0] >= 0 && held < impl_->max_model_len) {
+    impl_->PushToken(st.handle, tokens[0]);  // the decode case: no range insert
     return absl::OkStatus();
   }
-  if (static_cast<int64_t>(st.tokens.size() + tokens.size()) > impl_->max_model_len) {
+  if (held + static_cast<int64_t>(tokens.size()) > impl_->max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ",
-                                              st.tokens.size() + tokens.size(),
+                                              held + static_cast<int64_t>(tokens.size()),
                                               " tokens, more than max_model_len ",
                                               impl_->max_model_len));
   }
   for (int32_t t : tokens) {
     if (t < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is negative"));
   }
+  impl_->FlushTokens(st);
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
   st.hashes.Update(st.tokens);
   impl_->summaries[st.handle].num_tokens = static_cast<int64_t>(st.tokens.size());
@@ -156,24 +160,38 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
     }
     handles[i] = h;
   }
-  // Then a software pipeline of three prefetch stages: while token i is appended, the first
-  // line of request i + 3D's state is on its way, then (from that line) the token end of
-  // request i + 2D and, if its token completes a block, what hashing reads first, then the
-  // hashes' end of request i + D. The misses of consecutive requests overlap instead of being
-  // paid one after another. An append reads no other line of the state unless it completes a
-  // block.
-  constexpr size_t kD = 4;
-  auto state = [&](size_t i) { __builtin_prefetch(m.by_handle[handles[i]]); };
-  auto token_end = [&](size_t i) { m.PrefetchTokenEnd(*m.by_handle[handles[i]]); };
-  auto hash_end = [&](size_t i) { m.PrefetchHashEnd(*m.by_handle[handles[i]]); };
-  for (size_t i = 0; i < std::min(n, 3 * kD); ++i) state(i);
-  for (size_t i = 0; i < std::min(n, 2 * kD); ++i) token_end(i);
-  for (size_t i = 0; i < std::min(n, kD); ++i) hash_end(i);
+  // Then the appends. A token goes into its request's tail (a flat per-handle array); only a
+  // token that completes a block needs the request's state, to move the block into the token
+  // vector and hash it. Those completions (one token in block_size) are done after the pass,
+  // through a software pipeline of two prefetch stages: while block j is completed, the state
+  // lines of completion j + 2D are on their way, then (from them) the ends of its vectors, for
+  // j + D. Its distance counts completions, each of which waits on misses, so the prefetches
+  // have time to land; counted in tokens, they would not. A request named again after its
+  // block completed has that block completed first (its tail is about to be reused).
+  std::vector<int32_t>& completed = m.scratch_completed;
+  completed.clear();
+  m.completion_due.resize(m.summaries.size(), 0);
   for (size_t i = 0; i < n; ++i) {
-    if (i + 3 * kD < n) state(i + 3 * kD);
-    if (i + 2 * kD < n) token_end(i + 2 * kD);
-    if (i + kD < n) hash_end(i + kD);
-    m.PushToken(*m.by_handle[handles[i]], handles[i], tokens[i].token);
+    const int32_t h = handles[i];
+    if (m.completion_due[h]) {
+      m.CompleteBlock(h);
+      m.completion_due[h] = 0;
+      std::erase(completed, h);
+    }
+    if (m.AppendToTail(h, tokens[i].token)) {
+      completed.push_back(h);
+      m.completion_due[h] = 1;
+    }
+  }
+  constexpr size_t kD = 4;
+  const size_t c = completed.size();
+  for (size_t j = 0; j < std::min(c, 2 * kD); ++j) m.PrefetchFlush(completed[j]);
+  for (size_t j = 0; j < std::min(c, kD); ++j) m.PrefetchFlushEnds(completed[j]);
+  for (size_t j = 0; j < c; ++j) {
+    if (j + 2 * kD < c) m.PrefetchFlush(completed[j + 2 * kD]);
+    if (j + kD < c) m.PrefetchFlushEnds(completed[j + kD]);
+    m.CompleteBlock(completed[j]);
+    m.completion_due[completed[j]] = 0;
   }
   return absl::OkStatus();
 }
@@ -183,11 +201,11 @@ absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
   auto it = m.requests.find(id);
   if (it == m.requests.end()) return UnknownRequest(id);
   RequestState& st = *it->second;
-  const int64_t keep = static_cast<int64_t>(st.tokens.size()) - num_tokens;
+  const int64_t keep = m.NumTokens(st) - num_tokens;
   if (num_tokens < 0 || keep < st.prompt_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot roll back ", num_tokens, " tokens of request ", id.value, ": it has ",
-        st.tokens.size() - st.prompt_len, " generated tokens"));
+        m.NumTokens(st) - st.prompt_len, " generated tokens"));
   }
   if (num_tokens == 0) return absl::OkStatus();
   if (m.has_state_groups && st.allocated) {
@@ -218,8 +236,10 @@ absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
     }
     gs.num_cached_blocks = std::min(gs.num_cached_blocks, first);
   }
+  m.FlushTokens(st);
   st.tokens.resize(keep);
   st.hashes.Truncate(keep);
+  m.summaries[st.handle].num_tokens = keep;
   m.RefreshSummary(st);
   return absl::OkStatus();
 }
@@ -258,7 +278,7 @@ absl::StatusOr<CacheHit> KvCacheManager::GetComputedBlocks(RequestId id) {
   CacheHit hit = m.FindLongestHit(st);
   if (m.config.enable_prefix_caching && !st.skip_prefix_cache_read) {
     ++m.stats.queries;
-    m.stats.queried_tokens += static_cast<int64_t>(st.tokens.size());
+    m.stats.queried_tokens += m.NumTokens(st);
     m.stats.hit_tokens += hit.num_tokens;
   }
   return hit;
@@ -362,9 +382,9 @@ absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_proce
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) return UnknownRequest(id);
   if (num_processed_tokens < 0 ||
-      num_processed_tokens > static_cast<int64_t>(it->second->tokens.size())) {
+      num_processed_tokens > impl_->NumTokens(*it->second)) {
     return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens ", num_processed_tokens,
-                                                   " is outside [0, ", it->second->tokens.size(),
+                                                   " is outside [0, ", impl_->NumTokens(*it->second),
                                                    "]"));
   }
   impl_->RemoveSkipped(*it->second, num_processed_tokens);
@@ -527,7 +547,15 @@ absl::Status KvCacheManager::CheckInvariants() const {
     }
   }
   for (const auto& [id, st] : m.requests) {
-    const int64_t full_blocks = static_cast<int64_t>(st->tokens.size()) / m.block_size;
+    // The vector holds every token up to the last full block at least; the tail, the rest.
+    const int64_t num_tokens = m.NumTokens(*st);
+    const int64_t in_vector = static_cast<int64_t>(st->tokens.size());
+    if (in_vector > num_tokens || in_vector < num_tokens / m.block_size * m.block_size ||
+        in_vector < st->prompt_len) {
+      return absl::InternalError(absl::StrCat("request ", id.value, " has ", num_tokens,
+                                              " tokens, ", in_vector, " of them in its vector"));
+    }
+    const int64_t full_blocks = num_tokens / m.block_size;
     if (static_cast<int64_t>(st->hashes.hashes().size()) != full_blocks) {
       return absl::InternalError(absl::StrCat("request ", id.value, " has ", st->hashes.hashes().size(),
                                               " block hashes for ", full_blocks, " full blocks"));

@@ -33,17 +33,47 @@ class KvCacheManager::Impl {
   int64_t GroupHitLength(const internal::GroupLayout& g, absl::Span<const BlockHash> hashes,
                          int64_t max_blocks) const;
 
-  // Appends one checked token to the request with handle h and hashes the block it completes,
-  // if any. Every full block is hashed already (CheckInvariants checks it), so the token
-  // completes one exactly when the count becomes a multiple of the block size: the hashes,
-  // which sit in another line of the state, are read only then.
-  void PushToken(internal::RequestState& st, int32_t h, int32_t token) {
-    st.tokens.push_back(token);
-    ++summaries[h].num_tokens;
-    if (CompletesBlock(st.tokens.size())) st.hashes.Update(st.tokens);
+  // ---- Tokens ----
+  // A request's tokens: the first st.tokens.size() in its vector, the rest (fewer than a
+  // block, all decode tokens of the block being filled) in its tail, token_tails[handle ·
+  // block_size + position % block_size]. A decode token's append then writes into a flat
+  // per-handle array, which stays in the CPU cache from step to step, instead of the end of
+  // the request's own vector, a line of its own per request. The tail moves into the vector
+  // when the token completes its block, which is then hashed.
+  int64_t NumTokens(const internal::RequestState& st) const {
+    return summaries[st.handle].num_tokens;
   }
-  bool CompletesBlock(size_t num_tokens) const {
-    return static_cast<uint32_t>(num_tokens) % static_cast<uint32_t>(block_size) == 0;
+  // Appends one checked token to the request with handle h. Every full block is hashed already
+  // (CheckInvariants checks it), so the token completes one exactly when the count becomes a
+  // multiple of the block size: the request's state is read only then.
+  void PushToken(int32_t h, int32_t token) {
+    if (AppendToTail(h, token)) CompleteBlock(h);
+  }
+  // The part of PushToken that touches only the flat per-handle arrays: true when the token
+  // completed a block, and the caller must then call CompleteBlock(h) before the handle's next
+  // append.
+  bool AppendToTail(int32_t h, int32_t token) {
+    const int64_t n = summaries[h].num_tokens++;
+    const int64_t offset = TailOffset(n);
+    token_tails[static_cast<size_t>(h) * block_size + offset] = token;
+    return offset == block_size - 1;
+  }
+  // Moves the completed block into the token vector and hashes it.
+  void CompleteBlock(int32_t h) {
+    internal::RequestState& st = *by_handle[h];
+    FlushTokens(st);
+    st.hashes.Update(st.tokens);
+  }
+  // Moves the tail into the vector, which then holds every token.
+  void FlushTokens(internal::RequestState& st) {
+    const int64_t n = NumTokens(st);
+    const int32_t* tail = token_tails.data() + static_cast<size_t>(st.handle) * block_size;
+    for (int64_t pos = static_cast<int64_t>(st.tokens.size()); pos < n; ++pos) {
+      st.tokens.push_back(tail[TailOffset(pos)]);
+    }
+  }
+  int64_t TailOffset(int64_t position) const {
+    return block_mask >= 0 ? (position & block_mask) : position % block_size;
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
@@ -54,22 +84,20 @@ class KvCacheManager::Impl {
     for (size_t off = 0; off < sizeof(internal::RequestState); off += 64) __builtin_prefetch(p + off);
     __builtin_prefetch(p + sizeof(internal::RequestState) - 1);
   }
-  // Where PushToken writes: the token's place and, should it complete a block, what hashing
-  // it reads first: the block's first tokens and the state's lines that hold the hasher, the
-  // extra keys and the hashes' header.
-  void PrefetchTokenEnd(const internal::RequestState& st) const {
-    const int32_t* end = st.tokens.data() + st.tokens.size();
-    __builtin_prefetch(end, 1);
-    if (!CompletesBlock(st.tokens.size() + 1)) return;
-    __builtin_prefetch(end + 1 - block_size);
-    const char* h = reinterpret_cast<const char*>(&st.hashes);
-    for (size_t off = 0; off < sizeof(st.hashes); off += 64) __builtin_prefetch(h + off);
-    __builtin_prefetch(h + sizeof(st.hashes) - 1);
+  // What CompleteBlock(h) reads first: the first line of the state (the vector's header) and
+  // the lines that hold the hasher, the extra keys and the hashes' header.
+  void PrefetchFlush(int32_t h) const {
+    const internal::RequestState* st = by_handle[h];  // only addresses: nothing is read
+    __builtin_prefetch(st);
+    const char* line = reinterpret_cast<const char*>(&st->hashes);
+    for (size_t off = 0; off < sizeof(RequestBlockHashes); off += 64) __builtin_prefetch(line + off);
+    __builtin_prefetch(line + sizeof(RequestBlockHashes) - 1);
   }
-  // Then, once those lines are in: the last hash (the new block's parent) and the new one's
-  // place.
-  void PrefetchHashEnd(const internal::RequestState& st) const {
-    if (!CompletesBlock(st.tokens.size() + 1)) return;
+  // Then, once those lines are in: where the flushed tokens go, the last hash (the new block's
+  // parent) and the new one's place.
+  void PrefetchFlushEnds(int32_t h) const {
+    const internal::RequestState& st = *by_handle[h];
+    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
     const absl::Span<const BlockHash> hashes = st.hashes.hashes();
     __builtin_prefetch(hashes.data() + hashes.size(), 1);
     if (!hashes.empty()) __builtin_prefetch(hashes.data() + hashes.size() - 1);
@@ -116,7 +144,7 @@ class KvCacheManager::Impl {
     int64_t cache_limit = 0;     // a block is due for the prefix cache once this many tokens
                                  // are computed (max when caching is off)
     int64_t next_release = 0;    // RequestState::next_release
-    int64_t num_tokens = 0;      // RequestState::tokens.size()
+    int64_t num_tokens = 0;      // all the request's tokens (see NumTokens)
     bool plain = false;          // allocated, and the model has no linear-attention group
     friend bool operator==(const DecodeSummary&, const DecodeSummary&) = default;
   };
@@ -190,6 +218,8 @@ class KvCacheManager::Impl {
   std::vector<RequestId> handle_ids;
   std::vector<int32_t> free_handles;
   std::vector<DecodeSummary> summaries;  // by handle; stale for free handles
+  std::vector<int32_t> token_tails;      // block_size per handle, see NumTokens
+  int32_t block_mask = -1;               // block_size − 1 when a power of two
   // The request named by (id, handle), or null if unknown.
   internal::RequestState* Find(RequestId id, int32_t handle) const {
     if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
@@ -209,6 +239,8 @@ class KvCacheManager::Impl {
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
+  std::vector<int32_t> scratch_completed;               // reused by AppendDecodeTokens
+  std::vector<uint8_t> completion_due;  // by handle, scratch of AppendDecodeTokens (all 0 between calls)
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {

@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
   }
   for (const GroupLayout& g : m->groups) m->has_state_groups |= !g.IsAttention();
+  if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
   m->one_pool_per_group = m->pools.size() == m->groups.size();
   for (const GroupLayout& g : m->groups) {
     m->one_pool_per_group &= g.IsAttention() && g.block_size == m->block_size;

@@ -55,7 +55,7 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   hit.blocks.resize(groups.size());
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   // The last token is always recomputed: its logits are needed.
-  int64_t length = std::min<int64_t>((static_cast<int64_t>(st.tokens.size()) - 1) / block_size,
+  int64_t length = std::min<int64_t>((NumTokens(st) - 1) / block_size,
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
 

@@ -47,8 +47,7 @@ struct GroupState {
   std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps per group
 };
 
-// Aligned to a cache line, so the first line holds what every decode step reads, the token
-// vector's header included: appending a decode token touches that line and the token's own.
+// Aligned to a cache line, so the first line holds what every decode step reads.
 struct alignas(64) RequestState {
   RequestState(RequestId request_id, const BlockHasher* hasher, int32_t block_size,
                BlockHashExtras extras)
@@ -64,8 +63,11 @@ struct alignas(64) RequestState {
   int64_t covered_tokens = 0;  // min over attention groups of table length × block size
   int64_t cached_blocks = 0;   // min over attention groups of num_cached_blocks
   int64_t next_release = 0;    // smallest processed count at which a window frees a block
+  // The request's tokens (prompt, then outputs) up to the last full block at least: decode
+  // tokens of the block being filled may still sit in the manager's per-handle tail
+  // (KvCacheManager::Impl::token_tails) and move here when the block completes. The count of
+  // all tokens is the manager's summaries[handle].num_tokens.
   std::vector<int32_t> tokens;
-  // ---- End of the first line.
 
   int64_t prompt_len = 0;
   RequestBlockHashes hashes;

@@ -712,6 +712,49 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
+// Decode tokens wait in a per-handle tail until they complete a block; the tokens, their
+// order and the block hashes must be those of a request that got the same tokens at once,
+// including when one batch names the request again after its block completed (the tail's
+// first slots are then reused) and when the tail is read out (Tokens) or rolled back.
+TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
+  auto m = FullManager(16);
+  ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(20, 0)), 0);
+  const int32_t h = m->RequestHandle(RequestId(1));
+  // Tokens 20..39 in one batch: token 31 completes block 1 (positions 20..31 in tail slots
+  // 4..15), then 32..39 take slots 0..7 again.
+  std::vector<DecodeToken> batch;
+  for (int32_t t = 20; t < 40; ++t) batch.push_back({RequestId(1), h, t});
+  ASSERT_TRUE(m->AppendDecodeTokens(batch).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(40, 0));
+  // Two more, one at a time: Tokens() read the tail out, appends go on after it.
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), {40}).ok());
+  std::vector<DecodeToken> one = {{RequestId(1), h, 41}};
+  ASSERT_TRUE(m->AppendDecodeTokens(one).ok());
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(42, 0));
+  // Allocating through token 41 caches block 1 (block 2 is not full).
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20, .num_new_tokens = 22}));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // A prompt of the same 50 tokens hits blocks 0 and 1: block 1 was hashed from tokens
+  // 16..31 in order.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), testing::Tokens(50, 0)}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 32);
+  // Rolling back into the tail (42 -> 39 tokens), then on to a full block 2.
+  ASSERT_TRUE(m->RollbackTokens(RequestId(1), 3).ok());
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(39, 0));
+  for (int32_t t = 39; t < 48; ++t) {
+    std::vector<DecodeToken> next = {{RequestId(1), h, t}};
+    ASSERT_TRUE(m->AppendDecodeTokens(next).ok());
+    KVPAGE_EXPECT_INVARIANTS(*m);
+  }
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(48, 0));
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 39, .num_new_tokens = 9}));
+  // Block 2 (tokens 32..47) is cached too now: a 49-token prompt hits all three.
+  ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 48);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
 // A batch that names a request twice at a block boundary takes one block, as two
 // AllocateSlots calls would (the second finds the block there), also on the crossing fast path.
 TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {

@@ -116,6 +116,7 @@ class RequestBlockHashes {
   const BlockHasher* hasher_;  // not owned
   int32_t block_size_;         // > 0
   BlockHashExtras extras_;
+  // Last member: KvCacheManager prefetches the line that ends this object to reach it.
   std::vector<BlockHash> hashes_;  // hashes_[i] chains from hashes_[i − 1] (or the root)
 };
 

@@ -235,8 +235,11 @@ class KvCacheManager {
   int32_t group_block_size(GroupId group) const;
   // Sliding-window length in tokens (0 for other kinds).
   int32_t group_window(GroupId group) const;
-  // The request's block table in an attention group (null blocks included).
-  absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group) const;
+  // The request's block table in an attention group (null blocks included). `handle` is a hint
+  // as in DecodeStep: when it is the id's RequestHandle, the request is found without a map
+  // lookup; otherwise (or -1) the id decides.
+  absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group,
+                                                       int32_t handle = -1) const;
   // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b
   // expands to b·r … b·r + r − 1 with r = group_block_size / kernel_block_size.
   // InvalidArgument if kernel_block_size does not divide the block size or the row is short.

@@ -333,7 +333,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // fetched, so the misses of consecutive requests overlap.
   constexpr size_t kD = 4;
   const size_t w = work.size();
-  auto state = [&](size_t j) { Impl::PrefetchState(states[j]); };
+  auto state = [&](size_t j) { Impl::PrefetchState(states[j], crossing[j]); };
   auto group_records = [&](size_t j) {
     const RequestState& st = *states[j];
     const char* g = reinterpret_cast<const char*>(st.groups.data());
@@ -394,14 +394,14 @@ absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_proce
 
 // ---- Tables ----
 
-absl::StatusOr<absl::Span<const BlockId>> KvCacheManager::BlockTable(RequestId id,
-                                                                     GroupId group) const {
-  auto it = impl_->requests.find(id);
-  if (it == impl_->requests.end()) return UnknownRequest(id);
+absl::StatusOr<absl::Span<const BlockId>> KvCacheManager::BlockTable(RequestId id, GroupId group,
+                                                                     int32_t handle) const {
+  const RequestState* st = impl_->Find(id, handle);
+  if (st == nullptr) return UnknownRequest(id);
   if (group.value < 0 || group.value >= num_groups() || !impl_->groups[group.value].IsAttention()) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group.value, " is not an attention group"));
   }
-  return absl::Span<const BlockId>(it->second->groups[group.value].blocks);
+  return absl::Span<const BlockId>(st->groups[group.value].blocks);
 }
 
 absl::Status KvCacheManager::FillBlockTableRow(RequestId id, GroupId group,

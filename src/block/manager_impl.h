@@ -77,12 +77,14 @@ class KvCacheManager::Impl {
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
-  // Every line of the request's state (a decode step reads its summary line, its hashes'
-  // and its group table header, which sit in different lines).
-  static void PrefetchState(const internal::RequestState* st) {
-    const char* p = reinterpret_cast<const char*>(st);
-    for (size_t off = 0; off < sizeof(internal::RequestState); off += 64) __builtin_prefetch(p + off);
-    __builtin_prefetch(p + sizeof(internal::RequestState) - 1);
+  // The lines of the request's state a decode step reads: the first (summary fields and the
+  // group records' header) and, unless the step only crosses into new blocks, the line that
+  // ends the hashes (RequestBlockHashes keeps its vector of hashes last).
+  static void PrefetchState(const internal::RequestState* st, bool pure_cross) {
+    __builtin_prefetch(st);
+    if (!pure_cross) {
+      __builtin_prefetch(reinterpret_cast<const char*>(&st->hashes) + sizeof(st->hashes) - 1);
+    }
   }
   // What CompleteBlock(h) reads first: the first line of the state (the vector's header) and
   // the lines that hold the hasher, the extra keys and the hashes' header.

@@ -63,6 +63,10 @@ struct alignas(64) RequestState {
   int64_t covered_tokens = 0;  // min over attention groups of table length × block size
   int64_t cached_blocks = 0;   // min over attention groups of num_cached_blocks
   int64_t next_release = 0;    // smallest processed count at which a window frees a block
+  std::vector<GroupState> groups;  // by group id
+  // ---- End of the first line: a decode step that only crosses into new blocks reads no
+  // other line of the state.
+
   // The request's tokens (prompt, then outputs) up to the last full block at least: decode
   // tokens of the block being filled may still sit in the manager's per-handle tail
   // (KvCacheManager::Impl::token_tails) and move here when the block completes. The count of
@@ -71,7 +75,6 @@ struct alignas(64) RequestState {
 
   int64_t prompt_len = 0;
   RequestBlockHashes hashes;
-  std::vector<GroupState> groups;
 };
 
 }  // namespace kvpage::internal

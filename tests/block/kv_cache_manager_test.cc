@@ -692,6 +692,11 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   ASSERT_TRUE(m->AppendDecodeTokens(ok).ok());
   EXPECT_EQ(m->Tokens(RequestId(5))->back(), 9);
   EXPECT_EQ(m->Tokens(RequestId(6))->back(), 8);
+  // So it is for BlockTable: request 5 holds 2 blocks, request 6 holds 2, whatever the hint.
+  EXPECT_EQ(m->BlockTable(RequestId(5), kG0, 0)->size(), 2u);
+  EXPECT_EQ(m->BlockTable(RequestId(5), kG0, 1)->size(), 2u);
+  EXPECT_EQ(Ids(*m->BlockTable(RequestId(6), kG0, 0)), Ids(*m->BlockTable(RequestId(6), kG0)));
+  EXPECT_TRUE(absl::IsNotFound(m->BlockTable(RequestId(7), kG0, 0).status()));
   // Request 5's 32nd token completed its second block: the next step caches it, and an
   // identical 33-token prompt hits both blocks.
   std::vector<DecodeStep> step = {{RequestId(5), 31, 1, 0}};

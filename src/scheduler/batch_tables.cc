@@ -71,7 +71,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
   for (size_t a = 0; a < attention.size(); ++a) {
     GroupInfo& g = attention[a];
-    absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id);
+    absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id, r.kv_handle);
     KVPAGE_DCHECK(blocks.ok());
     if (!blocks.ok()) continue;
     const absl::Span<const BlockId> table = *blocks;

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "block/request_state.h"
+#include "internal/status_macros.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/block_pool.h"
 #include "kvpage/kv_cache_manager.h"
@@ -64,13 +65,17 @@ class KvCacheManager::Impl {
     FlushTokens(st);
     st.hashes.Update(st.tokens);
   }
-  // Moves the tail into the vector, which then holds every token.
+  // Moves the tail into the vector, which then holds every token. The tokens still in the
+  // tail all belong to the block the last of them is in (the vector holds every earlier
+  // block), so they sit in consecutive slots: one copy.
   void FlushTokens(internal::RequestState& st) {
     const int64_t n = NumTokens(st);
-    const int32_t* tail = token_tails.data() + static_cast<size_t>(st.handle) * block_size;
-    for (int64_t pos = static_cast<int64_t>(st.tokens.size()); pos < n; ++pos) {
-      st.tokens.push_back(tail[TailOffset(pos)]);
-    }
+    const int64_t from = static_cast<int64_t>(st.tokens.size());
+    if (from >= n) return;
+    const int64_t offset = TailOffset(from);
+    KVPAGE_DCHECK(offset + (n - from) <= block_size);
+    const int32_t* src = token_tails.data() + static_cast<size_t>(st.handle) * block_size + offset;
+    st.tokens.insert(st.tokens.end(), src, src + (n - from));
   }
   int64_t TailOffset(int64_t position) const {
     return block_mask >= 0 ? (position & block_mask) : position % block_size;

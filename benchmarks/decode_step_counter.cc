@@ -14,6 +14,7 @@
 #include <string>
 
 #include "decode_server.h"
+#include "kvpage/step_phases.h"
 
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", server.error().c_str());
     return 1;
   }
+  kvpage::ResetStepPhases();
   CALLGRIND_START_INSTRUMENTATION;
   for (int i = 0; i < steps; ++i) {
     const kvpage::SchedulerOutput& out = server.scheduler().Schedule();
@@ -53,5 +55,14 @@ int main(int argc, char** argv) {
   CALLGRIND_STOP_INSTRUMENTATION;
   std::printf("%s: %d steady decode steps of %d requests (prefix caching %s)\n", model, steps,
               requests, caching ? "on" : "off");
+  if (kvpage::StepPhasesEnabled()) {
+    // Built with KVPAGE_STEP_PHASES: wall time per step of each phase.
+    const kvpage::StepPhaseTotals totals = kvpage::ReadStepPhases();
+    for (int p = 0; p < kvpage::kNumStepPhases; ++p) {
+      const std::string name(kvpage::StepPhaseName(static_cast<kvpage::StepPhase>(p)));
+      std::printf("phase %-26s %8.2f us per step\n", name.c_str(),
+                  static_cast<double>(totals.nanos[p]) / 1e3 / steps);
+    }
+  }
   return 0;
 }

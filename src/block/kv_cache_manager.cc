@@ -6,6 +6,7 @@
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
 #include "planner/policies.h"
+#include "profile/step_phases.h"
 
 namespace kvpage {
 
@@ -141,6 +142,7 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
 }
 
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
+  KVPAGE_STEP_PHASE(StepPhase::kAppendDecodeTokens);
   Impl& m = *impl_;
   // Check everything first (all or nothing), from the flat per-handle summaries.
   const size_t n = tokens.size();
@@ -183,6 +185,7 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
       m.completion_due[h] = 1;
     }
   }
+  KVPAGE_STEP_PHASE(StepPhase::kCompleteBlocks);
   constexpr size_t kD = 4;
   const size_t c = completed.size();
   for (size_t j = 0; j < std::min(c, 2 * kD); ++j) m.PrefetchFlush(completed[j]);
@@ -302,6 +305,7 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
 }
 
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
+  KVPAGE_STEP_PHASE(StepPhase::kAllocateDecodeStep);
   Impl& m = *impl_;
   // First resolve every id (an unknown id is reported before anything changes) and, from the
   // flat per-handle summaries, set aside the requests whose step needs nothing: in steady

@@ -3,6 +3,7 @@
 
 #include "internal/status_macros.h"
 #include "kvpage/scheduler.h"
+#include "profile/step_phases.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace kvpage {
@@ -131,6 +132,7 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
 }
 
 void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
+  KVPAGE_STEP_PHASE(StepPhase::kScheduleRunning);
   // Plain decode steps (one token, no drafts) of consecutive running requests go to the KV
   // cache in one AllocateDecodeStep call; anything else, or a decode step that does not fit,
   // goes through AllocateOrPreempt.
@@ -138,19 +140,17 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   size_t i = 0;
   while (i < running.size() && budget > 0) {
     if (batchable) {
-      // The run of plain decode steps from i, written by index into arrays sized for it.
-      const size_t limit = std::min<size_t>(running.size() - i, static_cast<size_t>(budget));
-      decode_batch.resize(limit);
-      decode_batch_index.resize(limit);
-      size_t m = 0;
-      while (m < limit) {
-        const int32_t q = running[i + m];
-        const SchedRequest& r = reqs[q];
+      decode_batch.clear();
+      decode_batch_index.clear();
+      size_t j = i;
+      while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
+        const SchedRequest& r = reqs[running[j]];
         if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
-        decode_batch[m] = {r.id, r.num_computed, 1, r.kv_handle};
-        decode_batch_index[m] = q;
-        ++m;
+        decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
+        decode_batch_index.push_back(running[j]);
+        ++j;
       }
+      const size_t m = decode_batch.size();
       if (m > 0) {
         const absl::StatusOr<int64_t> served =
             kv->AllocateDecodeStep(absl::MakeConstSpan(decode_batch.data(), m));
@@ -276,6 +276,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
 }
 
 void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
+  KVPAGE_STEP_PHASE(StepPhase::kBuildOutput);
   SchedulerOutput& o = out;
   o.step = step;
   o.num_rows = static_cast<int32_t>(running.size());

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "profile/step_phases.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace kvpage {
@@ -366,6 +367,7 @@ int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
 
 absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
                                                const ModelOutput& result) {
+  KVPAGE_STEP_PHASE(StepPhase::kUpdate);
   Impl& s = *impl_;
   if (&output != &s.out || output.step != s.step || s.applied) {
     return absl::FailedPreconditionError(absl::StrCat(

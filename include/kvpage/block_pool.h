@@ -36,6 +36,7 @@
 #include "absl/types/span.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
+#include "kvpage/huge_page_allocator.h"
 #include "kvpage/types.h"
 
 namespace kvpage {
@@ -227,8 +228,9 @@ class BlockPool {
     uint8_t has_hash = 0;
   };
   // Per block, indexed by id (index 0 = the null block).
-  std::vector<Block> blocks_;
-  std::unique_ptr<internal::PrefixKey[]> keys_;  // hash, group and duplicate chain
+  std::vector<Block, HugePageAllocator<Block>> blocks_;
+  // Hash, group and duplicate chain of every block.
+  std::vector<internal::PrefixKey, HugePageAllocator<internal::PrefixKey>> keys_;
 
   std::vector<Chunk> chunks_;
   // buckets_[u]: the chunks with clean blocks and u used blocks, as arrays (not linked lists)

@@ -37,8 +37,8 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
       events_(events) {
   const size_t n = static_cast<size_t>(capacity()) + 1;
   blocks_.assign(n, Block{});
-  keys_ = std::make_unique<internal::PrefixKey[]>(n);
-  index_ = std::make_unique<internal::PrefixIndex>(keys_.get());
+  keys_.assign(n, internal::PrefixKey{});
+  index_ = std::make_unique<internal::PrefixIndex>(keys_.data());
   // The prefix-cache map is sized once, like the block records, for every block the pool can
   // ever hold (about 18 bytes per block at half load): it never rehashes while serving, where
   // growing with the mapped chunks would stop one step for a rehash of every cached block.

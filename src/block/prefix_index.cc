@@ -107,7 +107,7 @@ void PrefixIndex::Clear() {
 }
 
 void PrefixIndex::Rebuild(size_t num_buckets) {
-  std::vector<Bucket> old(num_buckets);
+  std::vector<Bucket, HugePageAllocator<Bucket>> old(num_buckets);
   old.swap(buckets_);
   shift_ = 64 - std::countr_zero(num_buckets);
   size_ = 0;

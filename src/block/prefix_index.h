@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kvpage/huge_page_allocator.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {
@@ -130,7 +131,8 @@ class PrefixIndex {
   void Rebuild(size_t num_buckets);
 
   const PrefixKey* keys_;
-  std::vector<Bucket> buckets_;  // a power of two (at least kMinBuckets), or empty
+  // A power of two (at least kMinBuckets), or empty.
+  std::vector<Bucket, HugePageAllocator<Bucket>> buckets_;
   int shift_ = 0;                // 64 − log2(buckets): Home takes the top bits of Mix
   size_t size_ = 0;
   size_t total_passing_ = 0;     // sum of the buckets' `passing`

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "kvpage/huge_page_allocator.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/scheduler.h"
 
@@ -150,7 +151,7 @@ class Scheduler::Impl {
     int32_t ratio = 1;       // manager block -> kernel blocks
     int32_t stride = 0;      // kernel blocks per row
     int32_t max_manager_blocks = 0;
-    std::vector<int32_t> table;  // [max_num_seqs, stride]
+    std::vector<int32_t, HugePageAllocator<int32_t>> table;  // [max_num_seqs, stride]
   };
   std::vector<GroupInfo> attention;  // attention groups, in group order
   std::vector<GroupId> state_groups;

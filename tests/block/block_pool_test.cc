@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvpage/huge_page_allocator.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
 #include "kvpage/types.h"
@@ -675,6 +676,27 @@ TEST(BlockPoolChunkTest, IdleChunkMovesBetweenPoolsSharingABudget) {
   check();
   EXPECT_EQ(events.size(), 0u);
   EXPECT_EQ(a.num_cached_free_blocks(), 8);
+}
+
+// Arrays of 2 MiB and more start on a 2 MiB boundary (so they can be backed by huge pages);
+// smaller ones are ordinary allocations. Either way they hold what is written to them, and a
+// vector that grows across the threshold keeps its contents.
+TEST(HugePageAllocatorTest, LargeArraysAreHugePageAligned) {
+  HugePageAllocator<int32_t> alloc;
+  const size_t large = (kHugePageBytes + 100) / sizeof(int32_t);
+  int32_t* p = alloc.allocate(large);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
+  p[0] = 7;
+  p[large - 1] = 9;
+  EXPECT_EQ(p[0] + p[large - 1], 16);
+  alloc.deallocate(p, large);
+
+  std::vector<int32_t, HugePageAllocator<int32_t>> v;
+  for (int32_t i = 0; i < (1 << 20); ++i) v.push_back(i);  // 4 MiB: crosses the threshold
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kHugePageBytes, 0u);
+  int64_t sum = 0;
+  for (int32_t x : v) sum += x;
+  EXPECT_EQ(sum, (int64_t{1} << 20) * ((1 << 20) - 1) / 2);
 }
 
 }  // namespace

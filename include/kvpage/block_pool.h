@@ -34,9 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "kvpage/huge_page_allocator.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
-#include "kvpage/huge_page_allocator.h"
 #include "kvpage/types.h"
 
 namespace kvpage {

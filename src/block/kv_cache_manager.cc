@@ -144,23 +144,30 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   KVPAGE_STEP_PHASE(StepPhase::kAppendDecodeTokens);
   Impl& m = *impl_;
-  // Check everything first (all or nothing), from the flat per-handle summaries.
+  // Check everything first (all or nothing), from the flat per-handle summaries. A request
+  // may be named more than once: append_counts[h] counts its tokens so far in the batch.
   const size_t n = tokens.size();
   std::vector<int32_t>& handles = m.scratch_indices;
   handles.resize(n);
+  m.append_counts.resize(m.summaries.size(), 0);
+  auto fail = [&](size_t checked, absl::Status status) {
+    for (size_t i = 0; i < checked; ++i) m.append_counts[handles[i]] = 0;
+    return status;
+  };
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = m.HandleOf(tokens[i].id, tokens[i].handle);
-    if (h < 0) return UnknownRequest(tokens[i].id);
+    if (h < 0) return fail(i, UnknownRequest(tokens[i].id));
     if (tokens[i].token < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i].token, " is negative"));
-    }
-    const int64_t num_tokens = m.summaries[h].num_tokens;
-    if (num_tokens >= m.max_model_len) {
-      return absl::OutOfRangeError(absl::StrCat("request ", tokens[i].id.value, " would have ",
-                                                num_tokens + 1, " tokens, more than max_model_len ",
-                                                m.max_model_len));
+      return fail(i, absl::InvalidArgumentError(
+                         absl::StrCat("token id ", tokens[i].token, " is negative")));
     }
     handles[i] = h;
+    const int64_t num_tokens = m.summaries[h].num_tokens + m.append_counts[h]++;
+    if (num_tokens >= m.max_model_len) {
+      return fail(i + 1, absl::OutOfRangeError(absl::StrCat(
+                             "request ", tokens[i].id.value, " would have ", num_tokens + 1,
+                             " tokens, more than max_model_len ", m.max_model_len)));
+    }
   }
   // Then the appends. A token goes into its request's tail (a flat per-handle array); only a
   // token that completes a block needs the request's state, to move the block into the token
@@ -175,6 +182,7 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   m.completion_due.resize(m.summaries.size(), 0);
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = handles[i];
+    m.append_counts[h] = 0;
     if (m.completion_due[h]) {
       m.CompleteBlock(h);
       m.completion_due[h] = 0;

@@ -247,7 +247,10 @@ class KvCacheManager::Impl {
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_completed;               // reused by AppendDecodeTokens
-  std::vector<uint8_t> completion_due;  // by handle, scratch of AppendDecodeTokens (all 0 between calls)
+  // By handle, scratch of AppendDecodeTokens (all 0 between calls): a completed block not yet
+  // moved out of the tail, and the tokens the batch names the request for.
+  std::vector<uint8_t> completion_due;
+  std::vector<int32_t> append_counts;
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {

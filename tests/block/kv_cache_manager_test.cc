@@ -423,6 +423,18 @@ TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
   EXPECT_TRUE(absl::IsOutOfRange(m->AppendTokens(RequestId(1), Tokens(5000))));
   EXPECT_TRUE(absl::IsInvalidArgument(m->RollbackTokens(RequestId(1), 1)));
   KVPAGE_EXPECT_INVARIANTS(*m);
+  // A decode batch that names a request more than once counts all its tokens against
+  // max_model_len (4,096): 4,094 + 3 fails and changes nothing; 4,094 + 2 fits.
+  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(4084, 10)).ok());
+  const std::vector<DecodeToken> three = {{RequestId(1), 0, 1}, {RequestId(1), 0, 2},
+                                          {RequestId(1), 0, 3}};
+  EXPECT_TRUE(absl::IsOutOfRange(m->AppendDecodeTokens(three)));
+  EXPECT_EQ(m->Tokens(RequestId(1))->size(), 4094u);
+  ASSERT_TRUE(m->AppendDecodeTokens(absl::MakeConstSpan(three).subspan(0, 2)).ok());
+  EXPECT_EQ(m->Tokens(RequestId(1))->size(), 4096u);
+  EXPECT_EQ(m->Tokens(RequestId(1))->back(), 2);
+  EXPECT_TRUE(absl::IsOutOfRange(m->AppendDecodeTokens(absl::MakeConstSpan(three).subspan(2))));
+  KVPAGE_EXPECT_INVARIANTS(*m);
   ASSERT_TRUE(m->Free(RequestId(1)).ok());
   EXPECT_TRUE(absl::IsNotFound(m->Free(RequestId(1))));
   EXPECT_EQ(m->Usage().used_bytes, 0);

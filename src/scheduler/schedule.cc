@@ -66,13 +66,16 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
   return static_cast<int32_t>(n);
 }
 
-void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
-  SchedRequest& r = reqs[q];
+void Scheduler::Impl::MarkScheduled(SchedRequest& r, int32_t n, int32_t drafts) {
   r.step_computed = r.num_computed;
   r.num_scheduled = n;
   r.num_scheduled_drafts = drafts;
   r.num_computed += n;
   r.scheduled_step = step;
+}
+
+void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
+  MarkScheduled(reqs[q], n, drafts);
   budget -= n;
   scheduled.push_back(q);
 }
@@ -150,29 +153,22 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
         decode_batch_index.push_back(running[j]);
         ++j;
       }
-      const size_t m = decode_batch.size();
-      if (m > 0) {
-        const absl::StatusOr<int64_t> served =
-            kv->AllocateDecodeStep(absl::MakeConstSpan(decode_batch.data(), m));
+      if (!decode_batch.empty()) {
+        const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
         KVPAGE_DCHECK(served.ok());
-        const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
-        // RecordScheduled for one token each, without its per-call bookkeeping.
-        const size_t first = scheduled.size();
-        scheduled.resize(first + k);
-        for (size_t t = 0; t < k; ++t) {
-          const int32_t q = decode_batch_index[t];
-          SchedRequest& r = reqs[q];
+        const int64_t k = served.ok() ? *served : 0;
+        // RecordScheduled for each served request, with the budget and the list of
+        // scheduled requests updated once for the run.
+        for (int64_t t = 0; t < k; ++t) {
+          SchedRequest& r = reqs[decode_batch_index[t]];
           r.visited_step = step;
-          r.step_computed = r.num_computed;
-          r.num_scheduled = 1;
-          r.num_scheduled_drafts = 0;
-          r.num_computed += 1;
-          r.scheduled_step = step;
-          scheduled[first + t] = q;
+          MarkScheduled(r, 1, 0);
         }
-        budget -= static_cast<int64_t>(k);
-        i += k;
-        if (k == m) continue;
+        scheduled.insert(scheduled.end(), decode_batch_index.begin(),
+                         decode_batch_index.begin() + k);
+        budget -= k;
+        i += static_cast<size_t>(k);
+        if (k == static_cast<int64_t>(decode_batch.size())) continue;
         // Request i did not fit: the general path below preempts for it.
       }
     }
@@ -314,77 +310,55 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     sb.read_slots.assign(rows, -1);
     sb.write_slots.assign(rows, -1);
   }
-  // What the row loop reads of each attention group, in locals: its stores through int32 and
-  // int64 pointers would otherwise make the compiler reload them from the vectors each row.
-  struct Lane {
-    int64_t* slots;
-    int32_t* new_offsets;
-    const std::vector<int32_t>* new_ids;
-    const int32_t* table;
-    int64_t block_size;
-    int32_t shift;  // log2(block_size) when the tail shortcut applies (first two groups), else -1
-    int32_t ratio;
-    int32_t stride;
-  };
-  absl::InlinedVector<Lane, 4> lanes;
-  for (size_t a = 0; a < attention.size(); ++a) {
-    const GroupInfo& g = attention[a];
-    AttentionBatch& batch = o.attention[a];
-    lanes.push_back({batch.slot_mapping.data(), batch.new_block_offsets.data(),
-                     &batch.new_block_ids, g.table.data(), g.block_size,
-                     a < 2 ? g.block_shift : -1, g.ratio, g.stride});
-  }
-  const int64_t speculative = config.num_speculative_tokens;
-  ScheduledRequest* requests = o.requests.data();
-  int32_t* query_start = o.query_start_loc.data();
-  int32_t* seq_lens = o.seq_lens.data();
   int32_t tokens = 0;
   size_t k = 0;  // index in o.requests
   for (size_t row = 0; row < rows; ++row) {
-    query_start[row] = tokens;
+    o.query_start_loc[row] = tokens;
     if (!every_row && !row_scheduled[row]) {
-      seq_lens[row] = 0;
+      o.seq_lens[row] = 0;
       continue;
     }
     const int32_t q = row_owner[row];
     SchedRequest& r = reqs[q];
     const int64_t c = r.step_computed;
     const int32_t n = r.num_scheduled;
-    const int32_t drafts = r.num_scheduled_drafts;
     const bool fresh = r.fresh;
-    requests[k] = ScheduledRequest{.id = r.id,
-                                   .row = static_cast<int32_t>(row),
-                                   .is_new = fresh,
-                                   .resumed = fresh && r.resumed,
-                                   .num_computed_tokens = c,
-                                   .num_scheduled_tokens = n,
-                                   .num_draft_tokens = drafts,
-                                   .samples = c + n - drafts >= r.num_tokens,
-                                   .handle = static_cast<uint32_t>(q)};
+    ScheduledRequest& sr = o.requests[k];
+    sr.id = r.id;
+    sr.row = static_cast<int32_t>(row);
+    sr.is_new = fresh;
+    sr.resumed = fresh && r.resumed;
+    sr.num_computed_tokens = c;
+    sr.num_scheduled_tokens = n;
+    sr.num_draft_tokens = r.num_scheduled_drafts;
+    sr.samples = c + n - r.num_scheduled_drafts >= r.num_tokens;
+    sr.handle = static_cast<uint32_t>(q);
     if (fresh) {
       r.fresh = false;
       r.resumed = false;
     }
     // The row is current unless the step grew a table or a window released blocks.
-    const int64_t lookahead = std::min<int64_t>(speculative, max_model_len - c - n);
+    const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens,
+                                                max_model_len - c - n);
     if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
       SyncRow(r);
     }
-    for (size_t a = 0; a < lanes.size(); ++a) {
-      const Lane& lane = lanes[a];
-      int64_t* slots = lane.slots + tokens;
+    for (size_t a = 0; a < attention.size(); ++a) {
+      const GroupInfo& g = attention[a];
+      AttentionBatch& batch = o.attention[a];
+      int64_t* slots = batch.slot_mapping.data() + tokens;
       // A token's slot is its cache block times the cache block size plus its offset, whatever
       // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
-      const int64_t bs = lane.block_size;
-      if (n == 1 && lane.shift >= 0 && (c >> lane.shift) == r.tail_index[a]) {
-        slots[0] = (int64_t{r.tail_block[a]} << lane.shift) + (c & (bs - 1));  // decode: no table read
+      const int64_t bs = g.block_size;
+      if (n == 1 && a < 2 && g.block_shift >= 0 && (c >> g.block_shift) == r.tail_index[a]) {
+        slots[0] = (int64_t{r.tail_block[a]} << g.block_shift) + (c & (bs - 1));  // decode: no table read
       } else {
-        const int32_t* table = lane.table + row * lane.stride;
+        const int32_t* table = g.table.data() + row * g.stride;
         for (int64_t pos = c; pos < c + n; ++pos) {
-          slots[pos - c] = int64_t{table[pos / bs * lane.ratio]} / lane.ratio * bs + pos % bs;
+          slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
         }
       }
-      lane.new_offsets[k + 1] = static_cast<int32_t>(lane.new_ids->size());
+      batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
     }
     for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
       absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);
@@ -394,7 +368,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
       o.states[sgi].write_slots[row] = slots->write_slot;
     }
     tokens += n;
-    seq_lens[row] = static_cast<int32_t>(c + n);
+    o.seq_lens[row] = static_cast<int32_t>(c + n);
     ++k;
   }
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);

@@ -118,7 +118,10 @@ class Scheduler::Impl {
   // The victim for the next preemption: FCFS the last running request, priority the worst.
   int32_t PickVictim() const;
   void Preempt(int32_t victim, int64_t& budget);
+  // Request q computes n tokens (the last `drafts` of them drafts) this step: its counts,
+  // the budget and the list of scheduled requests.
   void RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget);
+  void MarkScheduled(internal::SchedRequest& r, int32_t n, int32_t drafts);  // the counts only
   // Tokens request q would compute this step before the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.

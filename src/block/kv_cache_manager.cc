@@ -93,6 +93,8 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.handle_ids.push_back(RequestId(-1));
     m.summaries.emplace_back();
     m.token_tails.resize(m.token_tails.size() + static_cast<size_t>(m.block_size));
+    m.completion_due.push_back(0);
+    m.append_counts.push_back(0);
   }
   st->handle = m.free_handles.back();
   m.free_handles.pop_back();
@@ -149,7 +151,6 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   const size_t n = tokens.size();
   std::vector<int32_t>& handles = m.scratch_indices;
   handles.resize(n);
-  m.append_counts.resize(m.summaries.size(), 0);
   auto fail = [&](size_t checked, absl::Status status) {
     for (size_t i = 0; i < checked; ++i) m.append_counts[handles[i]] = 0;
     return status;
@@ -179,7 +180,6 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   // block completed has that block completed first (its tail is about to be reused).
   std::vector<int32_t>& completed = m.scratch_completed;
   completed.clear();
-  m.completion_due.resize(m.summaries.size(), 0);
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = handles[i];
     m.append_counts[h] = 0;

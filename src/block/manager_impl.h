@@ -247,8 +247,9 @@ class KvCacheManager::Impl {
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_completed;               // reused by AppendDecodeTokens
-  // By handle, scratch of AppendDecodeTokens (all 0 between calls): a completed block not yet
-  // moved out of the tail, and the tokens the batch names the request for.
+  // By handle (grown with the other per-handle arrays), scratch of AppendDecodeTokens, all 0
+  // between calls: a completed block not yet moved out of the tail, and the tokens the batch
+  // names the request for.
   std::vector<uint8_t> completion_due;
   std::vector<int32_t> append_counts;
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep

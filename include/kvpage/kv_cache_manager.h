@@ -122,6 +122,12 @@ struct DecodeStep {
   int32_t handle = -1;  // the id's RequestHandle, or -1: skips the id lookup when it matches
 };
 
+// How far a running request can decode without the manager (QuietDecodeHorizon).
+struct DecodeHorizon {
+  int64_t tokens = 0;   // a quiet step ends at no more than this many tokens
+  int64_t release = 0;  // and starts before this many computed tokens
+};
+
 // One sampled token of a decode step (AppendDecodeTokens).
 struct DecodeToken {
   RequestId id;
@@ -223,6 +229,16 @@ class KvCacheManager {
   // Errors as AllocateSlots (NotFound for an unknown id before anything changes); requests
   // before a failing one keep their slots.
   absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps);
+  // The request's quiet decode steps: a step of one token after c computed tokens, c >= 0 and
+  // c + 1 at most the request's token count, with c + 1 <= horizon.tokens and
+  // c < horizon.release needs no new block, caches none and frees none, so AllocateSlots (no
+  // hit, lookahead or reserve) would return true and change nothing; a scheduler may skip the
+  // call. In steady decode that is every step but the one in block_size that fills or crosses
+  // a block. The horizon holds until the request is next allocated, rolled back, has skipped
+  // blocks removed, or is freed; appending tokens does not move it. {0, 0} (no quiet step)
+  // before the first allocation and for models with linear-attention state, whose every step
+  // moves a state slot. `handle` as in DecodeStep. NotFound for an unknown id.
+  absl::StatusOr<DecodeHorizon> QuietDecodeHorizon(RequestId id, int32_t handle = -1) const;
   // Blocks (all pools together) AllocateSlots would need to take from the pools for this
   // step. Same arguments; does not change anything.
   absl::StatusOr<int64_t> BlocksNeeded(RequestId id, const AllocationRequest& request) const;

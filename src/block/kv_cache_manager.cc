@@ -383,6 +383,21 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   return static_cast<int64_t>(n);
 }
 
+absl::StatusOr<DecodeHorizon> KvCacheManager::QuietDecodeHorizon(RequestId id,
+                                                                 int32_t handle) const {
+  const Impl& m = *impl_;
+  const int32_t h = m.HandleOf(id, handle);
+  if (h < 0) return UnknownRequest(id);
+  // SummaryNothingToDo(s, c, 1, c) for c + 1 <= num_tokens, solved for c: the step must end
+  // within the tables, before the next block due for the prefix cache and within
+  // max_model_len, and start before the next window release.
+  const Impl::DecodeSummary& s = m.summaries[h];
+  if (!s.plain) return DecodeHorizon{};
+  return DecodeHorizon{
+      .tokens = std::min({s.covered_tokens, s.cache_limit - 1, m.max_model_len}),
+      .release = s.next_release};
+}
+
 absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
                                                      const AllocationRequest& request) const {
   auto it = impl_->requests.find(id);

@@ -39,11 +39,12 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   // would preempt it (FCFS takes the last) for blocks it no longer needs. Release them all first.
   if (!has_sliding_groups) return;
   for (int32_t q : running) {
-    const SchedRequest& r = reqs[q];
+    SchedRequest& r = reqs[q];
     if (r.num_computed < r.sync_release()) continue;
     const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed);
     KVPAGE_DCHECK(released.ok());
     (void)released;
+    RefreshQuiet(r);
   }
 }
 
@@ -67,11 +68,22 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
 }
 
 void Scheduler::Impl::MarkScheduled(SchedRequest& r, int32_t n, int32_t drafts) {
-  r.step_computed = r.num_computed;
   r.num_scheduled = n;
   r.num_scheduled_drafts = drafts;
   r.num_computed += n;
   r.scheduled_step = step;
+}
+
+void Scheduler::Impl::UnmarkScheduled(SchedRequest& r) {
+  r.num_computed -= r.num_scheduled;
+  r.scheduled_step = 0;
+}
+
+void Scheduler::Impl::RefreshQuiet(SchedRequest& r) {
+  const absl::StatusOr<DecodeHorizon> h = kv->QuietDecodeHorizon(r.id, r.kv_handle);
+  KVPAGE_DCHECK(h.ok());
+  r.quiet_tokens = h.ok() ? h->tokens : 0;
+  r.quiet_release = h.ok() ? h->release : 0;
 }
 
 void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
@@ -93,8 +105,7 @@ void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
   if (r.scheduled_step == step) {
     // Scheduled earlier in this step: give its tokens back.
     budget += r.num_scheduled;
-    r.num_computed = r.step_computed;
-    r.scheduled_step = 0;
+    UnmarkScheduled(r);
     scheduled.erase(std::find(scheduled.begin(), scheduled.end(), victim));
   }
   // The cache forgets the request: keep its tokens (outputs included) to start over.
@@ -126,6 +137,7 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
     KVPAGE_DCHECK(ok.ok());  // the scheduler only asks for valid steps
     if (ok.ok() && *ok) {
       RecordScheduled(q, n, drafts, budget);
+      RefreshQuiet(r);
       return true;
     }
     const int32_t victim = PickVictim();
@@ -136,46 +148,55 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
 
 void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   KVPAGE_STEP_PHASE(StepPhase::kScheduleRunning);
-  // Plain decode steps (one token, no drafts) of consecutive running requests go to the KV
-  // cache in one AllocateDecodeStep call; anything else, or a decode step that does not fit,
-  // goes through AllocateOrPreempt.
+  // A run of plain decode steps (one token, no drafts) of consecutive running requests is
+  // scheduled in one pass: a quiet step (within the request's quiet decode horizon) needs
+  // nothing from the KV cache and is only counted; the others go to the cache together in one
+  // AllocateDecodeStep call. Anything else, or a decode step that does not fit, goes through
+  // AllocateOrPreempt.
   const bool batchable = config.num_speculative_tokens == 0;
   size_t i = 0;
   while (i < running.size() && budget > 0) {
     if (batchable) {
       decode_batch.clear();
       decode_batch_index.clear();
+      const size_t end = i + static_cast<size_t>(std::min<int64_t>(
+                                 budget, static_cast<int64_t>(running.size() - i)));
       size_t j = i;
-      while (j < running.size() && static_cast<int64_t>(decode_batch.size()) < budget) {
-        const SchedRequest& r = reqs[running[j]];
-        if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
-        decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
-        decode_batch_index.push_back(running[j]);
-        ++j;
+      for (; j < end; ++j) {
+        SchedRequest& r = reqs[running[j]];
+        if (!r.QuietDecode()) {
+          if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
+          decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
+          decode_batch_index.push_back(static_cast<int32_t>(j));
+        }
+        MarkScheduled(r, 1, 0);
       }
+      scheduled.insert(scheduled.end(), running.begin() + static_cast<ptrdiff_t>(i),
+                       running.begin() + static_cast<ptrdiff_t>(j));
+      budget -= static_cast<int64_t>(j - i);
       if (!decode_batch.empty()) {
         const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
         KVPAGE_DCHECK(served.ok());
-        const int64_t k = served.ok() ? *served : 0;
-        // RecordScheduled for each served request, with the budget and the list of
-        // scheduled requests updated once for the run.
-        for (int64_t t = 0; t < k; ++t) {
-          SchedRequest& r = reqs[decode_batch_index[t]];
-          r.visited_step = step;
-          MarkScheduled(r, 1, 0);
+        const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
+        for (size_t t = 0; t < k; ++t) RefreshQuiet(reqs[running[decode_batch_index[t]]]);
+        if (k < decode_batch.size()) {
+          // The request at position p did not fit. The run's steps from p on are undone (the
+          // quiet ones among them touched nothing in the cache, the others were not served)
+          // and the general path below preempts for it.
+          const size_t p = static_cast<size_t>(decode_batch_index[k]);
+          for (size_t x = p; x < j; ++x) UnmarkScheduled(reqs[running[x]]);
+          scheduled.resize(scheduled.size() - (j - p));
+          budget += static_cast<int64_t>(j - p);
+          j = p;
         }
-        scheduled.insert(scheduled.end(), decode_batch_index.begin(),
-                         decode_batch_index.begin() + k);
-        budget -= k;
-        i += static_cast<size_t>(k);
-        if (k == static_cast<int64_t>(decode_batch.size())) continue;
-        // Request i did not fit: the general path below preempts for it.
       }
+      i = j;
+      if (i == running.size() || budget <= 0) break;
     }
     const int32_t q = running[i];
     const int32_t n = TokensToSchedule(reqs[q], budget);
-    reqs[q].visited_step = step;
     if (n <= 0) {
+      reqs[q].visited_step = step;
       ++i;
       continue;
     }
@@ -189,7 +210,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
     } else {
       i = 0;
     }
-    while (i < running.size() && reqs[running[i]].visited_step == step) ++i;
+    while (i < running.size() && Visited(reqs[running[i]])) ++i;
   }
 }
 
@@ -268,6 +289,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     running.push_back(q);
     TakeRow(q);
     RecordScheduled(q, n, 0, budget);
+    RefreshQuiet(r);
   }
 }
 
@@ -320,8 +342,8 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     }
     const int32_t q = row_owner[row];
     SchedRequest& r = reqs[q];
-    const int64_t c = r.step_computed;
     const int32_t n = r.num_scheduled;
+    const int64_t c = r.num_computed - n;
     const bool fresh = r.fresh;
     ScheduledRequest& sr = o.requests[k];
     sr.id = r.id;

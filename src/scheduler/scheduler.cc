@@ -511,6 +511,16 @@ absl::Status Scheduler::CheckInvariants() const {
                                               " disagrees with the KV cache on being admitted"));
     }
     in_manager += r.in_manager ? 1 : 0;
+    if (is_running) {
+      // The cached horizon must be the cache's: a stale one could skip a step that needs it.
+      absl::StatusOr<DecodeHorizon> quiet = s.kv->QuietDecodeHorizon(r.id);
+      if (!quiet.ok() || quiet->tokens != r.quiet_tokens || quiet->release != r.quiet_release) {
+        return absl::InternalError(absl::StrCat(
+            "request ", r.id.value, " keeps the quiet decode horizon (", r.quiet_tokens, ", ",
+            r.quiet_release, ") where the KV cache has (", quiet.ok() ? quiet->tokens : -1, ", ",
+            quiet.ok() ? quiet->release : -1, ")"));
+      }
+    }
     if (r.in_manager && r.kv_handle != s.kv->RequestHandle(r.id)) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has a stale cache handle"));
     }

@@ -6,6 +6,7 @@
 #ifndef KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 #define KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -27,26 +28,31 @@ enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs, indexed by a dense
 // index that outlives nothing: it is reused once the request is gone.
 struct alignas(64) SchedRequest {
-  // ---- Read or written for every running request in every step: the first cache line.
+  // ---- Read or written for every running request in every step: the first cache line holds
+  // what the running pass reads and writes for a quiet decode step.
   RequestId id;
   // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
   // until Update rejects them).
   int64_t num_computed = 0;
   int64_t num_tokens = 0;       // prompt + output tokens
-  int64_t step_computed = 0;    // num_computed before the step
   uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  // The KV cache's QuietDecodeHorizon, read after each call that allocates for the request:
+  // a plain decode step with num_tokens <= quiet_tokens and num_computed < quiet_release
+  // needs no call at all.
+  int64_t quiet_tokens = 0;
+  int64_t quiet_release = 0;
   // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
   int64_t sync_tokens = 0;
+  int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
+  int32_t num_drafts = 0;       // drafts the server proposed for the next step
+  // ---- The second line: the output rows, Update's stop checks.
+  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
   int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see ComputeSyncBounds
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
-  int32_t num_scheduled = 0;
   int32_t num_scheduled_drafts = 0;
-  // ---- The second line: the running pass, Update's stop checks, slot mappings.
-  uint64_t visited_step = 0;    // the step whose running pass last considered it
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
-  int32_t num_drafts = 0;       // drafts the server proposed for the next step
   // The last block each of the first two attention groups' rows holds (index in the table and
   // id), so a decode token's slot needs no table read.
   int32_t tail_index[2] = {-1, -1};
@@ -75,7 +81,13 @@ struct alignas(64) SchedRequest {
   absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
 
   int64_t sync_release() const { return sync_tokens + sync_release_delta; }
+  // A plain decode step (one known token, no drafts) the KV cache need not hear of.
+  bool QuietDecode() const {
+    return num_tokens - num_computed == 1 && num_drafts == 0 && num_tokens <= quiet_tokens &&
+           num_computed < quiet_release;
+  }
 };
+static_assert(offsetof(SchedRequest, visited_step) == 64, "the running pass reads one line");
 
 // Orders the priority queue: lower priority value, then earlier arrival, then earlier add.
 struct PriorityLess {
@@ -122,6 +134,13 @@ class Scheduler::Impl {
   // the budget and the list of scheduled requests.
   void RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget);
   void MarkScheduled(internal::SchedRequest& r, int32_t n, int32_t drafts);  // the counts only
+  void UnmarkScheduled(internal::SchedRequest& r);  // undoes MarkScheduled
+  // Was request r considered by this step's running pass (scheduled or not)?
+  bool Visited(const internal::SchedRequest& r) const {
+    return r.scheduled_step == step || r.visited_step == step;
+  }
+  // Reads the KV cache's quiet decode horizon for r, after a call that allocated for it.
+  void RefreshQuiet(internal::SchedRequest& r);
   // Tokens request q would compute this step before the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.

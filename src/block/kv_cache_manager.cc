@@ -106,6 +106,11 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   return absl::OkStatus();
 }
 
+int32_t KvCacheManager::Impl::HandleOfId(RequestId id) const {
+  auto it = requests.find(id);
+  return it == requests.end() ? -1 : it->second->handle;
+}
+
 int32_t KvCacheManager::RequestHandle(RequestId id) const {
   auto it = impl_->requests.find(id);
   return it == impl_->requests.end() ? -1 : it->second->handle;
@@ -146,65 +151,110 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
 absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> tokens) {
   KVPAGE_STEP_PHASE(StepPhase::kAppendDecodeTokens);
   Impl& m = *impl_;
-  // Check everything first (all or nothing), from the flat per-handle summaries. A request
-  // may be named more than once: append_counts[h] counts its tokens so far in the batch.
+  // One pass checks each token and appends it to its request's tail (a flat per-handle
+  // array, so this pass reads no request state). Appends are undone if a later entry is bad:
+  // until a completed block moves out of its tail, an append is only a count. A request named
+  // again after its token completed a block would overwrite that tail; the rare batch that
+  // does so is undone and taken by the two-pass path.
   const size_t n = tokens.size();
   std::vector<int32_t>& handles = m.scratch_indices;
+  std::vector<int32_t>& completed = m.scratch_completed;
+  handles.resize(n);
+  completed.clear();
+  auto undo = [&](size_t appended) {
+    for (size_t i = 0; i < appended; ++i) --m.summaries[handles[i]].num_tokens;
+    for (int32_t h : completed) m.completion_due[h] = 0;
+    completed.clear();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeToken& t = tokens[i];
+    const int32_t h = m.HandleOf(t.id, t.handle);
+    if (h < 0 || t.token < 0 || m.summaries[h].num_tokens >= m.max_model_len ||
+        m.completion_due[h]) {
+      undo(i);
+      if (h < 0) return UnknownRequest(t.id);
+      if (t.token < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", t.token, " is negative"));
+      }
+      // Too long (counting the request's earlier tokens in the batch), or named again after
+      // completing a block: the two-pass path reports the first, or appends.
+      return m.AppendDecodeTokensInTwoPasses(tokens);
+    }
+    handles[i] = h;
+    if (m.AppendToTail(h, t.token)) {
+      completed.push_back(h);
+      m.completion_due[h] = 1;
+    }
+  }
+  m.CompleteBlocks(completed);
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
+    absl::Span<const DecodeToken> tokens) {
+  // Check everything first (all or nothing): append_counts[h] counts the tokens so far in the
+  // batch for the request with handle h.
+  const size_t n = tokens.size();
+  std::vector<int32_t>& handles = scratch_indices;
   handles.resize(n);
   auto fail = [&](size_t checked, absl::Status status) {
-    for (size_t i = 0; i < checked; ++i) m.append_counts[handles[i]] = 0;
+    for (size_t i = 0; i < checked; ++i) append_counts[handles[i]] = 0;
     return status;
   };
   for (size_t i = 0; i < n; ++i) {
-    const int32_t h = m.HandleOf(tokens[i].id, tokens[i].handle);
+    const int32_t h = HandleOf(tokens[i].id, tokens[i].handle);
     if (h < 0) return fail(i, UnknownRequest(tokens[i].id));
     if (tokens[i].token < 0) {
       return fail(i, absl::InvalidArgumentError(
                          absl::StrCat("token id ", tokens[i].token, " is negative")));
     }
     handles[i] = h;
-    const int64_t num_tokens = m.summaries[h].num_tokens + m.append_counts[h]++;
-    if (num_tokens >= m.max_model_len) {
+    const int64_t num_tokens = summaries[h].num_tokens + append_counts[h]++;
+    if (num_tokens >= max_model_len) {
       return fail(i + 1, absl::OutOfRangeError(absl::StrCat(
                              "request ", tokens[i].id.value, " would have ", num_tokens + 1,
-                             " tokens, more than max_model_len ", m.max_model_len)));
+                             " tokens, more than max_model_len ", max_model_len)));
     }
   }
-  // Then the appends. A token goes into its request's tail (a flat per-handle array); only a
-  // token that completes a block needs the request's state, to move the block into the token
-  // vector and hash it. Those completions (one token in block_size) are done after the pass,
-  // through a software pipeline of two prefetch stages: while block j is completed, the state
-  // lines of completion j + 2D are on their way, then (from them) the ends of its vectors, for
-  // j + D. Its distance counts completions, each of which waits on misses, so the prefetches
-  // have time to land; counted in tokens, they would not. A request named again after its
-  // block completed has that block completed first (its tail is about to be reused).
-  std::vector<int32_t>& completed = m.scratch_completed;
+  // Then the appends; a request named again after its block completed has that block
+  // completed first (its tail is about to be reused).
+  std::vector<int32_t>& completed = scratch_completed;
   completed.clear();
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = handles[i];
-    m.append_counts[h] = 0;
-    if (m.completion_due[h]) {
-      m.CompleteBlock(h);
-      m.completion_due[h] = 0;
+    append_counts[h] = 0;
+    if (completion_due[h]) {
+      CompleteBlock(h);
+      completion_due[h] = 0;
       std::erase(completed, h);
     }
-    if (m.AppendToTail(h, tokens[i].token)) {
+    if (AppendToTail(h, tokens[i].token)) {
       completed.push_back(h);
-      m.completion_due[h] = 1;
+      completion_due[h] = 1;
     }
   }
+  CompleteBlocks(completed);
+  return absl::OkStatus();
+}
+
+void KvCacheManager::Impl::CompleteBlocks(absl::Span<const int32_t> completed) {
+  // Only a token that completes a block needs the request's state, to move the block into
+  // the token vector and hash it: one token in block_size. Those completions go through a
+  // software pipeline of two prefetch stages: while block j is completed, the state lines of
+  // completion j + 2D are on their way, then (from them) the ends of its vectors, for j + D.
+  // Its distance counts completions, each of which waits on misses, so the prefetches have
+  // time to land; counted in tokens, they would not.
   KVPAGE_STEP_PHASE(StepPhase::kCompleteBlocks);
   constexpr size_t kD = 4;
   const size_t c = completed.size();
-  for (size_t j = 0; j < std::min(c, 2 * kD); ++j) m.PrefetchFlush(completed[j]);
-  for (size_t j = 0; j < std::min(c, kD); ++j) m.PrefetchFlushEnds(completed[j]);
+  for (size_t j = 0; j < std::min(c, 2 * kD); ++j) PrefetchFlush(completed[j]);
+  for (size_t j = 0; j < std::min(c, kD); ++j) PrefetchFlushEnds(completed[j]);
   for (size_t j = 0; j < c; ++j) {
-    if (j + 2 * kD < c) m.PrefetchFlush(completed[j + 2 * kD]);
-    if (j + kD < c) m.PrefetchFlushEnds(completed[j + kD]);
-    m.CompleteBlock(completed[j]);
-    m.completion_due[completed[j]] = 0;
+    if (j + 2 * kD < c) PrefetchFlush(completed[j + 2 * kD]);
+    if (j + kD < c) PrefetchFlushEnds(completed[j + kD]);
+    CompleteBlock(completed[j]);
+    completion_due[completed[j]] = 0;
   }
-  return absl::OkStatus();
 }
 
 absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
@@ -571,6 +621,14 @@ absl::Status KvCacheManager::CheckInvariants() const {
     }
     if (!(m.summaries[st->handle] == m.MakeSummary(*st))) {
       return absl::InternalError(absl::StrCat("request ", id.value, "'s decode summary is stale"));
+    }
+  }
+  // AppendDecodeTokens' per-handle scratch is clear between calls.
+  for (size_t h = 0; h < m.completion_due.size(); ++h) {
+    if (m.completion_due[h] != 0 || m.append_counts[h] != 0) {
+      return absl::InternalError(absl::StrCat("handle ", h, " keeps decode-append scratch: ",
+                                              int{m.completion_due[h]}, " completions due, ",
+                                              m.append_counts[h], " tokens counted"));
     }
   }
   for (const auto& [id, st] : m.requests) {

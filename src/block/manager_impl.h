@@ -59,6 +59,11 @@ class KvCacheManager::Impl {
     token_tails[static_cast<size_t>(h) * block_size + offset] = token;
     return offset == block_size - 1;
   }
+  // AppendDecodeTokens for a batch that names a request again after its token completed a
+  // block: every entry checked first, then the appends.
+  absl::Status AppendDecodeTokensInTwoPasses(absl::Span<const DecodeToken> tokens);
+  // CompleteBlock for each handle, through a prefetch pipeline; clears completion_due.
+  void CompleteBlocks(absl::Span<const int32_t> completed);
   // Moves the completed block into the token vector and hashes it.
   void CompleteBlock(int32_t h) {
     internal::RequestState& st = *by_handle[h];
@@ -255,12 +260,12 @@ class KvCacheManager::Impl {
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {
-    if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
+    if (static_cast<uint32_t>(handle) < handle_ids.size() && handle_ids[handle] == id) [[likely]] {
       return handle;
     }
-    auto it = requests.find(id);
-    return it == requests.end() ? -1 : it->second->handle;
+    return HandleOfId(id);
   }
+  int32_t HandleOfId(RequestId id) const;  // by the id alone: a map lookup
 };
 
 }  // namespace kvpage

@@ -332,6 +332,23 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     sb.read_slots.assign(rows, -1);
     sb.write_slots.assign(rows, -1);
   }
+  // A decode token whose block is its row's last takes its slot from the request's tail block,
+  // with no table read. That path keeps what it needs of up to two attention groups in
+  // locals: the loop's stores into the output arrays could alias the members they come from,
+  // which the compiler would then reload every row.
+  const size_t num_attention = attention.size();
+  const bool two_groups = num_attention == 2;
+  const bool decode_lanes = (num_attention == 1 || two_groups) && attention[0].block_shift >= 0 &&
+                            (!two_groups || attention[1].block_shift >= 0);
+  const int32_t shift0 = decode_lanes ? attention[0].block_shift : 0;
+  const int32_t shift1 = decode_lanes && two_groups ? attention[1].block_shift : 0;
+  int64_t* const slots0 = decode_lanes ? o.attention[0].slot_mapping.data() : nullptr;
+  int64_t* const slots1 = decode_lanes && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
+  int32_t* const offsets0 = decode_lanes ? o.attention[0].new_block_offsets.data() : nullptr;
+  int32_t* const offsets1 =
+      decode_lanes && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
+  int32_t new_ids0 = 0, new_ids1 = 0;  // new_block_ids' sizes (only SyncRow appends)
+  const int64_t spec = config.num_speculative_tokens;
   int32_t tokens = 0;
   size_t k = 0;  // index in o.requests
   for (size_t row = 0; row < rows; ++row) {
@@ -353,34 +370,44 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     sr.num_computed_tokens = c;
     sr.num_scheduled_tokens = n;
     sr.num_draft_tokens = r.num_scheduled_drafts;
-    sr.samples = c + n - r.num_scheduled_drafts >= r.num_tokens;
+    sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
     sr.handle = static_cast<uint32_t>(q);
     if (fresh) {
       r.fresh = false;
       r.resumed = false;
     }
     // The row is current unless the step grew a table or a window released blocks.
-    const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens,
-                                                max_model_len - c - n);
+    const int64_t lookahead = spec == 0 ? 0 : std::min<int64_t>(spec, max_model_len - c - n);
     if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
       SyncRow(r);
+      if (decode_lanes) {
+        new_ids0 = static_cast<int32_t>(o.attention[0].new_block_ids.size());
+        if (two_groups) new_ids1 = static_cast<int32_t>(o.attention[1].new_block_ids.size());
+      }
     }
-    for (size_t a = 0; a < attention.size(); ++a) {
-      const GroupInfo& g = attention[a];
-      AttentionBatch& batch = o.attention[a];
-      int64_t* slots = batch.slot_mapping.data() + tokens;
+    if (decode_lanes && n == 1 && (c >> shift0) == r.tail_index[0] &&
+        (!two_groups || (c >> shift1) == r.tail_index[1])) {
       // A token's slot is its cache block times the cache block size plus its offset, whatever
       // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
-      const int64_t bs = g.block_size;
-      if (n == 1 && a < 2 && g.block_shift >= 0 && (c >> g.block_shift) == r.tail_index[a]) {
-        slots[0] = (int64_t{r.tail_block[a]} << g.block_shift) + (c & (bs - 1));  // decode: no table read
-      } else {
+      slots0[tokens] = (int64_t{r.tail_block[0]} << shift0) + (c & ((int64_t{1} << shift0) - 1));
+      offsets0[k + 1] = new_ids0;
+      if (two_groups) {
+        slots1[tokens] =
+            (int64_t{r.tail_block[1]} << shift1) + (c & ((int64_t{1} << shift1) - 1));
+        offsets1[k + 1] = new_ids1;
+      }
+    } else {
+      for (size_t a = 0; a < num_attention; ++a) {
+        const GroupInfo& g = attention[a];
+        AttentionBatch& batch = o.attention[a];
+        int64_t* slots = batch.slot_mapping.data() + tokens;
+        const int64_t bs = g.block_size;
         const int32_t* table = g.table.data() + row * g.stride;
         for (int64_t pos = c; pos < c + n; ++pos) {
           slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
         }
+        batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
       }
-      batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
     }
     for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
       absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);

@@ -375,18 +375,23 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
         "), once; got step ", output.step));
   }
   const size_t n = output.requests.size();
-  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.sampled_offsets, result.sampled_token_ids.size(), n,
-                                  "sampled"));
-  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
-  // With no sampled token at all the offsets may be empty; read counts through this.
+  // One pass checks the sampled offsets and every request's count against what it was
+  // scheduled for; with no sampled token at all the offsets may be empty.
   const bool has_offsets = !result.sampled_offsets.empty();
   const int32_t* offsets = result.sampled_offsets.data();
+  const size_t num_sampled = result.sampled_token_ids.size();
+  if (has_offsets ? result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
+                        static_cast<size_t>(offsets[n]) != num_sampled
+                  : num_sampled != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampled offsets must have ", n + 1,
+                                                   " entries from 0 to ", num_sampled, ", got ",
+                                                   result.sampled_offsets.size(), " entries"));
+  }
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
     const int32_t k = has_offsets ? offsets[i + 1] - offsets[i] : 0;
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
+    if (k < 0) return absl::InvalidArgumentError(absl::StrCat("sampled offsets decrease at ", i));
     if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
@@ -394,6 +399,9 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
     return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
                                                    sr.num_draft_tokens + 1, " tokens, got ", k));
   }
+  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
 
   UpdateResult update;
   // Tokens for the batched append, written by index (sized for every request up front).

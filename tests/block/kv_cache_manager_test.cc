@@ -772,6 +772,38 @@ TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
+// A bad entry after good ones undoes the whole batch, including a token that completed a
+// block (until the block moves out of the tail, an append is only a count).
+TEST(KvCacheManagerTest, BadDecodeTokenUndoesTheBatch) {
+  auto m = FullManager(16);
+  ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(15, 0)), 0);
+  ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(3, 100)), 0);
+  const int32_t h1 = m->RequestHandle(RequestId(1));
+  const int32_t h2 = m->RequestHandle(RequestId(2));
+  std::vector<DecodeToken> batch = {{RequestId(1), h1, 15}, {RequestId(2), h2, 103},
+                                    {RequestId(9), -1, 1}};
+  EXPECT_TRUE(absl::IsNotFound(m->AppendDecodeTokens(batch)));
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(15, 0));
+  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(3, 100));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  batch[2] = {RequestId(2), h2, -5};
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AppendDecodeTokens(batch)));
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(15, 0));
+  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(3, 100));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  batch.pop_back();
+  ASSERT_TRUE(m->AppendDecodeTokens(batch).ok());
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(16, 0));
+  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(4, 100));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  // The completed block was hashed from tokens 0..15 once: cached by the next step, it serves
+  // a 17-token prompt.
+  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 15, .num_new_tokens = 1}));
+  ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(17, 0)}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 16);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
 // A batch that names a request twice at a block boundary takes one block, as two
 // AllocateSlots calls would (the second finds the block there), also on the crossing fast path.
 TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {

@@ -11,6 +11,7 @@
 // headers (or outside valgrind) the program just runs the steps.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "decode_server.h"
@@ -55,6 +56,14 @@ int main(int argc, char** argv) {
   CALLGRIND_STOP_INSTRUMENTATION;
   std::printf("%s: %d steady decode steps of %d requests (prefix caching %s)\n", model, steps,
               requests, caching ? "on" : "off");
+  // How much of the process sits in transparent huge pages (kvpage asks for them for its
+  // large arrays, include/kvpage/huge_page_allocator.h); Linux only.
+  std::ifstream smaps("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.rfind("Rss:", 0) == 0 || line.rfind("AnonHugePages:", 0) == 0) {
+      std::printf("memory %s\n", line.c_str());
+    }
+  }
   if (kvpage::StepPhasesEnabled()) {
     // Built with KVPAGE_STEP_PHASES: wall time per step of each phase.
     const kvpage::StepPhaseTotals totals = kvpage::ReadStepPhases();

@@ -2,6 +2,7 @@
 // block tables by copying only what changed.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
@@ -38,7 +39,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
   row_owner.push_back(q);
   std::fill(r.synced_blocks.begin(), r.synced_blocks.end(), 0);
   std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
-  r.tail_index[0] = r.tail_index[1] = -1;
+  r.decode_from = std::numeric_limits<int64_t>::max();
   r.sync_tokens = 0;
   r.sync_release_delta = 0;
 }
@@ -69,6 +70,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
 }
 
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
+  int64_t tail_from = 0;
   for (size_t a = 0; a < attention.size(); ++a) {
     GroupInfo& g = attention[a];
     absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id, r.kv_handle);
@@ -95,10 +97,14 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
     }
     r.synced_blocks[a] = std::max(r.synced_blocks[a], size);
     if (a < 2) {
-      r.tail_index[a] = size - 1;
-      r.tail_block[a] = size > 0 ? table[size - 1].value : 0;
+      // Block b covers positions [b·bs, (b + 1)·bs) at slots from id·bs.
+      const int64_t last = size - 1;
+      const int64_t id = size > 0 ? table[size - 1].value : 0;
+      tail_from = std::max(tail_from, size > 0 ? last * g.block_size : max_model_len);
+      r.slot_delta[a] = (id - last) * g.block_size;
     }
   }
+  r.decode_from = tail_from;
   ComputeSyncBounds(r);
 }
 

@@ -332,97 +332,121 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     sb.read_slots.assign(rows, -1);
     sb.write_slots.assign(rows, -1);
   }
-  // A decode token whose block is its row's last takes its slot from the request's tail block,
-  // with no table read. That path keeps what it needs of up to two attention groups in
-  // locals: the loop's stores into the output arrays could alias the members they come from,
-  // which the compiler would then reload every row.
+  // The loop writes a plain decode row (one token, no drafts, its table row current, its
+  // block the row's last, no state group) inline, from locals alone: what it needs of up to
+  // two attention groups and the output arrays' addresses (the loop's stores could alias the
+  // members they come from, which the compiler would then reload every row). Any other row
+  // goes to WriteRow.
   const size_t num_attention = attention.size();
   const bool two_groups = num_attention == 2;
-  const bool decode_lanes = (num_attention == 1 || two_groups) && attention[0].block_shift >= 0 &&
-                            (!two_groups || attention[1].block_shift >= 0);
-  const int32_t shift0 = decode_lanes ? attention[0].block_shift : 0;
-  const int32_t shift1 = decode_lanes && two_groups ? attention[1].block_shift : 0;
-  int64_t* const slots0 = decode_lanes ? o.attention[0].slot_mapping.data() : nullptr;
-  int64_t* const slots1 = decode_lanes && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
-  int32_t* const offsets0 = decode_lanes ? o.attention[0].new_block_offsets.data() : nullptr;
-  int32_t* const offsets1 =
-      decode_lanes && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
-  int32_t new_ids0 = 0, new_ids1 = 0;  // new_block_ids' sizes (only SyncRow appends)
-  const int64_t spec = config.num_speculative_tokens;
+  const bool fast_rows = (num_attention == 1 || two_groups) && state_groups.empty() &&
+                         config.num_speculative_tokens == 0;
+  RowLanes lanes;
+  if (fast_rows) {
+    for (size_t a = 0; a < num_attention; ++a) {
+      lanes.slots[a] = o.attention[a].slot_mapping.data();
+      lanes.offsets[a] = o.attention[a].new_block_offsets.data();
+    }
+  }
+  int64_t* const slots0 = lanes.slots[0];
+  int64_t* const slots1 = lanes.slots[1];
+  int32_t* const offsets0 = lanes.offsets[0];
+  int32_t* const offsets1 = lanes.offsets[1];
+  int32_t* const query_start = o.query_start_loc.data();
+  int32_t* const seq_lens = o.seq_lens.data();
+  ScheduledRequest* const srs = o.requests.data();
+  const int32_t* const owners = row_owner.data();
+  SchedRequest* const rq = reqs.data();
   int32_t tokens = 0;
   size_t k = 0;  // index in o.requests
   for (size_t row = 0; row < rows; ++row) {
-    o.query_start_loc[row] = tokens;
+    query_start[row] = tokens;
     if (!every_row && !row_scheduled[row]) {
-      o.seq_lens[row] = 0;
+      seq_lens[row] = 0;
       continue;
     }
-    const int32_t q = row_owner[row];
-    SchedRequest& r = reqs[q];
-    const int32_t n = r.num_scheduled;
-    const int64_t c = r.num_computed - n;
-    const bool fresh = r.fresh;
-    ScheduledRequest& sr = o.requests[k];
-    sr.id = r.id;
-    sr.row = static_cast<int32_t>(row);
-    sr.is_new = fresh;
-    sr.resumed = fresh && r.resumed;
-    sr.num_computed_tokens = c;
-    sr.num_scheduled_tokens = n;
-    sr.num_draft_tokens = r.num_scheduled_drafts;
-    sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
-    sr.handle = static_cast<uint32_t>(q);
-    if (fresh) {
-      r.fresh = false;
-      r.resumed = false;
-    }
-    // The row is current unless the step grew a table or a window released blocks.
-    const int64_t lookahead = spec == 0 ? 0 : std::min<int64_t>(spec, max_model_len - c - n);
-    if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
-      SyncRow(r);
-      if (decode_lanes) {
-        new_ids0 = static_cast<int32_t>(o.attention[0].new_block_ids.size());
-        if (two_groups) new_ids1 = static_cast<int32_t>(o.attention[1].new_block_ids.size());
-      }
-    }
-    if (decode_lanes && n == 1 && (c >> shift0) == r.tail_index[0] &&
-        (!two_groups || (c >> shift1) == r.tail_index[1])) {
+    const int32_t q = owners[row];
+    SchedRequest& r = rq[q];
+    const int64_t c = r.num_computed - 1;
+    if (fast_rows && r.num_scheduled == 1 && !r.fresh && r.num_scheduled_drafts == 0 &&
+        c >= r.decode_from && c + 1 <= r.sync_tokens && c < r.sync_release()) {
+      ScheduledRequest& sr = srs[k];
+      sr.id = r.id;
+      sr.row = static_cast<int32_t>(row);
+      sr.is_new = false;
+      sr.resumed = false;
+      sr.num_computed_tokens = c;
+      sr.num_scheduled_tokens = 1;
+      sr.num_draft_tokens = 0;
+      sr.samples = r.num_computed >= r.num_tokens;
+      sr.handle = static_cast<uint32_t>(q);
       // A token's slot is its cache block times the cache block size plus its offset, whatever
       // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
-      slots0[tokens] = (int64_t{r.tail_block[0]} << shift0) + (c & ((int64_t{1} << shift0) - 1));
-      offsets0[k + 1] = new_ids0;
+      slots0[tokens] = c + r.slot_delta[0];
+      offsets0[k + 1] = lanes.new_ids[0];
       if (two_groups) {
-        slots1[tokens] =
-            (int64_t{r.tail_block[1]} << shift1) + (c & ((int64_t{1} << shift1) - 1));
-        offsets1[k + 1] = new_ids1;
+        slots1[tokens] = c + r.slot_delta[1];
+        offsets1[k + 1] = lanes.new_ids[1];
       }
+      seq_lens[row] = static_cast<int32_t>(c + 1);
+      ++tokens;
     } else {
-      for (size_t a = 0; a < num_attention; ++a) {
-        const GroupInfo& g = attention[a];
-        AttentionBatch& batch = o.attention[a];
-        int64_t* slots = batch.slot_mapping.data() + tokens;
-        const int64_t bs = g.block_size;
-        const int32_t* table = g.table.data() + row * g.stride;
-        for (int64_t pos = c; pos < c + n; ++pos) {
-          slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
-        }
-        batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
-      }
+      tokens += WriteRow(q, row, k, tokens, lanes);
     }
-    for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
-      absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);
-      KVPAGE_DCHECK(slots.ok());
-      if (!slots.ok()) continue;
-      o.states[sgi].read_slots[row] = slots->read_slot;
-      o.states[sgi].write_slots[row] = slots->write_slot;
-    }
-    tokens += n;
-    o.seq_lens[row] = static_cast<int32_t>(c + n);
     ++k;
   }
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
+}
+
+int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens,
+                                  RowLanes& lanes) {
+  SchedulerOutput& o = out;
+  SchedRequest& r = reqs[q];
+  const int32_t n = r.num_scheduled;
+  const int64_t c = r.num_computed - n;
+  const bool fresh = r.fresh;
+  ScheduledRequest& sr = o.requests[k];
+  sr.id = r.id;
+  sr.row = static_cast<int32_t>(row);
+  sr.is_new = fresh;
+  sr.resumed = fresh && r.resumed;
+  sr.num_computed_tokens = c;
+  sr.num_scheduled_tokens = n;
+  sr.num_draft_tokens = r.num_scheduled_drafts;
+  sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
+  sr.handle = static_cast<uint32_t>(q);
+  r.fresh = false;
+  r.resumed = false;
+  // The row is current unless the step grew a table or a window released blocks.
+  const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens, max_model_len - c - n);
+  if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
+    SyncRow(r);
+    for (size_t a = 0; a < attention.size() && a < 2; ++a) {
+      lanes.new_ids[a] = static_cast<int32_t>(o.attention[a].new_block_ids.size());
+    }
+  }
+  for (size_t a = 0; a < attention.size(); ++a) {
+    const GroupInfo& g = attention[a];
+    AttentionBatch& batch = o.attention[a];
+    int64_t* slots = batch.slot_mapping.data() + tokens;
+    const int64_t bs = g.block_size;
+    const int32_t* table = g.table.data() + row * g.stride;
+    for (int64_t pos = c; pos < c + n; ++pos) {
+      slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
+    }
+    batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
+  }
+  for (size_t sgi = 0; sgi < state_groups.size(); ++sgi) {
+    absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.id, state_groups[sgi]);
+    KVPAGE_DCHECK(slots.ok());
+    if (!slots.ok()) continue;
+    o.states[sgi].read_slots[row] = slots->read_slot;
+    o.states[sgi].write_slots[row] = slots->write_slot;
+  }
+  o.seq_lens[row] = static_cast<int32_t>(c + n);
+  return n;
 }
 
 }  // namespace kvpage

@@ -2,7 +2,6 @@
 #include "kvpage/scheduler.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 #include <utility>
 
@@ -101,9 +100,6 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
                                                      info.block_size, " of group ", g));
     }
     info.ratio = info.block_size / kbs;
-    if (std::has_single_bit(static_cast<uint32_t>(info.block_size))) {
-      info.block_shift = std::countr_zero(static_cast<uint32_t>(info.block_size));
-    }
     impl->cache_block_size = info.block_size;
     impl->attention.push_back(std::move(info));
   }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,10 +54,11 @@ struct alignas(64) SchedRequest {
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
-  // The last block each of the first two attention groups' rows holds (index in the table and
-  // id), so a decode token's slot needs no table read.
-  int32_t tail_index[2] = {-1, -1};
-  int32_t tail_block[2] = {0, 0};
+  // A token at position p in [decode_from, sync_tokens) is in the last block of the first two
+  // attention groups' rows, its slot there p + slot_delta[a]: no table read (SyncRow sets
+  // them).
+  int64_t decode_from = std::numeric_limits<int64_t>::max();
+  int64_t slot_delta[2] = {0, 0};
   RequestStatus status = RequestStatus::kFree;
   bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
                                 // head of the queue after a failed admission)
@@ -145,6 +147,16 @@ class Scheduler::Impl {
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
+  // What BuildOutput's inline decode rows keep of the first two attention groups.
+  struct RowLanes {
+    int64_t* slots[2] = {nullptr, nullptr};
+    int32_t* offsets[2] = {nullptr, nullptr};
+    int32_t new_ids[2] = {0, 0};         // new_block_ids' sizes (only SyncRow appends)
+  };
+  // Writes row `row` of the output for request q, the k-th scheduled, whose tokens start at
+  // `tokens` in the slot mappings: any row (syncing it first when the step changed its
+  // tables). Returns its token count.
+  int32_t WriteRow(int32_t q, size_t row, size_t k, int32_t tokens, RowLanes& lanes);
 
   // ---- Batch tables (batch_tables.cc) ----
   void InitTables();
@@ -168,7 +180,6 @@ class Scheduler::Impl {
     GroupId id;
     LayerKind kind = LayerKind::kFullAttention;
     int32_t block_size = 0;
-    int32_t block_shift = -1;  // log2(block_size) when a power of two: no divide per token
     int32_t window = 0;
     int32_t ratio = 1;       // manager block -> kernel blocks
     int32_t stride = 0;      // kernel blocks per row

@@ -613,6 +613,21 @@ TEST(SchedulerEndToEnd, SlidingWindowModel) {
   EXPECT_GT(stats.hit_tokens, 0);
 }
 
+// Blocks of 24 tokens (not a power of two) in three kernel blocks of 8: the decode rows'
+// slots, computed from the row's last block, must match the tables (FakeModel checks every
+// slot against its row).
+TEST(SchedulerEndToEnd, BlockSizeNotAPowerOfTwo) {
+  SchedulerConfig c = TinyConfig(0, 128);
+  c.kv.block_size = 24;
+  c.kv.kv_budget_bytes = 120 * 768 * 3;
+  c.kv.chunk_bytes = 8 * 768;
+  c.max_num_seqs = 8;
+  c.kernel_block_size = 8;
+  RunStats stats;
+  RunToCompletion(TinyModel(testing::kTinyHybridSwa), c, 6, &stats);
+  EXPECT_GT(stats.hit_tokens, 0);
+}
+
 TEST(SchedulerEndToEnd, HybridRecurrentModel) {
   SchedulerConfig c = TinyConfig(0, 128);
   c.kv.kv_budget_bytes = 1 << 20;

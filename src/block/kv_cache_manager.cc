@@ -79,10 +79,13 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     }
   }
   auto st = std::make_unique<RequestState>(spec.id, m.hasher.get(), m.block_size,
-                                           std::move(spec.extras));
-  st->tokens = std::move(spec.prompt_tokens);
-  // Room for generated tokens, so the first decode steps do not copy the prompt.
-  st->tokens.reserve(st->tokens.size() + std::max<size_t>(256, st->tokens.size() / 4));
+                                           std::move(spec.extras), &m.arena);
+  // Room for generated tokens (as much as the caller reserved, at least a quarter of the
+  // prompt), so the first decode steps do not copy the prompt.
+  const std::vector<int32_t>& prompt = spec.prompt_tokens;
+  st->tokens.reserve(std::max(prompt.capacity(),
+                              prompt.size() + std::max<size_t>(256, prompt.size() / 4)));
+  st->tokens.assign(prompt.begin(), prompt.end());
   st->prompt_len = static_cast<int64_t>(st->tokens.size());
   st->skip_prefix_cache_read = spec.skip_prefix_cache_read;
   st->groups.resize(m.groups.size());

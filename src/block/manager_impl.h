@@ -223,6 +223,8 @@ class KvCacheManager::Impl {
   std::unique_ptr<MemoryBudget> budget;
   std::vector<std::unique_ptr<BlockPool>> pools;
   std::unique_ptr<BlockHasher> hasher;
+  // Per-request memory (token vectors); declared before `requests`, so it outlives them.
+  internal::HugePageArena arena;
   absl::flat_hash_map<RequestId, std::unique_ptr<internal::RequestState>> requests;
   // Request handles: by_handle[h] is the live request with handle h (null when free), and
   // handle_ids[h] its id, so checking a handle against an id touches no request state.

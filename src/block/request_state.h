@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "block/huge_page_arena.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/types.h"
@@ -50,8 +51,9 @@ struct GroupState {
 // Aligned to a cache line, so the first line holds what every decode step reads.
 struct alignas(64) RequestState {
   RequestState(RequestId request_id, const BlockHasher* hasher, int32_t block_size,
-               BlockHashExtras extras)
-      : id(request_id), hashes(hasher, block_size, std::move(extras)) {}
+               BlockHashExtras extras, HugePageArena* arena)
+      : id(request_id), tokens(ArenaAllocator<int32_t>(arena)),
+        hashes(hasher, block_size, std::move(extras)) {}
 
   // Read by every decode step: kept together at the front, in one cache line.
   RequestId id;
@@ -70,8 +72,9 @@ struct alignas(64) RequestState {
   // The request's tokens (prompt, then outputs) up to the last full block at least: decode
   // tokens of the block being filled may still sit in the manager's per-handle tail
   // (KvCacheManager::Impl::token_tails) and move here when the block completes. The count of
-  // all tokens is the manager's summaries[handle].num_tokens.
-  std::vector<int32_t> tokens;
+  // all tokens is the manager's summaries[handle].num_tokens. In the manager's arena (huge
+  // pages): a decode step appends to a few dozen of these vectors, each far from the others.
+  std::vector<int32_t, ArenaAllocator<int32_t>> tokens;
 
   int64_t prompt_len = 0;
   RequestBlockHashes hashes;

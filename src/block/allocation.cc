@@ -464,6 +464,27 @@ bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed
   return true;
 }
 
+bool KvCacheManager::Impl::CacheNextBlock(RequestState& st, int64_t computed) {
+  // The summary said so before the step began; a batch naming the request twice may have
+  // changed it since.
+  if (!SummaryPureCache(summaries[st.handle], computed, 1)) return false;
+  const int64_t i = st.cached_blocks;
+  for (const GroupLayout& g : groups) {
+    if (st.groups[g.id.value].num_cached_blocks != i) return false;
+  }
+  const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+  KVPAGE_DCHECK(i < static_cast<int64_t>(hashes.size()));
+  const BlockHash parent = i > 0 ? hashes[i - 1] : hasher->root();
+  for (const GroupLayout& g : groups) {
+    GroupState& gs = st.groups[g.id.value];
+    if (gs.blocks[i] != kNullBlock) pools[g.pool]->CacheBlock(gs.blocks[i], hashes[i], g.id, parent);
+    gs.num_cached_blocks = i + 1;
+  }
+  st.cached_blocks = i + 1;
+  summaries[st.handle].cache_limit += block_size;
+  return true;
+}
+
 bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const AllocationRequest& req) {
   // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
   // computed tokens the request holds blocks for.

@@ -375,10 +375,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   const size_t n = steps.size();
   std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
   std::vector<RequestState*>& states = m.scratch_states;
-  std::vector<uint8_t>& crossing = m.scratch_flags;  // SummaryPureCross
+  std::vector<uint8_t>& kinds = m.scratch_flags;  // Impl::DecodeStepKind
   work.clear();
   states.clear();
-  crossing.clear();
+  kinds.clear();
   for (size_t i = 0; i < n; ++i) {
     const DecodeStep& step = steps[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
@@ -388,7 +388,9 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) continue;
     work.push_back(static_cast<int32_t>(i));
     states.push_back(m.by_handle[h]);
-    crossing.push_back(m.SummaryPureCross(s, step.num_computed_tokens, step.num_new_tokens));
+    kinds.push_back(m.SummaryPureCross(s, c, step.num_new_tokens)   ? Impl::kPureCross
+                    : m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache
+                                                                    : Impl::kGeneralStep);
   }
   // Then the rest through a software pipeline of four prefetch stages, each reading only
   // what the stage before loaded kD requests earlier: (1) the state; (2) its group records;
@@ -398,7 +400,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // fetched, so the misses of consecutive requests overlap.
   constexpr size_t kD = 4;
   const size_t w = work.size();
-  auto state = [&](size_t j) { Impl::PrefetchState(states[j], crossing[j]); };
+  auto state = [&](size_t j) { Impl::PrefetchState(states[j], kinds[j] == Impl::kPureCross); };
   auto group_records = [&](size_t j) {
     const RequestState& st = *states[j];
     const char* g = reinterpret_cast<const char*>(st.groups.data());
@@ -412,7 +414,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   auto pools = [&](size_t j) {
     const RequestState& st = *states[j];
     const int64_t c = steps[work[j]].num_computed_tokens;
-    if (!crossing[j] || c >= st.next_release) m.PrefetchStepPools(st, c);
+    if (kinds[j] != Impl::kPureCross || c >= st.next_release) m.PrefetchStepPools(st, c);
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
   for (size_t j = 0; j < std::min(w, 4 * kD); ++j) state(j);
@@ -424,7 +426,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (j + 3 * kD < w) group_records(j + 3 * kD);
     if (j + 2 * kD < w) tables(j + 2 * kD);
     if (j + kD < w) pools(j + kD);
-    if (crossing[j] && m.TakeCrossingBlocks(*states[j], steps[work[j]].num_computed_tokens)) {
+    if (kinds[j] == Impl::kPureCross &&
+        m.TakeCrossingBlocks(*states[j], steps[work[j]].num_computed_tokens)) {
+      continue;
+    }
+    if (kinds[j] == Impl::kPureCache &&
+        m.CacheNextBlock(*states[j], steps[work[j]].num_computed_tokens)) {
       continue;
     }
     const DecodeStep& step = steps[work[j]];

@@ -188,6 +188,17 @@ class KvCacheManager::Impl {
   }
   // False (no change) when a pool has no block at hand (HasBlocksAtHand).
   bool TakeCrossingBlocks(internal::RequestState& st, int64_t computed);
+  // The other common decode step, decided from the summary alone: one token that fills the
+  // next block to cache (no new block, no window release), in kvpage mode. CacheNextBlock
+  // then offers that block of every group to the prefix cache, as CacheFullBlocks would.
+  bool SummaryPureCache(const DecodeSummary& s, int64_t c, int64_t n) const {
+    return one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
+           c + 1 <= s.num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
+           c + 1 <= max_model_len;
+  }
+  // False (no change) when that no longer holds for a step after `computed` tokens, or the
+  // groups disagree on how many blocks they have cached.
+  bool CacheNextBlock(internal::RequestState& st, int64_t computed);
   // Can pool p hand out n blocks by itself, with what the slow path would do anyway? With
   // several pools: from its free blocks (clean, or cached and evictable), so no chunk has to
   // move between pools. With one pool: also by mapping chunks from the budget's free bytes
@@ -260,6 +271,7 @@ class KvCacheManager::Impl {
   std::vector<uint8_t> completion_due;
   std::vector<int32_t> append_counts;
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
+  enum DecodeStepKind : uint8_t { kGeneralStep, kPureCross, kPureCache };
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {
     if (static_cast<uint32_t>(handle) < handle_ids.size() && handle_ids[handle] == id) [[likely]] {

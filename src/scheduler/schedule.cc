@@ -359,6 +359,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   SchedRequest* const rq = reqs.data();
   int32_t tokens = 0;
   size_t k = 0;  // index in o.requests
+  bool one_each = true;  // every request samples one token (Update's fast path)
   for (size_t row = 0; row < rows; ++row) {
     query_start[row] = tokens;
     if (!every_row && !row_scheduled[row]) {
@@ -389,12 +390,16 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
         offsets1[k + 1] = lanes.new_ids[1];
       }
       seq_lens[row] = static_cast<int32_t>(c + 1);
+      one_each &= sr.samples;
       ++tokens;
     } else {
       tokens += WriteRow(q, row, k, tokens, lanes);
+      one_each &= srs[k].samples && srs[k].num_draft_tokens == 0;
     }
     ++k;
   }
+  // With speculative decoding, Update also takes the drafts for the next step.
+  one_sample_each = one_each && config.num_speculative_tokens == 0;
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;

@@ -361,29 +361,12 @@ int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
-                                               const ModelOutput& result) {
-  KVPAGE_STEP_PHASE(StepPhase::kUpdate);
-  Impl& s = *impl_;
-  if (&output != &s.out || output.step != s.step || s.applied) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Update expects the output of the latest Schedule() (step ", s.step,
-        "), once; got step ", output.step));
-  }
-  const size_t n = output.requests.size();
-  // One pass checks the sampled offsets and every request's count against what it was
-  // scheduled for; with no sampled token at all the offsets may be empty.
+absl::Status Scheduler::Impl::CheckSampleCounts(const SchedulerOutput& output,
+                                                const ModelOutput& result) const {
+  // The offsets' ends were checked: a decrease shows as a negative count.
   const bool has_offsets = !result.sampled_offsets.empty();
   const int32_t* offsets = result.sampled_offsets.data();
-  const size_t num_sampled = result.sampled_token_ids.size();
-  if (has_offsets ? result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
-                        static_cast<size_t>(offsets[n]) != num_sampled
-                  : num_sampled != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sampled offsets must have ", n + 1,
-                                                   " entries from 0 to ", num_sampled, ", got ",
-                                                   result.sampled_offsets.size(), " entries"));
-  }
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < output.requests.size(); ++i) {
     const ScheduledRequest& sr = output.requests[i];
     const int32_t k = has_offsets ? offsets[i + 1] - offsets[i] : 0;
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
@@ -395,21 +378,58 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
     return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
                                                    sr.num_draft_tokens + 1, " tokens, got ", k));
   }
-  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
+  return absl::OkStatus();
+}
 
-  UpdateResult update;
-  // Tokens for the batched append, written by index (sized for every request up front).
-  s.append_tokens.resize(n);
+void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {
+  SchedRequest& r = reqs[q];
+  update.finished.push_back({r.id, reason, r.num_output});
+  pending_finished.push_back(r.id);
+  LeaveRunning(q);
+  Release(q);
+  ++stats.finished;
+}
+
+size_t Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
+                                           UpdateResult& update) {
+  const size_t n = output.requests.size();
+  const ScheduledRequest* srs = output.requests.data();
+  SchedRequest* rq = reqs.data();
+  DecodeToken* appends = append_tokens.data();
   size_t num_append = 0;
-  const bool drafts = s.config.num_speculative_tokens > 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledRequest& sr = srs[i];
+    SchedRequest& r = rq[sr.handle];
+    // Aborted (or its index reused) since the step was scheduled: its results are dropped.
+    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != step) continue;
+    const int32_t t = sampled[i];
+    ++r.num_output;
+    ++r.num_tokens;
+    if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
+                                 r.stop_token_ids.end()) [[unlikely]] {
+      Finish(static_cast<int32_t>(sr.handle), FinishReason::kStop, update);
+    } else if (r.num_output >= r.max_new_tokens || r.num_tokens >= max_model_len) [[unlikely]] {
+      Finish(static_cast<int32_t>(sr.handle),
+             r.num_output >= r.max_new_tokens ? FinishReason::kLength : FinishReason::kMaxModelLen,
+             update);
+    } else {
+      appends[num_append++] = {r.id, r.kv_handle, t};  // appended together by the caller
+    }
+  }
+  return num_append;
+}
+
+size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
+                                     UpdateResult& update) {
+  const size_t n = output.requests.size();
+  const int32_t* offsets = result.sampled_offsets.data();
+  size_t num_append = 0;
+  const bool drafts = config.num_speculative_tokens > 0;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    if (i + 8 < n) __builtin_prefetch(&s.reqs[output.requests[i + 8].handle]);
-    SchedRequest& r = s.reqs[sr.handle];
+    SchedRequest& r = reqs[sr.handle];
     // Aborted (or its index reused) since the step was scheduled: its results are dropped.
-    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != s.step) continue;
+    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != step) continue;
     if (!sr.samples) continue;
     const int32_t k = offsets[i + 1] - offsets[i];
     const int32_t* sampled = result.sampled_token_ids.data() + offsets[i];
@@ -433,35 +453,74 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
       } else if (r.num_output >= r.max_new_tokens) {
         finished = true;
         reason = FinishReason::kLength;
-      } else if (r.num_tokens + keep >= s.max_model_len) {
+      } else if (r.num_tokens + keep >= max_model_len) {
         finished = true;
         reason = FinishReason::kMaxModelLen;
       }
     }
     r.num_tokens += keep;
     if (finished) {
-      update.finished.push_back({r.id, reason, r.num_output});
-      s.pending_finished.push_back(r.id);
-      s.LeaveRunning(sr.handle);
-      s.Release(sr.handle);
-      ++s.stats.finished;
+      Finish(static_cast<int32_t>(sr.handle), reason, update);
       continue;
     }
     if (keep == 1) {
-      s.append_tokens[num_append++] = {r.id, r.kv_handle, sampled[0]};  // appended together below
+      append_tokens[num_append++] = {r.id, r.kv_handle, sampled[0]};  // appended together below
     } else {
-      const absl::Status appended = s.kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
+      const absl::Status appended = kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
       KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
       (void)appended;
     }
     if (!drafts) continue;  // r.num_drafts stays 0
     // Drafts for the next step, capped by the configuration and by max_model_len.
     const int32_t d = CsrCount(result.draft_offsets, i);
-    const int64_t room = s.max_model_len - r.num_tokens - s.config.num_speculative_tokens;
+    const int64_t room = max_model_len - r.num_tokens - config.num_speculative_tokens;
     const int32_t take = static_cast<int32_t>(std::clamp<int64_t>(
-        std::min<int64_t>(d, s.config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
+        std::min<int64_t>(d, config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
     r.num_drafts = take;
   }
+  return num_append;
+}
+
+absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
+                                               const ModelOutput& result) {
+  KVPAGE_STEP_PHASE(StepPhase::kUpdate);
+  Impl& s = *impl_;
+  if (&output != &s.out || output.step != s.step || s.applied) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Update expects the output of the latest Schedule() (step ", s.step,
+        "), once; got step ", output.step));
+  }
+  const size_t n = output.requests.size();
+  const bool has_offsets = !result.sampled_offsets.empty();
+  const int32_t* offsets = result.sampled_offsets.data();
+  const size_t num_sampled = result.sampled_token_ids.size();
+  if (has_offsets ? result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
+                        static_cast<size_t>(offsets[n]) != num_sampled
+                  : num_sampled != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampled offsets must have ", n + 1,
+                                                   " entries from 0 to ", num_sampled, ", got ",
+                                                   result.sampled_offsets.size(), " entries"));
+  }
+  // In a plain decode step every request samples one token: offsets 0, 1, …, n, checked in
+  // one vectorizable pass. Otherwise each request's count is checked against its schedule.
+  const bool one_each = s.one_sample_each && num_sampled == n;
+  if (one_each) {
+    int32_t off = 0;
+    for (size_t i = 0; i <= n; ++i) off |= offsets[i] ^ static_cast<int32_t>(i);
+    if (off != 0) KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
+  } else {
+    KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
+  }
+  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
+
+  UpdateResult update;
+  // Tokens for the batched append, written by index (sized for every request up front).
+  s.append_tokens.resize(n);
+  const size_t num_append =
+      one_each ? s.ApplyOneSampleEach(output, result.sampled_token_ids.data(), update)
+               : s.ApplySamples(output, result, update);
   s.append_tokens.resize(num_append);
   const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
   KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above

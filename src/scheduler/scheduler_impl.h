@@ -158,6 +158,19 @@ class Scheduler::Impl {
   // tables). Returns its token count.
   int32_t WriteRow(int32_t q, size_t row, size_t k, int32_t tokens, RowLanes& lanes);
 
+  // ---- Update (scheduler.cc) ----
+  // Every request's sampled-token count against what it was scheduled for.
+  absl::Status CheckSampleCounts(const SchedulerOutput& output, const ModelOutput& result) const;
+  // Apply a step's checked samples to its requests, finishing those that stop, and leave the
+  // single tokens to append to the KV cache in append_tokens; return how many. The first is
+  // for a step where every request sampled one token and none had drafts (one_sample_each).
+  size_t ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
+                            UpdateResult& update);
+  size_t ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
+                      UpdateResult& update);
+  // Request q finished: report it, free its blocks and row, release its index.
+  void Finish(int32_t q, FinishReason reason, UpdateResult& update);
+
   // ---- Batch tables (batch_tables.cc) ----
   void InitTables();
   void TakeRow(int32_t q);  // the next free row, cleared sync state
@@ -209,6 +222,9 @@ class Scheduler::Impl {
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
   std::vector<uint8_t> row_scheduled;  // scratch, per row
+  // The latest output's requests all sample exactly one token (no drafts, no prompt chunk),
+  // and no drafts are proposed for the next step (no speculative decoding).
+  bool one_sample_each = false;
   std::vector<DecodeToken> append_tokens;  // scratch for Update's batched token append
   SchedulerStats stats;
 };

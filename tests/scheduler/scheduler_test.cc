@@ -468,6 +468,44 @@ TEST(SchedulerTest, BadInputIsRejected) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// In a plain decode step every request samples one token; a result of another shape is
+// rejected naming the request (or the offset), and nothing changes.
+TEST(SchedulerTest, DecodeStepChecksEveryRequestsSamples) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  for (int64_t id = 0; id < 3; ++id) ASSERT_TRUE(s->AddRequest(Req(id, Tokens(20, 100 * id))).ok());
+  const SchedulerOutput& prefill = s->Schedule();
+  ASSERT_TRUE(s->Update(prefill, SampleAll(prefill)).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 3u);
+  ModelOutput m;
+  m.sampled_token_ids = {7, 8, 9};
+  m.sampled_offsets = {0, 1, 1, 3};  // request 1 samples none, request 2 two
+  auto u = s->Update(out, m);
+  EXPECT_TRUE(absl::IsInvalidArgument(u.status()));
+  EXPECT_THAT(std::string(u.status().message()), ::testing::HasSubstr("request 1 must sample 1 to 1"));
+  m.sampled_offsets = {0, 1, 0, 3};
+  u = s->Update(out, m);
+  EXPECT_THAT(std::string(u.status().message()), ::testing::HasSubstr("decrease at 1"));
+  m.sampled_offsets = {0, 1, 2, 3};
+  m.sampled_token_ids = {7, -8, 9};
+  EXPECT_TRUE(absl::IsInvalidArgument(s->Update(out, m).status()));
+  m.sampled_token_ids = {7, 8};  // two tokens for three requests
+  m.sampled_offsets = {0, 1, 2, 2};
+  EXPECT_TRUE(absl::IsInvalidArgument(s->Update(out, m).status()));
+  EXPECT_SCHED_INVARIANTS(*s);
+  // Nothing was applied: each request still has 21 tokens, and the right result goes through.
+  for (const ScheduledRequest& r : out.requests) {
+    EXPECT_EQ(r.num_computed_tokens, 20);
+    EXPECT_EQ(s->kv_cache().Tokens(r.id)->size(), 21u);
+  }
+  m.sampled_token_ids = {7, 8, 9};
+  m.sampled_offsets = {0, 1, 2, 3};
+  ASSERT_TRUE(s->Update(out, m).ok());
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->back(), 9);
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(0))->size(), 22u);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 TEST(SchedulerTest, AbortFreesAtOnce) {
   auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
   ASSERT_TRUE(s->AddRequest(Req(0, Tokens(40, 0))).ok());

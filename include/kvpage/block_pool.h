@@ -126,6 +126,8 @@ class BlockPool {
   // Starts loading the prefix-cache map's slot for (hash, group) into the CPU cache, ahead of
   // a CacheBlock or Lookup with that key. No effect on state.
   void PrefetchCacheSlot(BlockHash hash, GroupId group) const;
+  // Starts loading what CacheBlock(block, ...) reads and writes of the block's own records.
+  void PrefetchCacheRecords(BlockId block) const;
   // A block cached under (hash, group), or kNullBlock. Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
   // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A

@@ -422,6 +422,12 @@ void KvCacheManager::Impl::PrefetchStepTables(const RequestState& st, int64_t co
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
     __builtin_prefetch(hashes.data() + st.cached_blocks);
+    // The block to cache (the table's end is a line further on when it ends a line).
+    for (const GroupState& gs : st.groups) {
+      if (st.cached_blocks < static_cast<int64_t>(gs.blocks.size())) {
+        __builtin_prefetch(gs.blocks.data() + st.cached_blocks);
+      }
+    }
   }
 }
 
@@ -433,8 +439,13 @@ void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t com
   if (!cache && !release) return;
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;
-    if (cache) pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
     const GroupState& gs = st.groups[g.id.value];
+    if (cache) {
+      pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+      if (st.cached_blocks < static_cast<int64_t>(gs.blocks.size())) {
+        pools[g.pool]->PrefetchCacheRecords(gs.blocks[st.cached_blocks]);
+      }
+    }
     if (release && g.kind == LayerKind::kSlidingWindow &&
         gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
       pools[g.pool]->PrefetchBlock(gs.blocks[gs.num_released]);

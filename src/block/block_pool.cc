@@ -357,6 +357,11 @@ void BlockPool::PrefetchCacheSlot(BlockHash hash, GroupId group) const {
   index_->Prefetch(hash, group.value);
 }
 
+void BlockPool::PrefetchCacheRecords(BlockId block) const {
+  __builtin_prefetch(&blocks_[block.value], 1);
+  __builtin_prefetch(&keys_[block.value], 1);
+}
+
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
   return BlockId(index_->Find(hash, group.value));  // 0 = kNullBlock
 }

@@ -20,6 +20,8 @@
 #include <random>
 #include <vector>
 
+#include "kvpage/prefetch.h"
+
 namespace {
 
 struct alignas(64) Line {
@@ -52,7 +54,7 @@ void BM_RandomLinesIndependent(benchmark::State& state) {
     const std::vector<uint32_t>& idx = sets[pass++ % sets.size()];
     constexpr uint32_t kAhead = 16;
     for (uint32_t i = 0; i < n; ++i) {
-      if (i + kAhead < n) __builtin_prefetch(&memory[idx[i + kAhead]], 1);
+      if (i + kAhead < n) kvpage::PrefetchForWrite(&memory[idx[i + kAhead]]);
       ++memory[idx[i]].count;
     }
     benchmark::ClobberMemory();

@@ -37,6 +37,7 @@
 #include "kvpage/huge_page_allocator.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
+#include "kvpage/prefetch.h"
 #include "kvpage/types.h"
 
 namespace kvpage {
@@ -115,8 +116,8 @@ class BlockPool {
   // Starts loading what freeing or touching `block` reads (its record and its chunk's) into
   // the CPU cache. No effect on state.
   void PrefetchBlock(BlockId block) const {
-    __builtin_prefetch(&blocks_[block.value], 1);
-    __builtin_prefetch(&chunks_[ChunkOf(block.value)], 1);
+    PrefetchForWrite(&blocks_[block.value]);
+    PrefetchForWrite(&chunks_[ChunkOf(block.value)]);
   }
 
   // ---- Prefix cache ------------------------------------------------------------------------
@@ -185,8 +186,8 @@ class BlockPool {
     bucket.pop_back();
     if (bucket.size() >= kPrefetchDistance) {  // the lines a later take will write
       const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-      __builtin_prefetch(&chunks_[ahead], 1);
-      __builtin_prefetch(&blocks_[1 + ahead], 1);
+      PrefetchForWrite(&chunks_[ahead]);
+      PrefetchForWrite(&blocks_[1 + ahead]);
     }
     Chunk& ch = chunks_[c];
     ch.used = 1;

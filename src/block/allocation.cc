@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
+#include "kvpage/prefetch.h"
 #include "planner/policies.h"
 
 namespace kvpage {
@@ -414,18 +415,18 @@ void KvCacheManager::Impl::CacheFullBlocks(RequestState& st, int64_t end) {
 void KvCacheManager::Impl::PrefetchStepTables(const RequestState& st, int64_t computed) const {
   const bool release = computed >= st.next_release;
   for (const GroupState& gs : st.groups) {
-    __builtin_prefetch(gs.blocks.data() + gs.blocks.size());
+    Prefetch(gs.blocks.data() + gs.blocks.size());
     if (release && gs.num_released < static_cast<int64_t>(gs.blocks.size())) {
-      __builtin_prefetch(gs.blocks.data() + gs.num_released);
+      Prefetch(gs.blocks.data() + gs.num_released);
     }
   }
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   if (st.cached_blocks < static_cast<int64_t>(hashes.size())) {
-    __builtin_prefetch(hashes.data() + st.cached_blocks);
+    Prefetch(hashes.data() + st.cached_blocks);
     // The block to cache (the table's end is a line further on when it ends a line).
     for (const GroupState& gs : st.groups) {
       if (st.cached_blocks < static_cast<int64_t>(gs.blocks.size())) {
-        __builtin_prefetch(gs.blocks.data() + st.cached_blocks);
+        Prefetch(gs.blocks.data() + st.cached_blocks);
       }
     }
   }

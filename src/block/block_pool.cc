@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "block/prefix_index.h"
 #include "internal/status_macros.h"
+#include "kvpage/prefetch.h"
 
 namespace kvpage {
 
@@ -220,8 +221,8 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       bucket.pop_back();
       if (bucket.size() >= kPrefetchDistance) {
         const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-        __builtin_prefetch(&chunks_[ahead], 1);
-        __builtin_prefetch(&blocks_[1 + static_cast<size_t>(ahead) * bpc_].ref, 1);
+        PrefetchForWrite(&chunks_[ahead]);
+        PrefetchForWrite(&blocks_[1 + static_cast<size_t>(ahead) * bpc_].ref);
       }
       Chunk& ch = chunks_[c];
       ch.bucket_pos = -1;
@@ -358,8 +359,8 @@ void BlockPool::PrefetchCacheSlot(BlockHash hash, GroupId group) const {
 }
 
 void BlockPool::PrefetchCacheRecords(BlockId block) const {
-  __builtin_prefetch(&blocks_[block.value], 1);
-  __builtin_prefetch(&keys_[block.value], 1);
+  PrefetchForWrite(&blocks_[block.value]);
+  PrefetchForWrite(&keys_[block.value]);
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
+#include "kvpage/prefetch.h"
 #include "planner/policies.h"
 #include "profile/step_phases.h"
 
@@ -405,7 +406,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const RequestState& st = *states[j];
     const char* g = reinterpret_cast<const char*>(st.groups.data());
     const size_t bytes = st.groups.size() * sizeof(GroupState);
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(g + off);
+    for (size_t off = 0; off < bytes; off += 64) Prefetch(g + off);
   };
   auto tables = [&](size_t j) {
     m.PrefetchStepTables(*states[j], steps[work[j]].num_computed_tokens);

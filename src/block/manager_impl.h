@@ -19,6 +19,7 @@
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
+#include "kvpage/prefetch.h"
 
 namespace kvpage {
 
@@ -91,28 +92,28 @@ class KvCacheManager::Impl {
   // group records' header) and, unless the step only crosses into new blocks, the line that
   // ends the hashes (RequestBlockHashes keeps its vector of hashes last).
   static void PrefetchState(const internal::RequestState* st, bool pure_cross) {
-    __builtin_prefetch(st);
+    Prefetch(st);
     if (!pure_cross) {
-      __builtin_prefetch(reinterpret_cast<const char*>(&st->hashes) + sizeof(st->hashes) - 1);
+      Prefetch(reinterpret_cast<const char*>(&st->hashes) + sizeof(st->hashes) - 1);
     }
   }
   // What CompleteBlock(h) reads first: the first line of the state (the vector's header) and
   // the lines that hold the hasher, the extra keys and the hashes' header.
   void PrefetchFlush(int32_t h) const {
     const internal::RequestState* st = by_handle[h];  // only addresses: nothing is read
-    __builtin_prefetch(st);
+    Prefetch(st);
     const char* line = reinterpret_cast<const char*>(&st->hashes);
-    for (size_t off = 0; off < sizeof(RequestBlockHashes); off += 64) __builtin_prefetch(line + off);
-    __builtin_prefetch(line + sizeof(RequestBlockHashes) - 1);
+    for (size_t off = 0; off < sizeof(RequestBlockHashes); off += 64) Prefetch(line + off);
+    Prefetch(line + sizeof(RequestBlockHashes) - 1);
   }
   // Then, once those lines are in: where the flushed tokens go, the last hash (the new block's
   // parent) and the new one's place.
   void PrefetchFlushEnds(int32_t h) const {
     const internal::RequestState& st = *by_handle[h];
-    __builtin_prefetch(st.tokens.data() + st.tokens.size(), 1);
+    PrefetchForWrite(st.tokens.data() + st.tokens.size());
     const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-    __builtin_prefetch(hashes.data() + hashes.size(), 1);
-    if (!hashes.empty()) __builtin_prefetch(hashes.data() + hashes.size() - 1);
+    PrefetchForWrite(hashes.data() + hashes.size());
+    if (!hashes.empty()) Prefetch(hashes.data() + hashes.size() - 1);
   }
   // What a decode step after `computed` tokens reads from the request's own tables: each
   // table's end, the next block hash to cache, and the table entry a due window release frees.

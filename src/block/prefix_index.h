@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "kvpage/huge_page_allocator.h"
+#include "kvpage/prefetch.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {
@@ -73,7 +74,7 @@ class PrefixIndex {
   void Replace(BlockHash hash, int32_t group, int32_t old_block, int32_t new_block);
   // Starts loading the key's home bucket into the CPU cache. No effect on state.
   void Prefetch(BlockHash hash, int32_t group) const {
-    if (!buckets_.empty()) __builtin_prefetch(&buckets_[Home(hash, group)], 1);
+    if (!buckets_.empty()) PrefetchForWrite(&buckets_[Home(hash, group)]);
   }
 
   // Room for `n` keys at half load: grows (rehashes) when the table is smaller than that.

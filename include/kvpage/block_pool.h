@@ -201,6 +201,8 @@ class BlockPool {
     return 1 + c;
   }
   void MapChunk(int32_t chunk);
+  // Maps a one-block chunk whose block is taken at once; returns the block, now used.
+  int32_t MapChunkInUse(int32_t chunk);
   void UnmapChunk(int32_t chunk);
   void PushClean(int32_t block);
   void BucketInsert(int32_t chunk);

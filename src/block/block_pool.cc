@@ -112,6 +112,20 @@ void BlockPool::MapChunk(int32_t c) {
   BucketInsert(c);
 }
 
+int32_t BlockPool::MapChunkInUse(int32_t c) {
+  Chunk& ch = chunks_[c];
+  KVPAGE_DCHECK(!ch.mapped && bpc_ == 1);
+  const bool listed = ch.idle_listed;
+  ch = Chunk{};
+  ch.mapped = true;
+  ch.idle_listed = listed;
+  ch.used = 1;
+  blocks_[1 + c].ref = 1;
+  ++num_mapped_chunks_;
+  ++num_used_;
+  return 1 + c;
+}
+
 void BlockPool::IdleInsert(int32_t c) {
   Chunk& ch = chunks_[c];
   if (!ch.idle_listed) {
@@ -203,7 +217,17 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       int32_t c = first_unmapped_hint_;
       while (chunks_[c].mapped) ++c;
       first_unmapped_hint_ = c;
-      if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) MapChunk(c);
+      if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) {
+        if (bpc_ == 1) {
+          // Its one block is handed out at once: the chunk is mapped straight into use,
+          // never entering the idle stack or a bucket (what MapChunk, then
+          // TakeSingleBlockChunk, would do and undo).
+          out->push_back(BlockId(MapChunkInUse(c)));
+          --n;
+          continue;
+        }
+        MapChunk(c);
+      }
     }
     if (num_clean_ > 0 && bpc_ == 1) {
       const int32_t k = std::min(n, num_clean_);

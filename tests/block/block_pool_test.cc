@@ -151,6 +151,38 @@ TEST(BlockPoolTest, AllocatesIdsInOrderAndMapsOnFirstUse) {
   EXPECT_EQ(f.events.size(), 0u);
 }
 
+// One-block chunks (blocks of 2 MiB and more): a chunk mapped for an allocation goes
+// straight into use, and a freed block's chunk is idle and reused before a new one is mapped.
+TEST(BlockPoolTest, OneBlockChunksMapStraightIntoUse) {
+  MemoryBudget budget{4 * kBlockBytes};
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 1, .max_chunks = 4},
+                 &budget, &events};
+  for (int32_t id = 1; id <= 3; ++id) {
+    EXPECT_THAT(Take(pool, 1), ElementsAre(id));
+    ASSERT_POOL_OK(pool);
+    EXPECT_EQ(pool.num_mapped_chunks(), id);
+    EXPECT_EQ(pool.num_used_blocks(), id);
+    EXPECT_EQ(pool.num_clean_blocks(), 0);
+    EXPECT_EQ(pool.num_idle_chunks(), 0);
+    EXPECT_EQ(budget.used_bytes(), id * kBlockBytes);
+  }
+  pool.Free(Blocks({2}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 1);
+  EXPECT_EQ(pool.num_clean_blocks(), 1);
+  EXPECT_THAT(Take(pool, 2), ElementsAre(2, 4));  // the clean block first, then a new chunk
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_mapped_chunks(), 4);
+  EXPECT_EQ(pool.num_idle_chunks(), 0);
+  EXPECT_EQ(pool.AllocatableNow(), 0);
+  pool.Free(Blocks({4, 3, 2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.num_idle_chunks(), 4);
+  EXPECT_EQ(pool.num_used_blocks(), 0);
+}
+
 TEST(BlockPoolTest, UnhashedFreesAreReusedFirstLifo) {
   OneChunk f;
   BlockPool& pool = f.pool;

@@ -377,9 +377,11 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
   std::vector<RequestState*>& states = m.scratch_states;
   std::vector<uint8_t>& kinds = m.scratch_flags;  // Impl::DecodeStepKind
-  work.clear();
-  states.clear();
-  kinds.clear();
+  // Written by index into arrays sized for every step (no capacity checks per entry).
+  work.resize(n);
+  states.resize(n);
+  kinds.resize(n);
+  size_t w = 0;
   for (size_t i = 0; i < n; ++i) {
     const DecodeStep& step = steps[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
@@ -387,11 +389,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const Impl::DecodeSummary& s = m.summaries[h];
     const int64_t c = step.num_computed_tokens;
     if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) continue;
-    work.push_back(static_cast<int32_t>(i));
-    states.push_back(m.by_handle[h]);
-    kinds.push_back(m.SummaryPureCross(s, c, step.num_new_tokens)   ? Impl::kPureCross
-                    : m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache
-                                                                    : Impl::kGeneralStep);
+    work[w] = static_cast<int32_t>(i);
+    states[w] = m.by_handle[h];
+    kinds[w] = m.SummaryPureCross(s, c, step.num_new_tokens)   ? Impl::kPureCross
+               : m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache
+                                                               : Impl::kGeneralStep;
+    ++w;
   }
   // Then the rest through a software pipeline of four prefetch stages, each reading only
   // what the stage before loaded kD requests earlier: (1) the state; (2) its group records;
@@ -399,17 +402,26 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // that table entry; (4) the prefix-cache slot the next full block takes and the pool
   // record of the block to release. Request j is served while request j + 4·kD is being
   // fetched, so the misses of consecutive requests overlap.
+  // A pure crossing reads only each group's table header and end (it pushes one block).
   constexpr size_t kD = 4;
-  const size_t w = work.size();
+  const size_t group_bytes = m.groups.size() * sizeof(GroupState);
   auto state = [&](size_t j) { Impl::PrefetchState(states[j], kinds[j] == Impl::kPureCross); };
   auto group_records = [&](size_t j) {
-    const RequestState& st = *states[j];
-    const char* g = reinterpret_cast<const char*>(st.groups.data());
-    const size_t bytes = st.groups.size() * sizeof(GroupState);
-    for (size_t off = 0; off < bytes; off += 64) Prefetch(g + off);
+    const char* g = reinterpret_cast<const char*>(states[j]->groups.data());
+    if (kinds[j] == Impl::kPureCross) {
+      for (size_t off = 0; off < group_bytes; off += sizeof(GroupState)) Prefetch(g + off);
+    } else {
+      for (size_t off = 0; off < group_bytes; off += 64) Prefetch(g + off);
+    }
   };
   auto tables = [&](size_t j) {
-    m.PrefetchStepTables(*states[j], steps[work[j]].num_computed_tokens);
+    if (kinds[j] == Impl::kPureCross) {
+      for (const GroupState& gs : states[j]->groups) {
+        PrefetchForWrite(gs.blocks.data() + gs.blocks.size());
+      }
+    } else {
+      m.PrefetchStepTables(*states[j], steps[work[j]].num_computed_tokens);
+    }
   };
   // A pure crossing caches nothing; it reads a pool record only for a due window release.
   auto pools = [&](size_t j) {

@@ -227,8 +227,12 @@ class KvCacheManager {
   // decode step of a continuous batch. Returns k, the number of requests served: requests
   // [0, k) have their slots; request k did not fit and it and the ones after it are unchanged.
   // Errors as AllocateSlots (NotFound for an unknown id before anything changes); requests
-  // before a failing one keep their slots.
-  absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps);
+  // before a failing one keep their slots. With `horizons` (one entry per step, else
+  // InvalidArgument), entry i of each served step receives QuietDecodeHorizon of its request
+  // right after the step, so a scheduler need not ask for it (entries of unserved steps are
+  // unspecified).
+  absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps,
+                                             absl::Span<DecodeHorizon> horizons = {});
   // The request's quiet decode steps: a step of one token after c computed tokens, c >= 0 and
   // c + 1 at most the request's token count, with c + 1 <= horizon.tokens and
   // c < horizon.release needs no new block, caches none and frees none, so AllocateSlots (no

@@ -366,9 +366,15 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestId id, const Allocatio
   return impl_->Allocate(*it->second, WithoutEmptyHit(request));
 }
 
-absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
+absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps,
+                                                           absl::Span<DecodeHorizon> horizons) {
   KVPAGE_STEP_PHASE(StepPhase::kAllocateDecodeStep);
   Impl& m = *impl_;
+  const bool want_horizons = !horizons.empty();
+  if (want_horizons && horizons.size() != steps.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("horizons has ", horizons.size(),
+                                                   " entries for ", steps.size(), " steps"));
+  }
   // First resolve every id (an unknown id is reported before anything changes) and, from the
   // flat per-handle summaries, set aside the requests whose step needs nothing: in steady
   // decode all but the few that fill or cross a block. Skipping them early changes nothing:
@@ -388,7 +394,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
     const int64_t c = step.num_computed_tokens;
-    if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) continue;
+    if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
+      if (want_horizons) horizons[i] = m.HorizonOf(s);
+      continue;
+    }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];
     kinds[w] = m.SummaryPureCross(s, c, step.num_new_tokens)   ? Impl::kPureCross
@@ -439,19 +448,15 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (j + 3 * kD < w) group_records(j + 3 * kD);
     if (j + 2 * kD < w) tables(j + 2 * kD);
     if (j + kD < w) pools(j + kD);
-    if (kinds[j] == Impl::kPureCross &&
-        m.TakeCrossingBlocks(*states[j], steps[work[j]].num_computed_tokens)) {
-      continue;
-    }
-    if (kinds[j] == Impl::kPureCache &&
-        m.CacheNextBlock(*states[j], steps[work[j]].num_computed_tokens)) {
-      continue;
-    }
     const DecodeStep& step = steps[work[j]];
-    const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
-                                .num_new_tokens = step.num_new_tokens};
-    KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
-    if (!ok) return static_cast<int64_t>(work[j]);
+    if (!(kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(*states[j], step.num_computed_tokens)) &&
+        !(kinds[j] == Impl::kPureCache && m.CacheNextBlock(*states[j], step.num_computed_tokens))) {
+      const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
+                                  .num_new_tokens = step.num_new_tokens};
+      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
+      if (!ok) return static_cast<int64_t>(work[j]);
+    }
+    if (want_horizons) horizons[work[j]] = m.HorizonOf(m.summaries[states[j]->handle]);
   }
   return static_cast<int64_t>(n);
 }
@@ -461,14 +466,7 @@ absl::StatusOr<DecodeHorizon> KvCacheManager::QuietDecodeHorizon(RequestId id,
   const Impl& m = *impl_;
   const int32_t h = m.HandleOf(id, handle);
   if (h < 0) return UnknownRequest(id);
-  // SummaryNothingToDo(s, c, 1, c) for c + 1 <= num_tokens, solved for c: the step must end
-  // within the tables, before the next block due for the prefix cache and within
-  // max_model_len, and start before the next window release.
-  const Impl::DecodeSummary& s = m.summaries[h];
-  if (!s.plain) return DecodeHorizon{};
-  return DecodeHorizon{
-      .tokens = std::min({s.covered_tokens, s.cache_limit - 1, m.max_model_len}),
-      .release = s.next_release};
+  return m.HorizonOf(m.summaries[h]);
 }
 
 absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,

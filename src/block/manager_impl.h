@@ -172,6 +172,15 @@ class KvCacheManager::Impl {
            processed >= 0 && processed <= c && processed < s.next_release &&
            total <= s.covered_tokens && std::min(total, s.num_tokens) < s.cache_limit;
   }
+  // QuietDecodeHorizon from the request's summary: SummaryNothingToDo(s, c, 1, c) for
+  // c + 1 <= num_tokens, solved for c. The step must end within the tables, before the next
+  // block due for the prefix cache and within max_model_len, and start before the next
+  // window release.
+  DecodeHorizon HorizonOf(const DecodeSummary& s) const {
+    if (!s.plain) return DecodeHorizon{};
+    return DecodeHorizon{.tokens = std::min({s.covered_tokens, s.cache_limit - 1, max_model_len}),
+                         .release = s.next_release};
+  }
   // The decode path that crosses a block boundary (and may release a window block): when
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
   // takes them directly. False = not handled, no change.

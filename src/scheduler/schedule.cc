@@ -175,10 +175,16 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
                        running.begin() + static_cast<ptrdiff_t>(j));
       budget -= static_cast<int64_t>(j - i);
       if (!decode_batch.empty()) {
-        const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
+        decode_horizons.resize(decode_batch.size());
+        const absl::StatusOr<int64_t> served =
+            kv->AllocateDecodeStep(decode_batch, absl::MakeSpan(decode_horizons));
         KVPAGE_DCHECK(served.ok());
         const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
-        for (size_t t = 0; t < k; ++t) RefreshQuiet(reqs[running[decode_batch_index[t]]]);
+        for (size_t t = 0; t < k; ++t) {
+          SchedRequest& r = reqs[running[decode_batch_index[t]]];
+          r.quiet_tokens = decode_horizons[t].tokens;
+          r.quiet_release = decode_horizons[t].release;
+        }
         if (k < decode_batch.size()) {
           // The request at position p did not fit. The run's steps from p on are undone (the
           // quiet ones among them touched nothing in the cache, the others were not served)

@@ -218,6 +218,7 @@ class Scheduler::Impl {
   std::vector<int32_t> scheduled;  // request indices scheduled this step
   std::vector<DecodeStep> decode_batch;
   std::vector<int32_t> decode_batch_index;
+  std::vector<DecodeHorizon> decode_horizons;  // AllocateDecodeStep's, per decode_batch entry
   SchedulerOutput out;
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;

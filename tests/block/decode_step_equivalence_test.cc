@@ -6,7 +6,7 @@
 // windows, recurrent state, finishing and new requests, a tight budget) and compared after
 // every step, with CheckInvariants on both. A third manager skips every step its request's
 // QuietDecodeHorizon (read after the request's last allocation, as a scheduler caches it)
-// calls quiet, and must match as well.
+// calls quiet, and must match as well; the batch call's horizons must be the requests'.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -172,9 +172,16 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       if (!*ok) break;
       ++served_a;
     }
-    auto served_b = b.AllocateDecodeStep(steps);
+    std::vector<DecodeHorizon> horizons(steps.size(), DecodeHorizon{-1, -1});
+    auto served_b = b.AllocateDecodeStep(steps, absl::MakeSpan(horizons));
     ASSERT_TRUE(served_b.ok()) << served_b.status();
     ASSERT_EQ(*served_b, served_a) << "step " << step;
+    // Each served step's horizon is the request's right after it.
+    for (int64_t i = 0; i < served_a; ++i) {
+      const DecodeHorizon want = *b.QuietDecodeHorizon(live[i].id);
+      ASSERT_EQ(horizons[i].tokens, want.tokens) << "step " << step << " request " << i;
+      ASSERT_EQ(horizons[i].release, want.release) << "step " << step << " request " << i;
+    }
     int64_t served_q = 0;
     for (Live& r : live) {
       if (r.computed + 1 <= r.quiet.tokens && r.computed < r.quiet.release) {

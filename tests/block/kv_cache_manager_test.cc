@@ -677,6 +677,12 @@ TEST(KvCacheManagerDecodeStepTest, ServesInOrderAndStopsWhereMemoryEnds) {
   // A bad token count is an error naming the value.
   steps = {{RequestId(1), 40, 1}};
   EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateDecodeStep(steps).status()));
+  // So is a horizons array of the wrong size; nothing changes.
+  std::vector<DecodeHorizon> horizons(2);
+  steps = {{RequestId(0), 33, 1}};
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      m->AllocateDecodeStep(steps, absl::MakeSpan(horizons)).status()));
+  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 3u);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 

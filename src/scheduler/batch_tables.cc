@@ -70,6 +70,11 @@ void Scheduler::Impl::FreeRow(int32_t q) {
 }
 
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
+  // While copying, the bounds until which the row stays current: tokens up to the shortest
+  // table (every group has the blocks), and, for a sliding window, the first unprocessed
+  // token p at which the cache frees the next block f: p − W + 1 >= (f + 1)·bs.
+  int64_t tokens = max_model_len;
+  int64_t release = max_model_len + 1;
   int64_t tail_from = 0;
   for (size_t a = 0; a < attention.size(); ++a) {
     GroupInfo& g = attention[a];
@@ -87,15 +92,21 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
       ++released;
     }
     r.synced_released[a] = released;
+    std::vector<int32_t>& new_ids = out.attention[a].new_block_ids;
     for (int32_t i = std::max(r.synced_blocks[a], released); i < size; ++i) {
       if (table[i] == kNullBlock) continue;
       for (int32_t k = 0; k < g.ratio; ++k) {
         const int32_t id = table[i].value * g.ratio + k;
         row[static_cast<size_t>(i) * g.ratio + k] = id;
-        out.attention[a].new_block_ids.push_back(id);
+        new_ids.push_back(id);
       }
     }
-    r.synced_blocks[a] = std::max(r.synced_blocks[a], size);
+    const int32_t synced = std::max(r.synced_blocks[a], size);
+    r.synced_blocks[a] = synced;
+    tokens = std::min<int64_t>(tokens, int64_t{synced} * g.block_size);
+    if (g.kind == LayerKind::kSlidingWindow) {
+      release = std::min<int64_t>(release, int64_t{released + 1} * g.block_size + g.window - 1);
+    }
     if (a < 2) {
       // Block b covers positions [b·bs, (b + 1)·bs) at slots from id·bs.
       const int64_t last = size - 1;
@@ -105,21 +116,6 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
     }
   }
   r.decode_from = tail_from;
-  ComputeSyncBounds(r);
-}
-
-void Scheduler::Impl::ComputeSyncBounds(SchedRequest& r) const {
-  int64_t tokens = max_model_len;
-  int64_t release = max_model_len + 1;
-  for (size_t a = 0; a < attention.size(); ++a) {
-    const GroupInfo& g = attention[a];
-    tokens = std::min<int64_t>(tokens, int64_t{r.synced_blocks[a]} * g.block_size);
-    if (g.kind == LayerKind::kSlidingWindow) {
-      // The cache frees block f once the first unprocessed token p has p − W + 1 >= (f + 1)·bs.
-      release = std::min<int64_t>(
-          release, int64_t{r.synced_released[a] + 1} * g.block_size + g.window - 1);
-    }
-  }
   r.sync_tokens = tokens;
   r.sync_release_delta = static_cast<int32_t>(release - tokens);
 }

@@ -48,7 +48,7 @@ struct alignas(64) SchedRequest {
   int32_t num_drafts = 0;       // drafts the server proposed for the next step
   // ---- The second line: the output rows, Update's stop checks.
   uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
-  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see ComputeSyncBounds
+  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see SyncRow
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled_drafts = 0;
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
@@ -175,10 +175,10 @@ class Scheduler::Impl {
   void InitTables();
   void TakeRow(int32_t q);  // the next free row, cleared sync state
   void FreeRow(int32_t q);  // the last row moves into the hole
-  // Copies what changed in the manager's tables into the request's row and appends the new
-  // blocks to each group's CSR of this step's output.
+  // Copies what changed in the manager's tables into the request's row, appends the new
+  // blocks to each group's CSR of this step's output, and sets the row's bounds (sync_tokens,
+  // sync_release, decode_from, slot_delta).
   void SyncRow(internal::SchedRequest& r);
-  void ComputeSyncBounds(internal::SchedRequest& r) const;
   absl::Status CheckTables() const;
 
   // ---- State ----

@@ -92,15 +92,23 @@ class DecodeServer {
     steps_left_ = kStepsPerRound;
   }
 
-  // One sampled token per sampling request.
+  // One sampled token per sampling request, written by index into buffers that keep their
+  // size from step to step (as a server's sampler output would be): the benchmark times the
+  // scheduler, not the building of its input.
   bool Apply(const SchedulerOutput& out) {
-    result_.sampled_token_ids.clear();
-    result_.sampled_offsets.clear();
-    result_.sampled_offsets.push_back(0);
-    for (const auto& r : out.requests) {
-      if (r.samples) result_.sampled_token_ids.push_back(static_cast<int32_t>(r.id.value % 1000));
-      result_.sampled_offsets.push_back(static_cast<int32_t>(result_.sampled_token_ids.size()));
+    const size_t n = out.requests.size();
+    result_.sampled_token_ids.resize(n);
+    result_.sampled_offsets.resize(n + 1);
+    int32_t* tokens = result_.sampled_token_ids.data();
+    int32_t* offsets = result_.sampled_offsets.data();
+    int32_t count = 0;
+    offsets[0] = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const auto& r = out.requests[i];
+      if (r.samples) tokens[count++] = static_cast<int32_t>(r.id.value % 1000);
+      offsets[i + 1] = count;
     }
+    result_.sampled_token_ids.resize(static_cast<size_t>(count));
     auto update = scheduler_->Update(out, result_);
     if (!update.ok()) {
       error_ = std::string(update.status().message());

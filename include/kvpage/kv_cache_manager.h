@@ -247,7 +247,9 @@ class KvCacheManager {
   // step. Same arguments; does not change anything.
   absl::StatusOr<int64_t> BlocksNeeded(RequestId id, const AllocationRequest& request) const;
   // Frees sliding-window blocks that no token from `num_processed_tokens` on can reach.
-  absl::Status RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens);
+  // `handle` is a hint as in DecodeStep.
+  absl::Status RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens,
+                                   int32_t handle = -1);
 
   // ---- What the kernels read ---------------------------------------------------------------
   int32_t num_groups() const;

@@ -476,17 +476,17 @@ absl::StatusOr<int64_t> KvCacheManager::BlocksNeeded(RequestId id,
   return impl_->CountNeeded(*it->second, WithoutEmptyHit(request));
 }
 
-absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens) {
-  auto it = impl_->requests.find(id);
-  if (it == impl_->requests.end()) return UnknownRequest(id);
-  if (num_processed_tokens < 0 ||
-      num_processed_tokens > impl_->NumTokens(*it->second)) {
+absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens,
+                                                 int32_t handle) {
+  RequestState* st = impl_->Find(id, handle);
+  if (st == nullptr) return UnknownRequest(id);
+  if (num_processed_tokens < 0 || num_processed_tokens > impl_->NumTokens(*st)) {
     return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens ", num_processed_tokens,
-                                                   " is outside [0, ", impl_->NumTokens(*it->second),
+                                                   " is outside [0, ", impl_->NumTokens(*st),
                                                    "]"));
   }
-  impl_->RemoveSkipped(*it->second, num_processed_tokens);
-  impl_->RefreshSummary(*it->second);
+  impl_->RemoveSkipped(*st, num_processed_tokens);
+  impl_->RefreshSummary(*st);
   return absl::OkStatus();
 }
 

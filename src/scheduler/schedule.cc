@@ -41,7 +41,7 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
     if (r.num_computed < r.sync_release()) continue;
-    const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed);
+    const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed, r.kv_handle);
     KVPAGE_DCHECK(released.ok());
     (void)released;
     RefreshQuiet(r);

@@ -304,7 +304,11 @@ TEST(KvCacheManagerTest, SlidingWindowFreesOutOfWindowBlocks) {
   AddAndPrefill(*m, 1, Tokens(100));  // 7 blocks in each group
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(1, 2, 3, 4, 5, 6, 7));
   // Processed 100: the next token (100) reaches back to 69 → blocks 0–3 (tokens 0–63) are dead.
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(1), 100).ok());
+  // The handle is only a hint: a wrong one falls back to the id, and an unknown id is NotFound
+  // whatever the hint.
+  EXPECT_TRUE(absl::IsNotFound(
+      m->RemoveSkippedBlocks(RequestId(9), 100, m->RequestHandle(RequestId(1)))));
+  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(1), 100, /*handle=*/7).ok());
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
   EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4, 5, 6, 7));
   // Freed last-to-first: block 4 is evicted before 3, 2, 1.

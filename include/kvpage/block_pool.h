@@ -200,6 +200,9 @@ class BlockPool {
     ++num_used_;
     return 1 + c;
   }
+  // A fresh record for an unmapped chunk, now counted as mapped (its idle-stack listing is
+  // kept: the stack may still hold it).
+  Chunk& MarkMapped(int32_t chunk);
   void MapChunk(int32_t chunk);
   // Maps a one-block chunk whose block is taken at once; returns the block, now used.
   int32_t MapChunkInUse(int32_t chunk);

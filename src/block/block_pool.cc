@@ -92,13 +92,19 @@ void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
   if (in_bucket) BucketInsert(c);
 }
 
-void BlockPool::MapChunk(int32_t c) {
+BlockPool::Chunk& BlockPool::MarkMapped(int32_t c) {
   Chunk& ch = chunks_[c];
   KVPAGE_DCHECK(!ch.mapped);
   const bool listed = ch.idle_listed;
   ch = Chunk{};
   ch.mapped = true;
   ch.idle_listed = listed;
+  ++num_mapped_chunks_;
+  return ch;
+}
+
+void BlockPool::MapChunk(int32_t c) {
+  Chunk& ch = MarkMapped(c);
   // Stack the ids so the lowest id is handed out first.
   const int32_t first = 1 + c * bpc_;
   for (int32_t b = first + bpc_ - 1; b >= first; --b) {
@@ -107,21 +113,14 @@ void BlockPool::MapChunk(int32_t c) {
   }
   ch.clean = bpc_;
   num_clean_ += bpc_;
-  ++num_mapped_chunks_;
   IdleInsert(c);
   BucketInsert(c);
 }
 
 int32_t BlockPool::MapChunkInUse(int32_t c) {
-  Chunk& ch = chunks_[c];
-  KVPAGE_DCHECK(!ch.mapped && bpc_ == 1);
-  const bool listed = ch.idle_listed;
-  ch = Chunk{};
-  ch.mapped = true;
-  ch.idle_listed = listed;
-  ch.used = 1;
+  KVPAGE_DCHECK(bpc_ == 1);
+  MarkMapped(c).used = 1;
   blocks_[1 + c].ref = 1;
-  ++num_mapped_chunks_;
   ++num_used_;
   return 1 + c;
 }

@@ -115,10 +115,7 @@ int32_t KvCacheManager::Impl::HandleOfId(RequestId id) const {
   return it == requests.end() ? -1 : it->second->handle;
 }
 
-int32_t KvCacheManager::RequestHandle(RequestId id) const {
-  auto it = impl_->requests.find(id);
-  return it == impl_->requests.end() ? -1 : it->second->handle;
-}
+int32_t KvCacheManager::RequestHandle(RequestId id) const { return impl_->HandleOfId(id); }
 
 absl::StatusOr<absl::Span<const int32_t>> KvCacheManager::Tokens(RequestId id) const {
   auto it = impl_->requests.find(id);
@@ -449,14 +446,16 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (j + 2 * kD < w) tables(j + 2 * kD);
     if (j + kD < w) pools(j + kD);
     const DecodeStep& step = steps[work[j]];
-    if (!(kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(*states[j], step.num_computed_tokens)) &&
-        !(kinds[j] == Impl::kPureCache && m.CacheNextBlock(*states[j], step.num_computed_tokens))) {
-      const AllocationRequest req{.num_computed_tokens = step.num_computed_tokens,
-                                  .num_new_tokens = step.num_new_tokens};
-      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(*states[j], req));
+    RequestState& st = *states[j];
+    const int64_t c = step.num_computed_tokens;
+    const bool fast = (kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(st, c)) ||
+                      (kinds[j] == Impl::kPureCache && m.CacheNextBlock(st, c));
+    if (!fast) {
+      const AllocationRequest req{.num_computed_tokens = c, .num_new_tokens = step.num_new_tokens};
+      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
       if (!ok) return static_cast<int64_t>(work[j]);
     }
-    if (want_horizons) horizons[work[j]] = m.HorizonOf(m.summaries[states[j]->handle]);
+    if (want_horizons) horizons[work[j]] = m.HorizonOf(m.summaries[st.handle]);
   }
   return static_cast<int64_t>(n);
 }

@@ -257,11 +257,8 @@ class KvCacheManager::Impl {
   int32_t block_mask = -1;               // block_size − 1 when a power of two
   // The request named by (id, handle), or null if unknown.
   internal::RequestState* Find(RequestId id, int32_t handle) const {
-    if (handle >= 0 && handle < static_cast<int32_t>(handle_ids.size()) && handle_ids[handle] == id) {
-      return by_handle[handle];
-    }
-    auto it = requests.find(id);
-    return it == requests.end() ? nullptr : it->second.get();
+    const int32_t h = HandleOf(id, handle);
+    return h < 0 ? nullptr : by_handle[h];
   }
   std::vector<internal::RequestState*> pending_commits;
   std::vector<StateCopy> state_copies;

@@ -82,8 +82,7 @@ void Scheduler::Impl::UnmarkScheduled(SchedRequest& r) {
 void Scheduler::Impl::RefreshQuiet(SchedRequest& r) {
   const absl::StatusOr<DecodeHorizon> h = kv->QuietDecodeHorizon(r.id, r.kv_handle);
   KVPAGE_DCHECK(h.ok());
-  r.quiet_tokens = h.ok() ? h->tokens : 0;
-  r.quiet_release = h.ok() ? h->release : 0;
+  r.SetQuietHorizon(h.ok() ? *h : DecodeHorizon{});
 }
 
 void Scheduler::Impl::RecordScheduled(int32_t q, int32_t n, int32_t drafts, int64_t& budget) {
@@ -164,8 +163,8 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       size_t j = i;
       for (; j < end; ++j) {
         SchedRequest& r = reqs[running[j]];
-        if (!r.QuietDecode()) {
-          if (r.num_tokens - r.num_computed != 1 || r.num_drafts != 0) break;
+        if (!r.PlainDecode()) break;
+        if (!r.InQuietHorizon()) {
           decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
           decode_batch_index.push_back(static_cast<int32_t>(j));
         }
@@ -181,9 +180,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
         KVPAGE_DCHECK(served.ok());
         const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
         for (size_t t = 0; t < k; ++t) {
-          SchedRequest& r = reqs[running[decode_batch_index[t]]];
-          r.quiet_tokens = decode_horizons[t].tokens;
-          r.quiet_release = decode_horizons[t].release;
+          reqs[running[decode_batch_index[t]]].SetQuietHorizon(decode_horizons[t]);
         }
         if (k < decode_batch.size()) {
           // The request at position p did not fit. The run's steps from p on are undone (the
@@ -347,17 +344,12 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   const bool two_groups = num_attention == 2;
   const bool fast_rows = (num_attention == 1 || two_groups) && state_groups.empty() &&
                          config.num_speculative_tokens == 0;
-  RowLanes lanes;
-  if (fast_rows) {
-    for (size_t a = 0; a < num_attention; ++a) {
-      lanes.slots[a] = o.attention[a].slot_mapping.data();
-      lanes.offsets[a] = o.attention[a].new_block_offsets.data();
-    }
-  }
-  int64_t* const slots0 = lanes.slots[0];
-  int64_t* const slots1 = lanes.slots[1];
-  int32_t* const offsets0 = lanes.offsets[0];
-  int32_t* const offsets1 = lanes.offsets[1];
+  int64_t* const slots0 = fast_rows ? o.attention[0].slot_mapping.data() : nullptr;
+  int64_t* const slots1 = fast_rows && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
+  int32_t* const offsets0 = fast_rows ? o.attention[0].new_block_offsets.data() : nullptr;
+  int32_t* const offsets1 =
+      fast_rows && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
+  int32_t new_ids0 = 0, new_ids1 = 0;  // new_block_ids' sizes (only WriteRow appends)
   int32_t* const query_start = o.query_start_loc.data();
   int32_t* const seq_lens = o.seq_lens.data();
   ScheduledRequest* const srs = o.requests.data();
@@ -375,8 +367,8 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     const int32_t q = owners[row];
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed - 1;
-    if (fast_rows && r.num_scheduled == 1 && !r.fresh && r.num_scheduled_drafts == 0 &&
-        c >= r.decode_from && c + 1 <= r.sync_tokens && c < r.sync_release()) {
+    if (fast_rows && r.num_scheduled == 1 && !r.fresh && c >= r.decode_from &&
+        c + 1 <= r.sync_tokens && c < r.sync_release()) {  // fast_rows: no drafts
       ScheduledRequest& sr = srs[k];
       sr.id = r.id;
       sr.row = static_cast<int32_t>(row);
@@ -390,17 +382,21 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
       // A token's slot is its cache block times the cache block size plus its offset, whatever
       // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
       slots0[tokens] = c + r.slot_delta[0];
-      offsets0[k + 1] = lanes.new_ids[0];
+      offsets0[k + 1] = new_ids0;
       if (two_groups) {
         slots1[tokens] = c + r.slot_delta[1];
-        offsets1[k + 1] = lanes.new_ids[1];
+        offsets1[k + 1] = new_ids1;
       }
       seq_lens[row] = static_cast<int32_t>(c + 1);
       one_each &= sr.samples;
       ++tokens;
     } else {
-      tokens += WriteRow(q, row, k, tokens, lanes);
-      one_each &= srs[k].samples && srs[k].num_draft_tokens == 0;
+      tokens += WriteRow(q, row, k, tokens);
+      one_each &= srs[k].samples;  // drafts make one_sample_each false below anyway
+      if (fast_rows) {
+        new_ids0 = static_cast<int32_t>(o.attention[0].new_block_ids.size());
+        if (two_groups) new_ids1 = static_cast<int32_t>(o.attention[1].new_block_ids.size());
+      }
     }
     ++k;
   }
@@ -411,8 +407,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   o.total_num_scheduled_tokens = tokens;
 }
 
-int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens,
-                                  RowLanes& lanes) {
+int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens) {
   SchedulerOutput& o = out;
   SchedRequest& r = reqs[q];
   const int32_t n = r.num_scheduled;
@@ -434,9 +429,6 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
   const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens, max_model_len - c - n);
   if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
     SyncRow(r);
-    for (size_t a = 0; a < attention.size() && a < 2; ++a) {
-      lanes.new_ids[a] = static_cast<int32_t>(o.attention[a].new_block_ids.size());
-    }
   }
   for (size_t a = 0; a < attention.size(); ++a) {
     const GroupInfo& g = attention[a];

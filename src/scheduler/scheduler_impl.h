@@ -83,10 +83,15 @@ struct alignas(64) SchedRequest {
   absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
 
   int64_t sync_release() const { return sync_tokens + sync_release_delta; }
-  // A plain decode step (one known token, no drafts) the KV cache need not hear of.
-  bool QuietDecode() const {
-    return num_tokens - num_computed == 1 && num_drafts == 0 && num_tokens <= quiet_tokens &&
-           num_computed < quiet_release;
+  // A plain decode step: one known token, no drafts.
+  bool PlainDecode() const { return num_tokens - num_computed == 1 && num_drafts == 0; }
+  // Its step is within the KV cache's quiet decode horizon: the cache need not hear of it.
+  bool InQuietHorizon() const {
+    return num_tokens <= quiet_tokens && num_computed < quiet_release;
+  }
+  void SetQuietHorizon(const DecodeHorizon& h) {
+    quiet_tokens = h.tokens;
+    quiet_release = h.release;
   }
 };
 static_assert(offsetof(SchedRequest, visited_step) == 64, "the running pass reads one line");
@@ -147,16 +152,10 @@ class Scheduler::Impl {
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
-  // What BuildOutput's inline decode rows keep of the first two attention groups.
-  struct RowLanes {
-    int64_t* slots[2] = {nullptr, nullptr};
-    int32_t* offsets[2] = {nullptr, nullptr};
-    int32_t new_ids[2] = {0, 0};         // new_block_ids' sizes (only SyncRow appends)
-  };
   // Writes row `row` of the output for request q, the k-th scheduled, whose tokens start at
   // `tokens` in the slot mappings: any row (syncing it first when the step changed its
   // tables). Returns its token count.
-  int32_t WriteRow(int32_t q, size_t row, size_t k, int32_t tokens, RowLanes& lanes);
+  int32_t WriteRow(int32_t q, size_t row, size_t k, int32_t tokens);
 
   // ---- Update (scheduler.cc) ----
   // Every request's sampled-token count against what it was scheduled for.

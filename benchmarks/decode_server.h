@@ -105,7 +105,8 @@ class DecodeServer {
     offsets[0] = 0;
     for (size_t i = 0; i < n; ++i) {
       const auto& r = out.requests[i];
-      if (r.samples) tokens[count++] = static_cast<int32_t>(r.id.value % 1000);
+      // Any valid token will do; the row index costs less than a function of the id.
+      if (r.samples) tokens[count++] = static_cast<int32_t>(i & 1023);
       offsets[i + 1] = count;
     }
     result_.sampled_token_ids.resize(static_cast<size_t>(count));

@@ -262,6 +262,11 @@ class KvCacheManager {
   // lookup; otherwise (or -1) the id decides.
   absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group,
                                                        int32_t handle = -1) const;
+  // The same table for a caller that holds a valid (id, handle) pair and an attention group
+  // (a scheduler syncing its rows every step): no Status to build and check; an empty span
+  // when the request or the group is not valid, which BlockTable tells apart from a request
+  // that holds no block yet.
+  absl::Span<const BlockId> BlockTableOrEmpty(RequestId id, GroupId group, int32_t handle) const;
   // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b
   // expands to b·r … b·r + r − 1 with r = group_block_size / kernel_block_size.
   // InvalidArgument if kernel_block_size does not divide the block size or the row is short.

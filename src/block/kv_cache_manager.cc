@@ -501,6 +501,16 @@ absl::StatusOr<absl::Span<const BlockId>> KvCacheManager::BlockTable(RequestId i
   return absl::Span<const BlockId>(st->groups[group.value].blocks);
 }
 
+absl::Span<const BlockId> KvCacheManager::BlockTableOrEmpty(RequestId id, GroupId group,
+                                                            int32_t handle) const {
+  const RequestState* st = impl_->Find(id, handle);
+  if (st == nullptr || static_cast<uint32_t>(group.value) >= impl_->groups.size() ||
+      !impl_->groups[group.value].IsAttention()) {
+    return {};
+  }
+  return absl::Span<const BlockId>(st->groups[group.value].blocks);
+}
+
 absl::Status KvCacheManager::FillBlockTableRow(RequestId id, GroupId group,
                                                int32_t kernel_block_size,
                                                absl::Span<int32_t> row) const {

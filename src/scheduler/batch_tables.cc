@@ -73,46 +73,58 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
   // While copying, the bounds until which the row stays current: tokens up to the shortest
   // table (every group has the blocks), and, for a sliding window, the first unprocessed
   // token p at which the cache frees the next block f: p − W + 1 >= (f + 1)·bs.
+  // In steady decode this runs once per block a request crosses: one new block per group.
   int64_t tokens = max_model_len;
   int64_t release = max_model_len + 1;
   int64_t tail_from = 0;
-  for (size_t a = 0; a < attention.size(); ++a) {
+  int32_t* const synced_blocks = r.synced_blocks.data();
+  int32_t* const synced_released = r.synced_released.data();
+  const size_t num_attention = attention.size();
+  for (size_t a = 0; a < num_attention; ++a) {
     GroupInfo& g = attention[a];
-    absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.id, g.id, r.kv_handle);
-    KVPAGE_DCHECK(blocks.ok());
-    if (!blocks.ok()) continue;
-    const absl::Span<const BlockId> table = *blocks;
-    const int32_t size = static_cast<int32_t>(table.size());
-    int32_t* row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
+    const absl::Span<const BlockId> blocks = kv->BlockTableOrEmpty(r.id, g.id, r.kv_handle);
+    const BlockId* const table = blocks.data();
+    const int32_t size = static_cast<int32_t>(blocks.size());
+    const int32_t ratio = g.ratio;
+    int32_t* const row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
     // Blocks a window released since the last copy are null now.
-    int32_t released = r.synced_released[a];
+    int32_t released = synced_released[a];
     while (released < size && table[released] == kNullBlock) {
-      std::fill(row + static_cast<size_t>(released) * g.ratio,
-                row + static_cast<size_t>(released + 1) * g.ratio, 0);
+      std::fill(row + static_cast<size_t>(released) * ratio,
+                row + static_cast<size_t>(released + 1) * ratio, 0);
       ++released;
     }
-    r.synced_released[a] = released;
+    synced_released[a] = released;
     std::vector<int32_t>& new_ids = out.attention[a].new_block_ids;
-    for (int32_t i = std::max(r.synced_blocks[a], released); i < size; ++i) {
+    for (int32_t i = std::max(synced_blocks[a], released); i < size; ++i) {
       if (table[i] == kNullBlock) continue;
-      for (int32_t k = 0; k < g.ratio; ++k) {
-        const int32_t id = table[i].value * g.ratio + k;
-        row[static_cast<size_t>(i) * g.ratio + k] = id;
+      if (ratio == 1) {
+        row[i] = table[i].value;
+        new_ids.push_back(table[i].value);
+        continue;
+      }
+      for (int32_t k = 0; k < ratio; ++k) {
+        const int32_t id = table[i].value * ratio + k;
+        row[static_cast<size_t>(i) * ratio + k] = id;
         new_ids.push_back(id);
       }
     }
-    const int32_t synced = std::max(r.synced_blocks[a], size);
-    r.synced_blocks[a] = synced;
+    const int32_t synced = std::max(synced_blocks[a], size);
+    synced_blocks[a] = synced;
     tokens = std::min<int64_t>(tokens, int64_t{synced} * g.block_size);
     if (g.kind == LayerKind::kSlidingWindow) {
       release = std::min<int64_t>(release, int64_t{released + 1} * g.block_size + g.window - 1);
     }
     if (a < 2) {
       // Block b covers positions [b·bs, (b + 1)·bs) at slots from id·bs.
-      const int64_t last = size - 1;
-      const int64_t id = size > 0 ? table[size - 1].value : 0;
-      tail_from = std::max(tail_from, size > 0 ? last * g.block_size : max_model_len);
-      r.slot_delta[a] = (id - last) * g.block_size;
+      if (size > 0) {
+        const int64_t last = size - 1;
+        tail_from = std::max(tail_from, last * g.block_size);
+        r.slot_delta[a] = (int64_t{table[last].value} - last) * g.block_size;
+      } else {
+        tail_from = max_model_len;
+        r.slot_delta[a] = 0;
+      }
     }
   }
   r.decode_from = tail_from;

@@ -344,11 +344,47 @@ absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t r
   return absl::OkStatus();
 }
 
+// The loops below run eight lanes side by side, in a shape GCC vectorizes at -O2 (its cheap
+// cost model leaves a plain loop of unknown length scalar): one pass over a step's samples
+// costs about one instruction per token instead of six.
+constexpr size_t kLanes = 8;
+
+// Whether any value is negative: the OR of all of them has the sign bit set.
+// (Raw pointers: through Span's operator[] GCC keeps the lanes scalar.)
+bool AnyNegative(absl::Span<const int32_t> values) {
+  const int32_t* v = values.data();
+  const size_t n = values.size();
+  uint32_t lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] |= static_cast<uint32_t>(v[i + j]);
+  }
+  uint32_t all = 0;
+  for (; i < n; ++i) all |= static_cast<uint32_t>(v[i]);
+  for (uint32_t lane : lanes) all |= lane;
+  return (all >> 31) != 0;
+}
+
+// Whether offsets[i] == i for every i (every request sampled exactly one token).
+bool IsIota(absl::Span<const int32_t> offsets) {
+  const int32_t* o = offsets.data();
+  const size_t n = offsets.size();
+  uint32_t lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      lanes[j] |= static_cast<uint32_t>(o[i + j]) ^ static_cast<uint32_t>(i + j);
+    }
+  }
+  uint32_t diff = 0;
+  for (; i < n; ++i) diff |= static_cast<uint32_t>(o[i]) ^ static_cast<uint32_t>(i);
+  for (uint32_t lane : lanes) diff |= lane;
+  return diff == 0;
+}
+
 // The first negative id, if any (one vectorizable pass when there is none).
 absl::Status CheckTokenIds(absl::Span<const int32_t> tokens, absl::string_view name) {
-  int32_t lowest = 0;
-  for (int32_t t : tokens) lowest = std::min(lowest, t);
-  if (lowest >= 0) return absl::OkStatus();
+  if (!AnyNegative(tokens)) return absl::OkStatus();
   for (int32_t t : tokens) {
     if (t < 0) return absl::InvalidArgumentError(absl::StrCat(name, " token id ", t, " is negative"));
   }
@@ -505,9 +541,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   // one vectorizable pass. Otherwise each request's count is checked against its schedule.
   const bool one_each = s.one_sample_each && num_sampled == n;
   if (one_each) {
-    int32_t off = 0;
-    for (size_t i = 0; i <= n; ++i) off |= offsets[i] ^ static_cast<int32_t>(i);
-    if (off != 0) KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
+    if (!IsIota(result.sampled_offsets)) KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
   } else {
     KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
   }

@@ -349,6 +349,10 @@ TEST(KvCacheManagerTest, RecurrentStateSnapshotsServeHits) {
   // is snapshotted.
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(40)}).ok());
   ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 32}));
+  // A state group has no block table.
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BlockTable(RequestId(1), state_group).status()));
+  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(1), state_group, -1).empty());
+  EXPECT_EQ(m->BlockTableOrEmpty(RequestId(1), attn_group, -1).size(), 2u);
   StateSlots s = *m->GetStateSlots(RequestId(1), state_group);
   EXPECT_EQ(s.read_slot, s.write_slot);  // fresh state, zeroed
   ASSERT_EQ(m->TakeSlotsToZero().size(), 1u);
@@ -719,6 +723,12 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   EXPECT_EQ(m->BlockTable(RequestId(5), kG0, 1)->size(), 2u);
   EXPECT_EQ(Ids(*m->BlockTable(RequestId(6), kG0, 0)), Ids(*m->BlockTable(RequestId(6), kG0)));
   EXPECT_TRUE(absl::IsNotFound(m->BlockTable(RequestId(7), kG0, 0).status()));
+  // BlockTableOrEmpty gives the same tables, and an empty span where BlockTable fails.
+  EXPECT_EQ(Ids(m->BlockTableOrEmpty(RequestId(5), kG0, 1)), Ids(*m->BlockTable(RequestId(5), kG0)));
+  EXPECT_EQ(Ids(m->BlockTableOrEmpty(RequestId(6), kG0, 1)), Ids(*m->BlockTable(RequestId(6), kG0)));
+  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(7), kG0, 0).empty());
+  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(5), GroupId(1), 0).empty());
+  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(5), GroupId(-1), 0).empty());
   // Request 5's 32nd token completed its second block: the next step caches it, and an
   // identical 33-token prompt hits both blocks.
   std::vector<DecodeStep> step = {{RequestId(5), 31, 1, 0}};

@@ -167,8 +167,9 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
     for (int32_t h : completed) m.completion_due[h] = 0;
     completed.clear();
   };
+  const DecodeToken* const entries = tokens.data();  // (Span's operator[] checks bounds)
   for (size_t i = 0; i < n; ++i) {
-    const DecodeToken& t = tokens[i];
+    const DecodeToken& t = entries[i];
     const int32_t h = m.HandleOf(t.id, t.handle);
     if (h < 0 || t.token < 0 || m.summaries[h].num_tokens >= m.max_model_len ||
         m.completion_due[h]) {
@@ -385,14 +386,17 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   states.resize(n);
   kinds.resize(n);
   size_t w = 0;
+  // Raw pointers in the loops: Span's operator[] checks bounds (hardened Abseil).
+  const DecodeStep* const step_at = steps.data();
+  DecodeHorizon* const horizon_at = horizons.data();
   for (size_t i = 0; i < n; ++i) {
-    const DecodeStep& step = steps[i];
+    const DecodeStep& step = step_at[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
     const int64_t c = step.num_computed_tokens;
     if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
-      if (want_horizons) horizons[i] = m.HorizonOf(s);
+      if (want_horizons) horizon_at[i] = m.HorizonOf(s);
       continue;
     }
     work[w] = static_cast<int32_t>(i);
@@ -426,13 +430,13 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         PrefetchForWrite(gs.blocks.data() + gs.blocks.size());
       }
     } else {
-      m.PrefetchStepTables(*states[j], steps[work[j]].num_computed_tokens);
+      m.PrefetchStepTables(*states[j], step_at[work[j]].num_computed_tokens);
     }
   };
   // A pure crossing caches nothing; it reads a pool record only for a due window release.
   auto pools = [&](size_t j) {
     const RequestState& st = *states[j];
-    const int64_t c = steps[work[j]].num_computed_tokens;
+    const int64_t c = step_at[work[j]].num_computed_tokens;
     if (kinds[j] != Impl::kPureCross || c >= st.next_release) m.PrefetchStepPools(st, c);
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
@@ -445,7 +449,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (j + 3 * kD < w) group_records(j + 3 * kD);
     if (j + 2 * kD < w) tables(j + 2 * kD);
     if (j + kD < w) pools(j + kD);
-    const DecodeStep& step = steps[work[j]];
+    const DecodeStep& step = step_at[work[j]];
     RequestState& st = *states[j];
     const int64_t c = step.num_computed_tokens;
     const bool fast = (kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(st, c)) ||
@@ -455,7 +459,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
       KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
       if (!ok) return static_cast<int64_t>(work[j]);
     }
-    if (want_horizons) horizons[work[j]] = m.HorizonOf(m.summaries[st.handle]);
+    if (want_horizons) horizon_at[work[j]] = m.HorizonOf(m.summaries[st.handle]);
   }
   return static_cast<int64_t>(n);
 }

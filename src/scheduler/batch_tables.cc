@@ -31,6 +31,8 @@ void Scheduler::Impl::InitTables() {
   out.states.clear();
   for (GroupId g : state_groups) out.states.push_back(StateBatch{.group = g});
   row_owner.reserve(rows);
+  fast_rows = (attention.size() == 1 || attention.size() == 2) && state_groups.empty() &&
+              config.num_speculative_tokens == 0;
 }
 
 void Scheduler::Impl::TakeRow(int32_t q) {

@@ -100,6 +100,7 @@ int32_t Scheduler::Impl::PickVictim() const {
 }
 
 void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
+  steady_output = false;  // rows move
   SchedRequest& r = reqs[victim];
   if (r.scheduled_step == step) {
     // Scheduled earlier in this step: give its tokens back.
@@ -153,6 +154,10 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   // AllocateDecodeStep call. Anything else, or a decode step that does not fit, goes through
   // AllocateOrPreempt.
   const bool batchable = config.num_speculative_tokens == 0;
+  // Steady rows are written in place only when the budget lets every running request decode.
+  steady_output = fast_rows && budget >= static_cast<int64_t>(running.size());
+  internal::SteadyRows steady;
+  if (steady_output) steady = PrepareSteadyOutput();
   size_t i = 0;
   while (i < running.size() && budget > 0) {
     if (batchable) {
@@ -162,11 +167,18 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
                                  budget, static_cast<int64_t>(running.size() - i)));
       size_t j = i;
       for (; j < end; ++j) {
-        SchedRequest& r = reqs[running[j]];
+        const int32_t q = running[j];
+        SchedRequest& r = reqs[q];
         if (!r.PlainDecode()) break;
         if (!r.InQuietHorizon()) {
           decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
           decode_batch_index.push_back(static_cast<int32_t>(j));
+        } else if (steady_output) {
+          if (r.SteadyRowAt(r.num_computed)) {
+            steady.Write(q, r, r.num_computed);
+          } else {
+            deferred_rows.push_back(r.row);
+          }
         }
         MarkScheduled(r, 1, 0);
       }
@@ -180,9 +192,20 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
         KVPAGE_DCHECK(served.ok());
         const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
         for (size_t t = 0; t < k; ++t) {
-          reqs[running[decode_batch_index[t]]].SetQuietHorizon(decode_horizons[t]);
+          const int32_t q = running[decode_batch_index[t]];
+          SchedRequest& r = reqs[q];
+          r.SetQuietHorizon(decode_horizons[t]);
+          if (!steady_output) continue;
+          // A step that only cached a block left the row as it was; a crossing grew a table.
+          const int64_t c = r.num_computed - 1;  // marked above
+          if (r.SteadyRowAt(c)) {
+            steady.Write(q, r, c);
+          } else {
+            deferred_rows.push_back(r.row);
+          }
         }
         if (k < decode_batch.size()) {
+          steady_output = false;
           // The request at position p did not fit. The run's steps from p on are undone (the
           // quiet ones among them touched nothing in the cache, the others were not served)
           // and the general path below preempts for it.
@@ -196,6 +219,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       i = j;
       if (i == running.size() || budget <= 0) break;
     }
+    steady_output = false;  // a request that is not a plain decode step
     const int32_t q = running[i];
     const int32_t n = TokensToSchedule(reqs[q], budget);
     if (n <= 0) {
@@ -335,6 +359,11 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     sb.read_slots.assign(rows, -1);
     sb.write_slots.assign(rows, -1);
   }
+  if (steady_output && every_row && rows == steady_rows &&
+      total_tokens == static_cast<int64_t>(rows)) {
+    FinishSteadyOutput();
+    return;
+  }
   // The loop writes a plain decode row (one token, no drafts, its table row current, its
   // block the row's last, no state group) inline, from locals alone: what it needs of up to
   // two attention groups and the output arrays' addresses (the loop's stores could alias the
@@ -342,13 +371,12 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   // goes to WriteRow.
   const size_t num_attention = attention.size();
   const bool two_groups = num_attention == 2;
-  const bool fast_rows = (num_attention == 1 || two_groups) && state_groups.empty() &&
-                         config.num_speculative_tokens == 0;
-  int64_t* const slots0 = fast_rows ? o.attention[0].slot_mapping.data() : nullptr;
-  int64_t* const slots1 = fast_rows && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
-  int32_t* const offsets0 = fast_rows ? o.attention[0].new_block_offsets.data() : nullptr;
+  const bool fast = fast_rows;  // a local: the stores below could alias the member
+  int64_t* const slots0 = fast ? o.attention[0].slot_mapping.data() : nullptr;
+  int64_t* const slots1 = fast && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
+  int32_t* const offsets0 = fast ? o.attention[0].new_block_offsets.data() : nullptr;
   int32_t* const offsets1 =
-      fast_rows && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
+      fast && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
   int32_t new_ids0 = 0, new_ids1 = 0;  // new_block_ids' sizes (only WriteRow appends)
   int32_t* const query_start = o.query_start_loc.data();
   int32_t* const seq_lens = o.seq_lens.data();
@@ -367,8 +395,8 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     const int32_t q = owners[row];
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed - 1;
-    if (fast_rows && r.num_scheduled == 1 && !r.fresh && c >= r.decode_from &&
-        c + 1 <= r.sync_tokens && c < r.sync_release()) {  // fast_rows: no drafts
+    if (fast && r.num_scheduled == 1 && !r.fresh && c >= r.decode_from &&
+        c + 1 <= r.sync_tokens && c < r.sync_release()) {  // fast: no drafts
       ScheduledRequest& sr = srs[k];
       sr.id = r.id;
       sr.row = static_cast<int32_t>(row);
@@ -393,7 +421,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     } else {
       tokens += WriteRow(q, row, k, tokens);
       one_each &= srs[k].samples;  // drafts make one_sample_each false below anyway
-      if (fast_rows) {
+      if (fast) {
         new_ids0 = static_cast<int32_t>(o.attention[0].new_block_ids.size());
         if (two_groups) new_ids1 = static_cast<int32_t>(o.attention[1].new_block_ids.size());
       }
@@ -405,6 +433,71 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
+}
+
+internal::SteadyRows Scheduler::Impl::PrepareSteadyOutput() {
+  SchedulerOutput& o = out;
+  const size_t rows = running.size();
+  steady_rows = rows;
+  deferred_rows.clear();
+  o.requests.resize(rows);
+  o.query_start_loc.resize(rows + 1);
+  o.seq_lens.resize(rows);
+  for (AttentionBatch& batch : o.attention) batch.slot_mapping.resize(rows);
+  steady_targets = {
+      .requests = o.requests.data(),
+      .slots0 = o.attention[0].slot_mapping.data(),
+      .slots1 = o.attention.size() == 2 ? o.attention[1].slot_mapping.data() : nullptr,
+      .seq_lens = o.seq_lens.data(),
+      .query_start = o.query_start_loc.data()};
+  return steady_targets;
+}
+
+void Scheduler::Impl::FinishSteadyOutput() {
+  SchedulerOutput& o = out;
+  const size_t rows = steady_rows;
+  // Usually in order already: rows follow admission order until a finished request's row is
+  // refilled from the end.
+  if (!std::is_sorted(deferred_rows.begin(), deferred_rows.end())) {
+    std::sort(deferred_rows.begin(), deferred_rows.end());
+  }
+  // Steady rows add no blocks: their new-block offsets repeat the count so far.
+  auto fill_offsets = [&](size_t from, size_t to) {
+    for (AttentionBatch& batch : o.attention) {
+      std::fill(batch.new_block_offsets.begin() + static_cast<ptrdiff_t>(from + 1),
+                batch.new_block_offsets.begin() + static_cast<ptrdiff_t>(to + 1),
+                static_cast<int32_t>(batch.new_block_ids.size()));
+    }
+  };
+  // A deferred row is steady once synced (a crossing: the step's token opens the new last
+  // block), unless a window released blocks or the step's block is not the last; WriteRow
+  // takes those.
+  const internal::SteadyRows steady = steady_targets;
+  bool one_each = true;
+  size_t next = 0;  // rows [next, d) before the next deferred row d are steady
+  for (const int32_t d : deferred_rows) {
+    const size_t row = static_cast<size_t>(d);
+    fill_offsets(next, row);
+    const int32_t q = row_owner[row];
+    SchedRequest& r = reqs[q];
+    const int64_t c = r.num_computed - 1;
+    if (!r.SteadyRowAt(c)) SyncRow(r);
+    if (r.SteadyRowAt(c)) {
+      steady.Write(q, r, c);
+      for (AttentionBatch& batch : o.attention) {
+        batch.new_block_offsets[row + 1] = static_cast<int32_t>(batch.new_block_ids.size());
+      }
+    } else {
+      o.query_start_loc[row] = d;
+      WriteRow(q, row, row, d);
+      one_each &= o.requests[row].samples;
+    }
+    next = row + 1;
+  }
+  fill_offsets(next, rows);
+  o.query_start_loc[rows] = static_cast<int32_t>(rows);
+  o.total_num_scheduled_tokens = static_cast<int64_t>(rows);
+  one_sample_each = one_each;  // fast_rows: no speculative decoding
 }
 
 int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens) {

@@ -89,12 +89,52 @@ struct alignas(64) SchedRequest {
   bool InQuietHorizon() const {
     return num_tokens <= quiet_tokens && num_computed < quiet_release;
   }
+  // Its row can be written from these fields alone for a plain decode step at position c:
+  // the row is current and the token falls in the last block of the first two attention
+  // groups (Scheduler::Impl::fast_rows).
+  bool SteadyRowAt(int64_t c) const {
+    return !fresh && c >= decode_from && c + 1 <= sync_tokens && c < sync_release();
+  }
   void SetQuietHorizon(const DecodeHorizon& h) {
     quiet_tokens = h.tokens;
     quiet_release = h.release;
   }
 };
 static_assert(offsetof(SchedRequest, visited_step) == 64, "the running pass reads one line");
+
+// Where the running pass writes steady rows (Scheduler::Impl::PrepareSteadyOutput): the
+// output arrays' addresses, held in locals so the stores cannot make the compiler reload them.
+struct SteadyRows {
+  ScheduledRequest* requests = nullptr;
+  int64_t* slots0 = nullptr;
+  int64_t* slots1 = nullptr;  // the second attention group's, if any
+  int32_t* seq_lens = nullptr;
+  int32_t* query_start = nullptr;
+
+  // Row r.row for request q's plain decode step at position c, the row-th token of the step.
+  // REQUIRES: r.SteadyRowAt(c).
+  void Write(int32_t q, const SchedRequest& r, int64_t c) const {
+    // Everything is read before anything is written (the stores could alias the request).
+    const RequestId id = r.id;
+    const int32_t row = r.row;
+    const int64_t slot0 = c + r.slot_delta[0];
+    const int64_t slot1 = c + r.slot_delta[1];
+    ScheduledRequest& sr = requests[row];
+    sr.id = id;
+    sr.row = row;
+    sr.is_new = false;
+    sr.resumed = false;
+    sr.num_computed_tokens = c;
+    sr.num_scheduled_tokens = 1;
+    sr.num_draft_tokens = 0;
+    sr.samples = true;  // a plain decode step ends at the last known token
+    sr.handle = static_cast<uint32_t>(q);
+    slots0[row] = slot0;
+    if (slots1 != nullptr) slots1[row] = slot1;
+    seq_lens[row] = static_cast<int32_t>(c + 1);
+    query_start[row] = row;
+  }
+};
 
 // Orders the priority queue: lower priority value, then earlier arrival, then earlier add.
 struct PriorityLess {
@@ -152,6 +192,15 @@ class Scheduler::Impl {
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
+  // Steady decode output: in a step where every running request decodes one token, row r is
+  // the r-th scheduled request and its token the r-th of the slot mappings, so the running
+  // pass writes a steady row (SchedRequest::SteadyRow) in place while it holds the request,
+  // and leaves the others in deferred_rows. PrepareSteadyOutput sizes the arrays for it;
+  // FinishSteadyOutput (from BuildOutput, when the step turned out so) writes the deferred
+  // rows in row order and the new-block offsets around them. Any other step is built whole
+  // by BuildOutput, over whatever the pass wrote.
+  internal::SteadyRows PrepareSteadyOutput();
+  void FinishSteadyOutput();
   // Writes row `row` of the output for request q, the k-th scheduled, whose tokens start at
   // `tokens` in the slot mappings: any row (syncing it first when the step changed its
   // tables). Returns its token count.
@@ -200,6 +249,9 @@ class Scheduler::Impl {
   };
   std::vector<GroupInfo> attention;  // attention groups, in group order
   std::vector<GroupId> state_groups;
+  // A plain decode row can be written from the request's fields alone: one or two attention
+  // groups (SchedRequest::slot_delta), no state group, no speculative decoding.
+  bool fast_rows = false;
 
   std::vector<internal::SchedRequest> reqs;
   std::vector<int32_t> free_indices;
@@ -222,6 +274,13 @@ class Scheduler::Impl {
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
   std::vector<uint8_t> row_scheduled;  // scratch, per row
+  // Steady decode output (see PrepareSteadyOutput): whether this step's running pass writes
+  // steady rows in place (cleared when the step turns out otherwise), the rows when it began,
+  // and the rows it left to FinishSteadyOutput.
+  bool steady_output = false;
+  size_t steady_rows = 0;
+  internal::SteadyRows steady_targets;
+  std::vector<int32_t> deferred_rows;
   // The latest output's requests all sample exactly one token (no drafts, no prompt chunk),
   // and no drafts are proposed for the next step (no speculative decoding).
   bool one_sample_each = false;

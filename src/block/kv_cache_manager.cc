@@ -381,10 +381,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
   std::vector<RequestState*>& states = m.scratch_states;
   std::vector<uint8_t>& kinds = m.scratch_flags;  // Impl::DecodeStepKind
+  std::vector<int64_t>& computed = m.scratch_computed;  // the steps' num_computed_tokens
   // Written by index into arrays sized for every step (no capacity checks per entry).
   work.resize(n);
   states.resize(n);
   kinds.resize(n);
+  computed.resize(n);
   size_t w = 0;
   // Raw pointers in the loops: Span's operator[] checks bounds (hardened Abseil).
   const DecodeStep* const step_at = steps.data();
@@ -395,15 +397,20 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
     const int64_t c = step.num_computed_tokens;
-    if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
-      if (want_horizons) horizon_at[i] = m.HorizonOf(s);
-      continue;
+    // A pure crossing (tested first: a scheduler sends only the steps that need the cache)
+    // always has something to do.
+    uint8_t kind = Impl::kPureCross;
+    if (!m.SummaryPureCross(s, c, step.num_new_tokens)) {
+      if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
+        if (want_horizons) horizon_at[i] = m.HorizonOf(s);
+        continue;
+      }
+      kind = m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache : Impl::kGeneralStep;
     }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];
-    kinds[w] = m.SummaryPureCross(s, c, step.num_new_tokens)   ? Impl::kPureCross
-               : m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache
-                                                               : Impl::kGeneralStep;
+    kinds[w] = kind;
+    computed[w] = c;
     ++w;
   }
   // Then the rest through a software pipeline of four prefetch stages, each reading only
@@ -430,13 +437,13 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         PrefetchForWrite(gs.blocks.data() + gs.blocks.size());
       }
     } else {
-      m.PrefetchStepTables(*states[j], step_at[work[j]].num_computed_tokens);
+      m.PrefetchStepTables(*states[j], computed[j]);
     }
   };
   // A pure crossing caches nothing; it reads a pool record only for a due window release.
   auto pools = [&](size_t j) {
     const RequestState& st = *states[j];
-    const int64_t c = step_at[work[j]].num_computed_tokens;
+    const int64_t c = computed[j];
     if (kinds[j] != Impl::kPureCross || c >= st.next_release) m.PrefetchStepPools(st, c);
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
@@ -449,13 +456,13 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (j + 3 * kD < w) group_records(j + 3 * kD);
     if (j + 2 * kD < w) tables(j + 2 * kD);
     if (j + kD < w) pools(j + kD);
-    const DecodeStep& step = step_at[work[j]];
     RequestState& st = *states[j];
-    const int64_t c = step.num_computed_tokens;
+    const int64_t c = computed[j];
     const bool fast = (kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(st, c)) ||
                       (kinds[j] == Impl::kPureCache && m.CacheNextBlock(st, c));
     if (!fast) {
-      const AllocationRequest req{.num_computed_tokens = c, .num_new_tokens = step.num_new_tokens};
+      const AllocationRequest req{.num_computed_tokens = c,
+                                  .num_new_tokens = step_at[work[j]].num_new_tokens};
       KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
       if (!ok) return static_cast<int64_t>(work[j]);
     }

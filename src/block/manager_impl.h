@@ -278,6 +278,7 @@ class KvCacheManager::Impl {
   std::vector<uint8_t> completion_due;
   std::vector<int32_t> append_counts;
   std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
+  std::vector<int64_t> scratch_computed;                // reused by AllocateDecodeStep
   enum DecodeStepKind : uint8_t { kGeneralStep, kPureCross, kPureCache };
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {

@@ -89,9 +89,11 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
     const int32_t size = static_cast<int32_t>(blocks.size());
     const int32_t ratio = g.ratio;
     int32_t* const row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
-    // Blocks a window released since the last copy are null now.
+    // Blocks a window released since the last copy are null now. (Only a window releases:
+    // other tables are not read there, a line far from their end.)
     int32_t released = synced_released[a];
-    while (released < size && table[released] == kNullBlock) {
+    while (g.kind == LayerKind::kSlidingWindow && released < size &&
+           table[released] == kNullBlock) {
       std::fill(row + static_cast<size_t>(released) * ratio,
                 row + static_cast<size_t>(released + 1) * ratio, 0);
       ++released;

@@ -216,6 +216,14 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       int32_t c = first_unmapped_hint_;
       while (chunks_[c].mapped) ++c;
       first_unmapped_hint_ = c;
+      // A pool that grows maps its chunks in id order, one per block taken when chunks hold
+      // one block: the records of the chunk kPrefetchDistance further on, untouched since
+      // the pool was built and so in memory, are fetched now for that later map.
+      if (c + static_cast<int32_t>(kPrefetchDistance) < max_chunks_) {
+        const int32_t ahead = c + static_cast<int32_t>(kPrefetchDistance);
+        PrefetchForWrite(&chunks_[ahead]);
+        PrefetchForWrite(&blocks_[1 + static_cast<size_t>(ahead) * bpc_]);
+      }
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) {
         if (bpc_ == 1) {
           // Its one block is handed out at once: the chunk is mapped straight into use,

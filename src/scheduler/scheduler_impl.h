@@ -29,14 +29,26 @@ enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs, indexed by a dense
 // index that outlives nothing: it is reused once the request is gone.
 struct alignas(64) SchedRequest {
-  // ---- Read or written for every running request in every step: the first cache line holds
-  // what the running pass reads and writes for a quiet decode step.
+  // ---- The first cache line: what every step reads or writes for every running request
+  // (the running pass's counts, Update's checks and counters).
   RequestId id;
   // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
   // until Update rejects them).
   int64_t num_computed = 0;
   int64_t num_tokens = 0;       // prompt + output tokens
   uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
+  int32_t num_drafts = 0;       // drafts the server proposed for the next step
+  int32_t num_scheduled_drafts = 0;
+  int32_t row = -1;             // its row in the batch tables (-1 when not running)
+  int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
+  int32_t num_output = 0;
+  int32_t max_new_tokens = 0;
+  RequestStatus status = RequestStatus::kFree;
+  bool has_stop_tokens = false;
+  bool fresh = false;           // admitted or resumed and not yet reported as new
+  bool resumed = false;
+  // ---- The second line: the running pass's bounds and a plain decode row's slots.
   // The KV cache's QuietDecodeHorizon, read after each call that allocates for the request:
   // a plain decode step with num_tokens <= quiet_tokens and num_computed < quiet_release
   // needs no call at all.
@@ -44,27 +56,15 @@ struct alignas(64) SchedRequest {
   int64_t quiet_release = 0;
   // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
   int64_t sync_tokens = 0;
-  int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
-  int32_t num_drafts = 0;       // drafts the server proposed for the next step
-  // ---- The second line: the output rows, Update's stop checks.
-  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
-  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see SyncRow
-  int32_t row = -1;             // its row in the batch tables (-1 when not running)
-  int32_t num_scheduled_drafts = 0;
-  int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
-  int32_t num_output = 0;
-  int32_t max_new_tokens = 0;
   // A token at position p in [decode_from, sync_tokens) is in the last block of the first two
   // attention groups' rows, its slot there p + slot_delta[a]: no table read (SyncRow sets
   // them).
   int64_t decode_from = std::numeric_limits<int64_t>::max();
   int64_t slot_delta[2] = {0, 0};
-  RequestStatus status = RequestStatus::kFree;
+  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
+  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see SyncRow
   bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
                                 // head of the queue after a failed admission)
-  bool fresh = false;           // admitted or resumed and not yet reported as new
-  bool resumed = false;
-  bool has_stop_tokens = false;
 
   // ---- Cold.
   std::vector<int32_t> stop_token_ids;
@@ -100,7 +100,8 @@ struct alignas(64) SchedRequest {
     quiet_release = h.release;
   }
 };
-static_assert(offsetof(SchedRequest, visited_step) == 64, "the running pass reads one line");
+static_assert(offsetof(SchedRequest, quiet_tokens) == 64, "Update reads the first line alone");
+static_assert(offsetof(SchedRequest, in_manager) < 128, "the running pass reads two lines");
 
 // Where the running pass writes steady rows (Scheduler::Impl::PrepareSteadyOutput): the
 // output arrays' addresses, held in locals so the stores cannot make the compiler reload them.

@@ -16,6 +16,7 @@
 namespace kvpage {
 
 enum class StepPhase : uint8_t {
+  kReleaseWindows,      // Schedule(): freeing the blocks sliding windows have moved past
   kScheduleRunning,     // Schedule(): the pass over running requests, AllocateDecodeStep included
   kAllocateDecodeStep,  // KvCacheManager::AllocateDecodeStep
   kBuildOutput,         // Schedule(): the device-ready rows and the per-request output

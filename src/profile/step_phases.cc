@@ -4,6 +4,7 @@ namespace kvpage {
 
 absl::string_view StepPhaseName(StepPhase phase) {
   switch (phase) {
+    case StepPhase::kReleaseWindows: return "Schedule: window releases";
     case StepPhase::kScheduleRunning: return "Schedule: running pass";
     case StepPhase::kAllocateDecodeStep: return "  AllocateDecodeStep";
     case StepPhase::kBuildOutput: return "Schedule: output";

@@ -38,6 +38,7 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   // until then, and it comes last in the running order: requests ahead of it that need memory
   // would preempt it (FCFS takes the last) for blocks it no longer needs. Release them all first.
   if (!has_sliding_groups) return;
+  KVPAGE_STEP_PHASE(StepPhase::kReleaseWindows);
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
     if (r.num_computed < r.sync_release()) continue;

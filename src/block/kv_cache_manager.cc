@@ -397,15 +397,17 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
     const int64_t c = step.num_computed_tokens;
-    // A pure crossing (tested first: a scheduler sends only the steps that need the cache)
-    // always has something to do.
-    uint8_t kind = Impl::kPureCross;
-    if (!m.SummaryPureCross(s, c, step.num_new_tokens)) {
+    // One comparison tells the cases apart: a step that ends within the tables has nothing
+    // to do or caches a block; one that ends past them crosses into a new block.
+    uint8_t kind;
+    if (c + step.num_new_tokens <= s.covered_tokens) {
       if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
         if (want_horizons) horizon_at[i] = m.HorizonOf(s);
         continue;
       }
       kind = m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache : Impl::kGeneralStep;
+    } else {
+      kind = m.SummaryPureCross(s, c, step.num_new_tokens) ? Impl::kPureCross : Impl::kGeneralStep;
     }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];

@@ -498,7 +498,10 @@ absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_proce
                                                    "]"));
   }
   impl_->RemoveSkipped(*st, num_processed_tokens);
-  impl_->RefreshSummary(*st);
+  // Releases change no table's length and no cached count: of the summary, only where the
+  // next release falls.
+  st->next_release = impl_->NextRelease(*st);
+  impl_->summaries[st->handle].next_release = st->next_release;
   return absl::OkStatus();
 }
 

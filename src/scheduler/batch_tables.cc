@@ -43,7 +43,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
   std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
   r.decode_from = std::numeric_limits<int64_t>::max();
   r.sync_tokens = 0;
-  r.sync_release_delta = 0;
+  r.sync_release = 0;
 }
 
 void Scheduler::Impl::FreeRow(int32_t q) {
@@ -133,7 +133,7 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
   }
   r.decode_from = tail_from;
   r.sync_tokens = tokens;
-  r.sync_release_delta = static_cast<int32_t>(release - tokens);
+  r.sync_release = release;
 }
 
 absl::Status Scheduler::Impl::CheckTables() const {

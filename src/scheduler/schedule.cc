@@ -41,7 +41,7 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   KVPAGE_STEP_PHASE(StepPhase::kReleaseWindows);
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
-    if (r.num_computed < r.sync_release()) continue;
+    if (r.num_computed < r.sync_release) continue;
     const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed, r.kv_handle);
     KVPAGE_DCHECK(released.ok());
     (void)released;
@@ -397,7 +397,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed - 1;
     if (fast && r.num_scheduled == 1 && !r.fresh && c >= r.decode_from &&
-        c + 1 <= r.sync_tokens && c < r.sync_release()) {  // fast: no drafts
+        c + 1 <= r.sync_tokens && c < r.sync_release) {  // fast: no drafts
       ScheduledRequest& sr = srs[k];
       sr.id = r.id;
       sr.row = static_cast<int32_t>(row);
@@ -521,7 +521,7 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
   r.resumed = false;
   // The row is current unless the step grew a table or a window released blocks.
   const int64_t lookahead = std::min<int64_t>(config.num_speculative_tokens, max_model_len - c - n);
-  if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release()) {
+  if (fresh || c + n + lookahead > r.sync_tokens || c >= r.sync_release) {
     SyncRow(r);
   }
   for (size_t a = 0; a < attention.size(); ++a) {

@@ -37,10 +37,12 @@ struct alignas(64) SchedRequest {
   int64_t num_computed = 0;
   int64_t num_tokens = 0;       // prompt + output tokens
   uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  // The row is up to date while num_computed < sync_release (a sliding window frees no block
+  // before; see SyncRow) and c + n + lookahead <= sync_tokens. Here, so that the release pass
+  // reads one line per request.
+  int64_t sync_release = 0;
   int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
   int32_t num_drafts = 0;       // drafts the server proposed for the next step
-  int32_t num_scheduled_drafts = 0;
-  int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
@@ -54,17 +56,17 @@ struct alignas(64) SchedRequest {
   // needs no call at all.
   int64_t quiet_tokens = 0;
   int64_t quiet_release = 0;
-  // The row is up to date while c + n + lookahead <= sync_tokens and c < sync_release.
-  int64_t sync_tokens = 0;
+  int64_t sync_tokens = 0;      // see sync_release
   // A token at position p in [decode_from, sync_tokens) is in the last block of the first two
   // attention groups' rows, its slot there p + slot_delta[a]: no table read (SyncRow sets
   // them).
   int64_t decode_from = std::numeric_limits<int64_t>::max();
   int64_t slot_delta[2] = {0, 0};
-  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
-  int32_t sync_release_delta = 0;  // sync_release - sync_tokens, see SyncRow
+  int32_t row = -1;             // its row in the batch tables (-1 when not running)
+  int32_t num_scheduled_drafts = 0;
   bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
                                 // head of the queue after a failed admission)
+  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
 
   // ---- Cold.
   std::vector<int32_t> stop_token_ids;
@@ -82,7 +84,6 @@ struct alignas(64) SchedRequest {
   absl::InlinedVector<int32_t, 2> synced_blocks;    // manager blocks copied
   absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
 
-  int64_t sync_release() const { return sync_tokens + sync_release_delta; }
   // A plain decode step: one known token, no drafts.
   bool PlainDecode() const { return num_tokens - num_computed == 1 && num_drafts == 0; }
   // Its step is within the KV cache's quiet decode horizon: the cache need not hear of it.
@@ -93,7 +94,7 @@ struct alignas(64) SchedRequest {
   // the row is current and the token falls in the last block of the first two attention
   // groups (Scheduler::Impl::fast_rows).
   bool SteadyRowAt(int64_t c) const {
-    return !fresh && c >= decode_from && c + 1 <= sync_tokens && c < sync_release();
+    return !fresh && c >= decode_from && c + 1 <= sync_tokens && c < sync_release;
   }
   void SetQuietHorizon(const DecodeHorizon& h) {
     quiet_tokens = h.tokens;
@@ -102,6 +103,7 @@ struct alignas(64) SchedRequest {
 };
 static_assert(offsetof(SchedRequest, quiet_tokens) == 64, "Update reads the first line alone");
 static_assert(offsetof(SchedRequest, in_manager) < 128, "the running pass reads two lines");
+static_assert(offsetof(SchedRequest, sync_release) < 64, "the release pass reads one line");
 
 // Where the running pass writes steady rows (Scheduler::Impl::PrepareSteadyOutput): the
 // output arrays' addresses, held in locals so the stores cannot make the compiler reload them.

@@ -97,6 +97,7 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.handle_ids.push_back(RequestId(-1));
     m.summaries.emplace_back();
     m.token_tails.resize(m.token_tails.size() + static_cast<size_t>(m.block_size));
+    m.cache_hash_hint.emplace_back();
     m.completion_due.push_back(0);
     m.append_counts.push_back(0);
   }
@@ -405,7 +406,11 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         if (want_horizons) horizon_at[i] = m.HorizonOf(s);
         continue;
       }
-      kind = m.SummaryPureCache(s, c, step.num_new_tokens) ? Impl::kPureCache : Impl::kGeneralStep;
+      kind = Impl::kGeneralStep;
+      if (m.SummaryPureCache(s, c, step.num_new_tokens)) {
+        kind = Impl::kPureCache;
+        m.PrefetchHintedCacheSlots(h);
+      }
     } else {
       kind = m.SummaryPureCross(s, c, step.num_new_tokens) ? Impl::kPureCross : Impl::kGeneralStep;
     }

@@ -70,6 +70,14 @@ class KvCacheManager::Impl {
     internal::RequestState& st = *by_handle[h];
     FlushTokens(st);
     st.hashes.Update(st.tokens);
+    if (!st.hashes.hashes().empty()) cache_hash_hint[h] = st.hashes.hashes().back();
+  }
+  // Starts loading the map buckets where the request's next cached block would go, by
+  // cache_hash_hint (one_pool_per_group: group g's pool is pool g).
+  void PrefetchHintedCacheSlots(int32_t h) const {
+    for (size_t g = 0; g < pools.size(); ++g) {
+      pools[g]->PrefetchCacheSlot(cache_hash_hint[h], GroupId(static_cast<int32_t>(g)));
+    }
   }
   // Moves the tail into the vector, which then holds every token. The tokens still in the
   // tail all belong to the block the last of them is in (the vector holds every earlier
@@ -254,6 +262,12 @@ class KvCacheManager::Impl {
   std::vector<int32_t> free_handles;
   std::vector<DecodeSummary> summaries;  // by handle; stale for free handles
   std::vector<int32_t> token_tails;      // block_size per handle, see NumTokens
+  // By handle, a hint only (never trusted, stale after other changes): the hash of the block
+  // the request completed last, which in steady decode its next step offers to the prefix
+  // cache. AllocateDecodeStep's first pass fetches that key's map bucket from it, a whole
+  // pass before the insert: the map is far larger than the CPU caches, and the pipeline's own
+  // prefetch, a few requests ahead, comes too late for a line from memory.
+  std::vector<BlockHash> cache_hash_hint;
   int32_t block_mask = -1;               // block_size − 1 when a power of two
   // The request named by (id, handle), or null if unknown.
   internal::RequestState* Find(RequestId id, int32_t handle) const {

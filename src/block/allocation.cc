@@ -137,6 +137,12 @@ void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed
   }
 }
 
+void KvCacheManager::Impl::ReleaseSkipped(RequestState& st, int64_t num_processed) {
+  RemoveSkipped(st, num_processed);
+  st.next_release = NextRelease(st);
+  summaries[st.handle].next_release = st.next_release;
+}
+
 // ---- Recurrent state ----
 
 void KvCacheManager::Impl::CommitStep(RequestState& st) {
@@ -432,17 +438,19 @@ void KvCacheManager::Impl::PrefetchStepTables(const RequestState& st, int64_t co
   }
 }
 
-void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t computed) const {
+void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t computed,
+                                             bool hinted) const {
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   const bool cache =
       config.enable_prefix_caching && st.cached_blocks < static_cast<int64_t>(hashes.size());
   const bool release = computed >= st.next_release;
   if (!cache && !release) return;
+  const bool bucket = cache && !(hinted && hashes[st.cached_blocks] == cache_hash_hint[st.handle]);
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;
     const GroupState& gs = st.groups[g.id.value];
     if (cache) {
-      pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+      if (bucket) pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
       if (st.cached_blocks < static_cast<int64_t>(gs.blocks.size())) {
         pools[g.pool]->PrefetchCacheRecords(gs.blocks[st.cached_blocks]);
       }
@@ -464,15 +472,10 @@ bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed
       return false;
     }
   }
-  DecodeSummary& s = summaries[st.handle];
-  if (computed >= st.next_release) {
-    RemoveSkipped(st, computed);
-    st.next_release = NextRelease(st);
-    s.next_release = st.next_release;
-  }
+  if (computed >= st.next_release) ReleaseSkipped(st, computed);
   for (const GroupLayout& g : groups) pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
   st.covered_tokens += block_size;
-  s.covered_tokens = st.covered_tokens;
+  summaries[st.handle].covered_tokens = st.covered_tokens;
   return true;
 }
 

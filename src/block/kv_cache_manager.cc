@@ -451,7 +451,9 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   auto pools = [&](size_t j) {
     const RequestState& st = *states[j];
     const int64_t c = computed[j];
-    if (kinds[j] != Impl::kPureCross || c >= st.next_release) m.PrefetchStepPools(st, c);
+    if (kinds[j] != Impl::kPureCross || c >= st.next_release) {
+      m.PrefetchStepPools(st, c, /*hinted=*/kinds[j] == Impl::kPureCache);
+    }
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
   for (size_t j = 0; j < std::min(w, 4 * kD); ++j) state(j);
@@ -502,11 +504,7 @@ absl::Status KvCacheManager::RemoveSkippedBlocks(RequestId id, int64_t num_proce
                                                    " is outside [0, ", impl_->NumTokens(*st),
                                                    "]"));
   }
-  impl_->RemoveSkipped(*st, num_processed_tokens);
-  // Releases change no table's length and no cached count: of the summary, only where the
-  // next release falls.
-  st->next_release = impl_->NextRelease(*st);
-  impl_->summaries[st->handle].next_release = st->next_release;
+  impl_->ReleaseSkipped(*st, num_processed_tokens);
   return absl::OkStatus();
 }
 

@@ -128,7 +128,9 @@ class KvCacheManager::Impl {
   void PrefetchStepTables(const internal::RequestState& st, int64_t computed) const;
   // What it then reads from the pools: the prefix-cache slot of the next block to cache and
   // the record of the block a due window release frees.
-  void PrefetchStepPools(const internal::RequestState& st, int64_t computed) const;
+  // `hinted`: the first pass already fetched the bucket for cache_hash_hint[st.handle], so
+  // it is fetched here only when the hint is not the hash to cache.
+  void PrefetchStepPools(const internal::RequestState& st, int64_t computed, bool hinted) const;
 
   // ---- Allocation (allocation.cc) ----
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
@@ -144,6 +146,9 @@ class KvCacheManager::Impl {
   // Frees sliding-window blocks no token from `num_processed` on can reach. The caller
   // refreshes the request's summary.
   void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
+  // RemoveSkipped, then the next release in the state and its summary: releases change no
+  // table's length and no cached count, so nothing else of the summary needs refreshing.
+  void ReleaseSkipped(internal::RequestState& st, int64_t num_processed);
   void CommitStep(internal::RequestState& st);
   // Gives back every block and slot of a request that is about to be erased.
   void FreeRequestBlocks(internal::RequestState& st);

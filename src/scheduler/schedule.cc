@@ -157,7 +157,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   const bool batchable = config.num_speculative_tokens == 0;
   // Steady rows are written in place only when the budget lets every running request decode.
   steady_output = fast_rows && budget >= static_cast<int64_t>(running.size());
-  internal::SteadyRows steady;
+  internal::PlainRows steady;
   if (steady_output) steady = PrepareSteadyOutput();
   size_t i = 0;
   while (i < running.size() && budget > 0) {
@@ -176,7 +176,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
           decode_batch_index.push_back(static_cast<int32_t>(j));
         } else if (steady_output) {
           if (r.SteadyRowAt(r.num_computed)) {
-            steady.Write(q, r, r.num_computed);
+            steady.WriteSteady(q, r, r.num_computed);
           } else {
             deferred_rows.push_back(r.row);
           }
@@ -200,7 +200,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
           // A step that only cached a block left the row as it was; a crossing grew a table.
           const int64_t c = r.num_computed - 1;  // marked above
           if (r.SteadyRowAt(c)) {
-            steady.Write(q, r, c);
+            steady.WriteSteady(q, r, c);
           } else {
             deferred_rows.push_back(r.row);
           }
@@ -366,15 +366,13 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     return;
   }
   // The loop writes a plain decode row (one token, no drafts, its table row current, its
-  // block the row's last, no state group) inline, from locals alone: what it needs of up to
-  // two attention groups and the output arrays' addresses (the loop's stores could alias the
-  // members they come from, which the compiler would then reload every row). Any other row
-  // goes to WriteRow.
+  // block the row's last, no state group) inline through PlainRows, from locals alone (the
+  // loop's stores could alias the members the addresses come from, which the compiler would
+  // then reload every row). Any other row goes to WriteRow.
   const size_t num_attention = attention.size();
   const bool two_groups = num_attention == 2;
   const bool fast = fast_rows;  // a local: the stores below could alias the member
-  int64_t* const slots0 = fast ? o.attention[0].slot_mapping.data() : nullptr;
-  int64_t* const slots1 = fast && two_groups ? o.attention[1].slot_mapping.data() : nullptr;
+  const internal::PlainRows plain = PlainRowTargets();
   int32_t* const offsets0 = fast ? o.attention[0].new_block_offsets.data() : nullptr;
   int32_t* const offsets1 =
       fast && two_groups ? o.attention[1].new_block_offsets.data() : nullptr;
@@ -388,38 +386,23 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   size_t k = 0;  // index in o.requests
   bool one_each = true;  // every request samples one token (Update's fast path)
   for (size_t row = 0; row < rows; ++row) {
-    query_start[row] = tokens;
     if (!every_row && !row_scheduled[row]) {
+      query_start[row] = tokens;
       seq_lens[row] = 0;
       continue;
     }
     const int32_t q = owners[row];
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed - 1;
-    if (fast && r.num_scheduled == 1 && !r.fresh && c >= r.decode_from &&
-        c + 1 <= r.sync_tokens && c < r.sync_release) {  // fast: no drafts
-      ScheduledRequest& sr = srs[k];
-      sr.id = r.id;
-      sr.row = static_cast<int32_t>(row);
-      sr.is_new = false;
-      sr.resumed = false;
-      sr.num_computed_tokens = c;
-      sr.num_scheduled_tokens = 1;
-      sr.num_draft_tokens = 0;
-      sr.samples = r.num_computed >= r.num_tokens;
-      sr.handle = static_cast<uint32_t>(q);
-      // A token's slot is its cache block times the cache block size plus its offset, whatever
-      // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
-      slots0[tokens] = c + r.slot_delta[0];
+    if (fast && r.num_scheduled == 1 && r.SteadyRowAt(c)) {  // fast: no drafts
+      const bool samples = r.num_computed >= r.num_tokens;
+      plain.Write(q, r, c, k, tokens, samples);
       offsets0[k + 1] = new_ids0;
-      if (two_groups) {
-        slots1[tokens] = c + r.slot_delta[1];
-        offsets1[k + 1] = new_ids1;
-      }
-      seq_lens[row] = static_cast<int32_t>(c + 1);
-      one_each &= sr.samples;
+      if (two_groups) offsets1[k + 1] = new_ids1;
+      one_each &= samples;
       ++tokens;
     } else {
+      query_start[row] = tokens;
       tokens += WriteRow(q, row, k, tokens);
       one_each &= srs[k].samples;  // drafts make one_sample_each false below anyway
       if (fast) {
@@ -436,7 +419,17 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   o.total_num_scheduled_tokens = tokens;
 }
 
-internal::SteadyRows Scheduler::Impl::PrepareSteadyOutput() {
+internal::PlainRows Scheduler::Impl::PlainRowTargets() {
+  SchedulerOutput& o = out;
+  if (!fast_rows) return {};
+  return {.requests = o.requests.data(),
+          .slots0 = o.attention[0].slot_mapping.data(),
+          .slots1 = o.attention.size() == 2 ? o.attention[1].slot_mapping.data() : nullptr,
+          .seq_lens = o.seq_lens.data(),
+          .query_start = o.query_start_loc.data()};
+}
+
+internal::PlainRows Scheduler::Impl::PrepareSteadyOutput() {
   SchedulerOutput& o = out;
   const size_t rows = running.size();
   steady_rows = rows;
@@ -445,13 +438,7 @@ internal::SteadyRows Scheduler::Impl::PrepareSteadyOutput() {
   o.query_start_loc.resize(rows + 1);
   o.seq_lens.resize(rows);
   for (AttentionBatch& batch : o.attention) batch.slot_mapping.resize(rows);
-  steady_targets = {
-      .requests = o.requests.data(),
-      .slots0 = o.attention[0].slot_mapping.data(),
-      .slots1 = o.attention.size() == 2 ? o.attention[1].slot_mapping.data() : nullptr,
-      .seq_lens = o.seq_lens.data(),
-      .query_start = o.query_start_loc.data()};
-  return steady_targets;
+  return PlainRowTargets();
 }
 
 void Scheduler::Impl::FinishSteadyOutput() {
@@ -473,7 +460,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   // A deferred row is steady once synced (a crossing: the step's token opens the new last
   // block), unless a window released blocks or the step's block is not the last; WriteRow
   // takes those.
-  const internal::SteadyRows steady = steady_targets;
+  const internal::PlainRows plain = PlainRowTargets();
   bool one_each = true;
   size_t next = 0;  // rows [next, d) before the next deferred row d are steady
   for (const int32_t d : deferred_rows) {
@@ -484,7 +471,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
     const int64_t c = r.num_computed - 1;
     if (!r.SteadyRowAt(c)) SyncRow(r);
     if (r.SteadyRowAt(c)) {
-      steady.Write(q, r, c);
+      plain.WriteSteady(q, r, c);
       for (AttentionBatch& batch : o.attention) {
         batch.new_block_offsets[row + 1] = static_cast<int32_t>(batch.new_block_ids.size());
       }

@@ -344,42 +344,37 @@ absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t r
   return absl::OkStatus();
 }
 
-// The loops below run eight lanes side by side, in a shape GCC vectorizes at -O2 (its cheap
-// cost model leaves a plain loop of unknown length scalar): one pass over a step's samples
-// costs about one instruction per token instead of six.
-constexpr size_t kLanes = 8;
-
-// Whether any value is negative: the OR of all of them has the sign bit set.
-// (Raw pointers: through Span's operator[] GCC keeps the lanes scalar.)
-bool AnyNegative(absl::Span<const int32_t> values) {
+// The OR over i of f(values[i], i) (i as 32 bits), eight lanes side by side: a shape GCC vectorizes at
+// -O2 (its cheap cost model leaves a plain loop of unknown length scalar), so one pass over a
+// step's samples costs about one instruction per token instead of six. (Raw pointers:
+// through Span's operator[], which checks its bound in Debian's hardened Abseil, GCC keeps
+// the lanes scalar.)
+template <typename F>
+uint32_t OrOverLanes(absl::Span<const int32_t> values, F f) {
+  constexpr size_t kLanes = 8;
   const int32_t* v = values.data();
   const size_t n = values.size();
   uint32_t lanes[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) lanes[j] |= static_cast<uint32_t>(v[i + j]);
+    const uint32_t base = static_cast<uint32_t>(i);
+    for (uint32_t j = 0; j < kLanes; ++j) lanes[j] |= f(v[i + j], base + j);
   }
   uint32_t all = 0;
-  for (; i < n; ++i) all |= static_cast<uint32_t>(v[i]);
+  for (; i < n; ++i) all |= f(v[i], static_cast<uint32_t>(i));
   for (uint32_t lane : lanes) all |= lane;
-  return (all >> 31) != 0;
+  return all;
+}
+
+// Whether any value is negative: the OR of all of them has the sign bit set.
+bool AnyNegative(absl::Span<const int32_t> values) {
+  return OrOverLanes(values, [](int32_t v, uint32_t) { return static_cast<uint32_t>(v); }) >> 31;
 }
 
 // Whether offsets[i] == i for every i (every request sampled exactly one token).
 bool IsIota(absl::Span<const int32_t> offsets) {
-  const int32_t* o = offsets.data();
-  const size_t n = offsets.size();
-  uint32_t lanes[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) {
-      lanes[j] |= static_cast<uint32_t>(o[i + j]) ^ static_cast<uint32_t>(i + j);
-    }
-  }
-  uint32_t diff = 0;
-  for (; i < n; ++i) diff |= static_cast<uint32_t>(o[i]) ^ static_cast<uint32_t>(i);
-  for (uint32_t lane : lanes) diff |= lane;
-  return diff == 0;
+  return OrOverLanes(offsets, [](int32_t v, uint32_t i) { return static_cast<uint32_t>(v) ^ i; }) ==
+         0;
 }
 
 // The first negative id, if any (one vectorizable pass when there is none).
@@ -436,8 +431,7 @@ size_t Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const 
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = srs[i];
     SchedRequest& r = rq[sr.handle];
-    // Aborted (or its index reused) since the step was scheduled: its results are dropped.
-    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != step) continue;
+    if (!StillScheduled(r, sr)) continue;
     const int32_t t = sampled[i];
     ++r.num_output;
     ++r.num_tokens;
@@ -464,8 +458,7 @@ size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelO
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
     SchedRequest& r = reqs[sr.handle];
-    // Aborted (or its index reused) since the step was scheduled: its results are dropped.
-    if (r.status != RequestStatus::kRunning || r.id != sr.id || r.scheduled_step != step) continue;
+    if (!StillScheduled(r, sr)) continue;
     if (!sr.samples) continue;
     const int32_t k = offsets[i + 1] - offsets[i];
     const int32_t* sampled = result.sampled_token_ids.data() + offsets[i];

@@ -105,24 +105,26 @@ static_assert(offsetof(SchedRequest, quiet_tokens) == 64, "Update reads the firs
 static_assert(offsetof(SchedRequest, in_manager) < 128, "the running pass reads two lines");
 static_assert(offsetof(SchedRequest, sync_release) < 64, "the release pass reads one line");
 
-// Where the running pass writes steady rows (Scheduler::Impl::PrepareSteadyOutput): the
-// output arrays' addresses, held in locals so the stores cannot make the compiler reload them.
-struct SteadyRows {
+// Where plain decode rows are written (Scheduler::Impl::PlainRowTargets): the output
+// arrays' addresses, held in locals so the stores cannot make the compiler reload them.
+struct PlainRows {
   ScheduledRequest* requests = nullptr;
   int64_t* slots0 = nullptr;
   int64_t* slots1 = nullptr;  // the second attention group's, if any
   int32_t* seq_lens = nullptr;
   int32_t* query_start = nullptr;
 
-  // Row r.row for request q's plain decode step at position c, the row-th token of the step.
-  // REQUIRES: r.SteadyRowAt(c).
-  void Write(int32_t q, const SchedRequest& r, int64_t c) const {
+  // Row r.row for request q's plain decode step (one token, no drafts) at position c, as the
+  // k-th scheduled request, its token the t-th of the slot mappings. REQUIRES:
+  // r.SteadyRowAt(c).
+  void Write(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
+             bool samples) const {
     // Everything is read before anything is written (the stores could alias the request).
     const RequestId id = r.id;
     const int32_t row = r.row;
     const int64_t slot0 = c + r.slot_delta[0];
     const int64_t slot1 = c + r.slot_delta[1];
-    ScheduledRequest& sr = requests[row];
+    ScheduledRequest& sr = requests[k];
     sr.id = id;
     sr.row = row;
     sr.is_new = false;
@@ -130,12 +132,18 @@ struct SteadyRows {
     sr.num_computed_tokens = c;
     sr.num_scheduled_tokens = 1;
     sr.num_draft_tokens = 0;
-    sr.samples = true;  // a plain decode step ends at the last known token
+    sr.samples = samples;
     sr.handle = static_cast<uint32_t>(q);
-    slots0[row] = slot0;
-    if (slots1 != nullptr) slots1[row] = slot1;
+    // A token's slot is its cache block times the cache block size plus its offset, whatever
+    // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
+    slots0[t] = slot0;
+    if (slots1 != nullptr) slots1[t] = slot1;
     seq_lens[row] = static_cast<int32_t>(c + 1);
-    query_start[row] = row;
+    query_start[row] = t;
+  }
+  // The same in a steady decode step: the row-th request and token, which samples.
+  void WriteSteady(int32_t q, const SchedRequest& r, int64_t c) const {
+    Write(q, r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
   }
 };
 
@@ -197,13 +205,15 @@ class Scheduler::Impl {
   void BuildOutput(int64_t total_tokens);
   // Steady decode output: in a step where every running request decodes one token, row r is
   // the r-th scheduled request and its token the r-th of the slot mappings, so the running
-  // pass writes a steady row (SchedRequest::SteadyRow) in place while it holds the request,
+  // pass writes a steady row (SchedRequest::SteadyRowAt) in place while it holds the request,
   // and leaves the others in deferred_rows. PrepareSteadyOutput sizes the arrays for it;
   // FinishSteadyOutput (from BuildOutput, when the step turned out so) writes the deferred
   // rows in row order and the new-block offsets around them. Any other step is built whole
   // by BuildOutput, over whatever the pass wrote.
-  internal::SteadyRows PrepareSteadyOutput();
+  internal::PlainRows PrepareSteadyOutput();
   void FinishSteadyOutput();
+  // The output arrays as they are sized now (empty when !fast_rows).
+  internal::PlainRows PlainRowTargets();
   // Writes row `row` of the output for request q, the k-th scheduled, whose tokens start at
   // `tokens` in the slot mappings: any row (syncing it first when the step changed its
   // tables). Returns its token count.
@@ -219,6 +229,12 @@ class Scheduler::Impl {
                             UpdateResult& update);
   size_t ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
                       UpdateResult& update);
+  // Whether the request at sr.handle is still the one scheduled as sr in this step (not
+  // aborted since, its index not reused): else its results are dropped.
+  bool StillScheduled(const internal::SchedRequest& r, const ScheduledRequest& sr) const {
+    return r.status == internal::RequestStatus::kRunning && r.id == sr.id &&
+           r.scheduled_step == step;
+  }
   // Request q finished: report it, free its blocks and row, release its index.
   void Finish(int32_t q, FinishReason reason, UpdateResult& update);
 
@@ -282,7 +298,6 @@ class Scheduler::Impl {
   // and the rows it left to FinishSteadyOutput.
   bool steady_output = false;
   size_t steady_rows = 0;
-  internal::SteadyRows steady_targets;
   std::vector<int32_t> deferred_rows;
   // The latest output's requests all sample exactly one token (no drafts, no prompt chunk),
   // and no drafts are proposed for the next step (no speculative decoding).

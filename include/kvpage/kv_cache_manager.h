@@ -196,6 +196,10 @@ class KvCacheManager {
   // step). All or nothing: errors as AppendTokens, for the first bad entry, before anything
   // changes.
   absl::Status AppendDecodeTokens(absl::Span<const DecodeToken> tokens);
+  // The same appends from the caller's own loop over its batch (see DecodeAppender), for a
+  // scheduler that visits every request after a step anyway: no array of entries to build.
+  class DecodeAppender;
+  DecodeAppender StartDecodeAppend();
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
@@ -304,6 +308,63 @@ class KvCacheManager {
  private:
   explicit KvCacheManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// Appends one sampled token at a time to decoding requests: what AppendDecodeTokens does for
+// an array of DecodeToken, for a caller that visits each request in a loop of its own. The
+// common case (a valid handle, a block size that is a power of two, no block completed twice)
+// is inline and touches only the manager's per-handle arrays; a token that completes a block
+// has the block hashed at Finish (or destruction), the completions together.
+//
+// Each Append stands alone: it appends its token, or returns the error AppendTokens would
+// give (NotFound, InvalidArgument for a negative token, OutOfRange at max_model_len) and
+// changes nothing. A request may be named more than once.
+//
+// REQUIRES: no other call to the manager from StartDecodeAppend until Finish (the appender
+// holds pointers into the manager's arrays). Movable, not copyable.
+class KvCacheManager::DecodeAppender {
+ public:
+  DecodeAppender(DecodeAppender&& other) noexcept : DecodeAppender(other) { other.impl_ = nullptr; }
+  DecodeAppender& operator=(DecodeAppender&&) = delete;
+  ~DecodeAppender() { Finish(); }
+
+  // `handle` as in DecodeToken: RequestHandle(id), or -1 (the id is then looked up).
+  absl::Status Append(RequestId id, int32_t handle, int32_t token) {
+    const uint32_t h = static_cast<uint32_t>(handle);
+    if (h < num_handles_ && ids_[h] == id && token >= 0 && due_[h] == 0) [[likely]] {
+      int64_t& count = *reinterpret_cast<int64_t*>(counts_ + size_t{h} * count_stride_);
+      if (count < max_model_len_) [[likely]] {
+        const int64_t offset = count & tail_mask_;
+        tails_[size_t{h} * tail_stride_ + static_cast<size_t>(offset)] = token;
+        ++count;
+        if (offset == tail_mask_) Completed(h);
+        return absl::OkStatus();
+      }
+    }
+    return AppendSlow(id, handle, token);
+  }
+  // Hashes the blocks the appends completed. The manager may be used again afterwards.
+  void Finish();
+
+ private:
+  friend class KvCacheManager;
+  DecodeAppender(const DecodeAppender&) = default;
+  explicit DecodeAppender(Impl* impl);
+  void Completed(uint32_t h);
+  absl::Status AppendSlow(RequestId id, int32_t handle, int32_t token);
+
+  Impl* impl_ = nullptr;
+  // The inline path's view of the manager's per-handle arrays. num_handles_ is 0 when the
+  // block size is not a power of two (every append then takes AppendSlow).
+  uint32_t num_handles_ = 0;
+  const RequestId* ids_ = nullptr;      // handle -> id
+  uint8_t* due_ = nullptr;              // handle -> a completed block not yet hashed
+  char* counts_ = nullptr;              // the first handle's token count, then every
+  size_t count_stride_ = 0;             // count_stride_ bytes
+  int32_t* tails_ = nullptr;            // tail_stride_ tokens per handle
+  size_t tail_stride_ = 0;
+  int64_t tail_mask_ = 0;               // block size − 1
+  int64_t max_model_len_ = 0;
 };
 
 }  // namespace kvpage

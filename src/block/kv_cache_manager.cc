@@ -193,6 +193,63 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   return absl::OkStatus();
 }
 
+// ---- DecodeAppender ----
+
+KvCacheManager::DecodeAppender KvCacheManager::StartDecodeAppend() {
+  return DecodeAppender(impl_.get());
+}
+
+KvCacheManager::DecodeAppender::DecodeAppender(Impl* impl) : impl_(impl) {
+  impl->scratch_completed.clear();
+  if (impl->block_mask < 0 || impl->summaries.empty()) return;  // every append is slow
+  num_handles_ = static_cast<uint32_t>(impl->handle_ids.size());
+  ids_ = impl->handle_ids.data();
+  due_ = impl->completion_due.data();
+  counts_ = reinterpret_cast<char*>(&impl->summaries[0].num_tokens);
+  count_stride_ = sizeof(Impl::DecodeSummary);
+  tails_ = impl->token_tails.data();
+  tail_stride_ = static_cast<size_t>(impl->block_size);
+  tail_mask_ = impl->block_mask;
+  max_model_len_ = impl->max_model_len;
+}
+
+void KvCacheManager::DecodeAppender::Completed(uint32_t h) {
+  impl_->scratch_completed.push_back(static_cast<int32_t>(h));
+  due_[h] = 1;
+}
+
+absl::Status KvCacheManager::DecodeAppender::AppendSlow(RequestId id, int32_t handle,
+                                                        int32_t token) {
+  Impl& m = *impl_;
+  const int32_t h = m.HandleOf(id, handle);
+  if (h < 0) return UnknownRequest(id);
+  if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
+  const int64_t held = m.summaries[h].num_tokens;
+  if (held >= m.max_model_len) {
+    return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ", held + 1,
+                                              " tokens, more than max_model_len ",
+                                              m.max_model_len));
+  }
+  if (m.completion_due[h]) {
+    // Named again after its last token completed a block: the tail is about to be reused.
+    m.CompleteBlock(h);
+    m.completion_due[h] = 0;
+    std::erase(m.scratch_completed, h);
+  }
+  if (m.AppendToTail(h, token)) {
+    m.scratch_completed.push_back(h);
+    m.completion_due[h] = 1;
+  }
+  return absl::OkStatus();
+}
+
+void KvCacheManager::DecodeAppender::Finish() {
+  if (impl_ == nullptr) return;
+  impl_->CompleteBlocks(impl_->scratch_completed);
+  impl_->scratch_completed.clear();
+  impl_ = nullptr;
+}
+
 absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
     absl::Span<const DecodeToken> tokens) {
   // Check everything first (all or nothing): append_counts[h] counts the tokens so far in the

@@ -421,13 +421,15 @@ void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& updat
   ++stats.finished;
 }
 
-size_t Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
-                                           UpdateResult& update) {
+void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
+                                         UpdateResult& update) {
   const size_t n = output.requests.size();
   const ScheduledRequest* srs = output.requests.data();
   SchedRequest* rq = reqs.data();
-  DecodeToken* appends = append_tokens.data();
-  size_t num_append = 0;
+  finishing.clear();
+  // Tokens go to the KV cache from this loop; requests that stop are finished after it, as
+  // the appender must be the cache's only user until it finishes.
+  KvCacheManager::DecodeAppender append = kv->StartDecodeAppend();
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = srs[i];
     SchedRequest& r = rq[sr.handle];
@@ -437,16 +439,19 @@ size_t Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const 
     ++r.num_tokens;
     if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
                                  r.stop_token_ids.end()) [[unlikely]] {
-      Finish(static_cast<int32_t>(sr.handle), FinishReason::kStop, update);
+      finishing.push_back({static_cast<int32_t>(sr.handle), FinishReason::kStop});
     } else if (r.num_output >= r.max_new_tokens || r.num_tokens >= max_model_len) [[unlikely]] {
-      Finish(static_cast<int32_t>(sr.handle),
-             r.num_output >= r.max_new_tokens ? FinishReason::kLength : FinishReason::kMaxModelLen,
-             update);
+      finishing.push_back({static_cast<int32_t>(sr.handle), r.num_output >= r.max_new_tokens
+                                                                ? FinishReason::kLength
+                                                                : FinishReason::kMaxModelLen});
     } else {
-      appends[num_append++] = {r.id, r.kv_handle, t};  // appended together by the caller
+      const absl::Status appended = append.Append(r.id, r.kv_handle, t);
+      KVPAGE_DCHECK(appended.ok());  // running, and shorter than max_model_len (checked above)
+      (void)appended;
     }
   }
-  return num_append;
+  append.Finish();
+  for (const auto& [q, reason] : finishing) Finish(q, reason, update);
 }
 
 size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
@@ -543,15 +548,16 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
 
   UpdateResult update;
-  // Tokens for the batched append, written by index (sized for every request up front).
-  s.append_tokens.resize(n);
-  const size_t num_append =
-      one_each ? s.ApplyOneSampleEach(output, result.sampled_token_ids.data(), update)
-               : s.ApplySamples(output, result, update);
-  s.append_tokens.resize(num_append);
-  const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
-  KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
-  (void)appended;
+  if (one_each) {
+    s.ApplyOneSampleEach(output, result.sampled_token_ids.data(), update);
+  } else {
+    // Tokens for the batched append, written by index (sized for every request up front).
+    s.append_tokens.resize(n);
+    s.append_tokens.resize(s.ApplySamples(output, result, update));
+    const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
+    KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
+    (void)appended;
+  }
   s.applied = true;
   update.stats.num_running = static_cast<int32_t>(s.running.size());
   update.stats.num_waiting = num_waiting();

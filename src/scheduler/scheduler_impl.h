@@ -222,11 +222,12 @@ class Scheduler::Impl {
   // ---- Update (scheduler.cc) ----
   // Every request's sampled-token count against what it was scheduled for.
   absl::Status CheckSampleCounts(const SchedulerOutput& output, const ModelOutput& result) const;
-  // Apply a step's checked samples to its requests, finishing those that stop, and leave the
-  // single tokens to append to the KV cache in append_tokens; return how many. The first is
-  // for a step where every request sampled one token and none had drafts (one_sample_each).
-  size_t ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
-                            UpdateResult& update);
+  // Apply a step's checked samples to its requests, finishing those that stop. For a step
+  // where every request sampled one token and none had drafts (one_sample_each), the tokens
+  // go to the KV cache in the same pass. ApplySamples, for any step, leaves the single tokens
+  // to append in append_tokens and returns how many.
+  void ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
+                          UpdateResult& update);
   size_t ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
                       UpdateResult& update);
   // Whether the request at sr.handle is still the one scheduled as sr in this step (not
@@ -303,6 +304,7 @@ class Scheduler::Impl {
   // and no drafts are proposed for the next step (no speculative decoding).
   bool one_sample_each = false;
   std::vector<DecodeToken> append_tokens;  // scratch for Update's batched token append
+  std::vector<std::pair<int32_t, FinishReason>> finishing;  // scratch of ApplyOneSampleEach
   SchedulerStats stats;
 };
 

@@ -792,6 +792,76 @@ TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
+// DecodeAppender appends as AppendDecodeTokens does: the same tokens and block hashes, for a
+// block size with the inline path (16) and one without (12), with a request named again
+// after its token completed a block. Each Append stands alone: a bad one changes nothing and
+// the others go in.
+TEST(KvCacheManagerTest, DecodeAppenderAppendsAsTheBatchDoes) {
+  for (const int32_t block_size : {16, 12}) {
+    SCOPED_TRACE(block_size);
+    auto batch = FullManager(32, true, block_size);
+    auto appender = FullManager(32, true, block_size);
+    for (KvCacheManager* m : {batch.get(), appender.get()}) {
+      ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(20, 0)), 0);
+      ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(3, 100)), 0);
+    }
+    const int32_t h1 = appender->RequestHandle(RequestId(1));
+    const int32_t h2 = appender->RequestHandle(RequestId(2));
+    // Request 1 gets tokens 20..47 (a block completes at 23 or 31, then the tail is reused);
+    // request 2 gets 103..112 through a stale handle (h1), so the id is looked up.
+    std::vector<DecodeToken> tokens;
+    for (int32_t t = 20; t < 48; ++t) {
+      tokens.push_back({RequestId(1), h1, t});
+      if (t < 30) tokens.push_back({RequestId(2), h1, 83 + t});
+    }
+    ASSERT_TRUE(batch->AppendDecodeTokens(tokens).ok());
+    {
+      KvCacheManager::DecodeAppender append = appender->StartDecodeAppend();
+      for (const DecodeToken& t : tokens) ASSERT_TRUE(append.Append(t.id, t.handle, t.token).ok());
+      // Bad appends: an unknown id, a negative token; neither changes anything.
+      EXPECT_TRUE(absl::IsNotFound(append.Append(RequestId(9), h2, 1)));
+      EXPECT_TRUE(absl::IsInvalidArgument(append.Append(RequestId(2), h2, -4)));
+      append.Finish();
+    }
+    KVPAGE_EXPECT_INVARIANTS(*appender);
+    EXPECT_EQ(*appender->Tokens(RequestId(1)), testing::Tokens(48, 0));
+    EXPECT_EQ(*appender->Tokens(RequestId(2)), testing::Tokens(13, 100));
+    for (KvCacheManager* m : {batch.get(), appender.get()}) {
+      // Allocating through the last tokens caches the full blocks, hashed from the tokens in
+      // order: a prompt of request 1's 48 tokens and one more hits all of them.
+      ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20, .num_new_tokens = 28}));
+      ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
+      EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 48 / block_size * block_size);
+      KVPAGE_EXPECT_INVARIANTS(*m);
+    }
+    EXPECT_EQ(appender->prefix_cache_stats().hit_tokens, batch->prefix_cache_stats().hit_tokens);
+  }
+}
+
+// An Append that would pass max_model_len fails alone: OutOfRange, the request unchanged,
+// the other requests' tokens in.
+TEST(KvCacheManagerTest, DecodeAppenderStopsAtMaxModelLen) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 64 * 16 * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.max_model_len = 32;
+  c.hash_seed = 7;
+  auto m = *KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
+  ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(31, 0)), 0);
+  ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(5, 100)), 0);
+  const int32_t h1 = m->RequestHandle(RequestId(1));
+  const int32_t h2 = m->RequestHandle(RequestId(2));
+  {
+    KvCacheManager::DecodeAppender append = m->StartDecodeAppend();
+    ASSERT_TRUE(append.Append(RequestId(1), h1, 31).ok());  // the 32nd token completes block 1
+    EXPECT_TRUE(absl::IsOutOfRange(append.Append(RequestId(1), h1, 32)));
+    ASSERT_TRUE(append.Append(RequestId(2), h2, 105).ok());
+  }  // the destructor finishes
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(32, 0));
+  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(6, 100));
+}
+
 // A bad entry after good ones undoes the whole batch, including a token that completed a
 // block (until the block moves out of the tail, an append is only a count).
 TEST(KvCacheManagerTest, BadDecodeTokenUndoesTheBatch) {

@@ -16,6 +16,7 @@ const SchedulerOutput& Scheduler::Schedule() {
   Impl& s = *impl_;
   ++s.step;
   s.applied = false;
+  s.rows_match_output = false;
   s.preempted_this_step = false;
   s.scheduled.clear();
   s.out.preempted_ids.clear();
@@ -494,6 +495,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   o.query_start_loc[rows] = static_cast<int32_t>(rows);
   o.total_num_scheduled_tokens = static_cast<int64_t>(rows);
   one_sample_each = one_each;  // fast_rows: no speculative decoding
+  rows_match_output = true;
 }
 
 int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens) {

@@ -426,24 +426,31 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   const size_t n = output.requests.size();
   const ScheduledRequest* srs = output.requests.data();
   SchedRequest* rq = reqs.data();
+  // When request i is the owner of row i and every one is still scheduled, the loop reads
+  // the row owners (4 bytes a request) instead of the output's entries (40).
+  const int32_t* owners = rows_match_output ? row_owner.data() : nullptr;
   finishing.clear();
   // Tokens go to the KV cache from this loop; requests that stop are finished after it, as
   // the appender must be the cache's only user until it finishes.
   KvCacheManager::DecodeAppender append = kv->StartDecodeAppend();
   for (size_t i = 0; i < n; ++i) {
-    const ScheduledRequest& sr = srs[i];
-    SchedRequest& r = rq[sr.handle];
-    if (!StillScheduled(r, sr)) continue;
+    int32_t q;
+    if (owners != nullptr) {
+      q = owners[i];
+    } else {
+      q = static_cast<int32_t>(srs[i].handle);
+      if (!StillScheduled(rq[q], srs[i])) continue;
+    }
+    SchedRequest& r = rq[q];
     const int32_t t = sampled[i];
     ++r.num_output;
     ++r.num_tokens;
     if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
                                  r.stop_token_ids.end()) [[unlikely]] {
-      finishing.push_back({static_cast<int32_t>(sr.handle), FinishReason::kStop});
+      finishing.push_back({q, FinishReason::kStop});
     } else if (r.num_output >= r.max_new_tokens || r.num_tokens >= max_model_len) [[unlikely]] {
-      finishing.push_back({static_cast<int32_t>(sr.handle), r.num_output >= r.max_new_tokens
-                                                                ? FinishReason::kLength
-                                                                : FinishReason::kMaxModelLen});
+      finishing.push_back({q, r.num_output >= r.max_new_tokens ? FinishReason::kLength
+                                                               : FinishReason::kMaxModelLen});
     } else {
       const absl::Status appended = append.Append(r.id, r.kv_handle, t);
       KVPAGE_DCHECK(appended.ok());  // running, and shorter than max_model_len (checked above)

@@ -300,6 +300,9 @@ class Scheduler::Impl {
   bool steady_output = false;
   size_t steady_rows = 0;
   std::vector<int32_t> deferred_rows;
+  // The latest output is a steady one (its k-th request is row k's owner) and no row has
+  // changed since: Update finds each request through row_owner.
+  bool rows_match_output = false;
   // The latest output's requests all sample exactly one token (no drafts, no prompt chunk),
   // and no drafts are proposed for the next step (no speculative decoding).
   bool one_sample_each = false;

@@ -526,6 +526,38 @@ TEST(SchedulerTest, AbortFreesAtOnce) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// An abort between Schedule and Update of a steady decode step moves the last row into the
+// aborted one's place: Update must still give each request its own sampled token.
+TEST(SchedulerTest, AbortInASteadyStepKeepsEachTokenWithItsRequest) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  for (int64_t id = 0; id < 3; ++id) {
+    ASSERT_TRUE(s->AddRequest(Req(id, Tokens(40, static_cast<int32_t>(100 * id)))).ok());
+  }
+  // Decode until every step is one token per request, rows in admission order.
+  const SchedulerOutput* out = &s->Schedule();
+  while (out->total_num_scheduled_tokens != 3) {
+    ASSERT_TRUE(s->Update(*out, SampleAll(*out)).ok());
+    out = &s->Schedule();
+  }
+  ASSERT_EQ(out->requests.size(), 3u);
+  for (int32_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(out->requests[k].id, RequestId(k));
+    EXPECT_EQ(out->requests[k].row, k);
+  }
+  const size_t len1 = s->kv_cache().Tokens(RequestId(1))->size();
+  const size_t len2 = s->kv_cache().Tokens(RequestId(2))->size();
+  ASSERT_TRUE(s->Abort(RequestId(0)).ok());  // request 2's row moves to row 0
+  ModelOutput m;
+  m.sampled_token_ids = {70, 71, 72};
+  m.sampled_offsets = {0, 1, 2, 3};
+  ASSERT_TRUE(s->Update(*out, m).ok());
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->size(), len1 + 1);
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->back(), 71);
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->size(), len2 + 1);
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->back(), 72);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // A fake forward pass: checks every slot the step writes is inside a block of the request's
 // own row, that no two tokens of the step write one slot, and samples random tokens.
 class FakeModel {

@@ -149,6 +149,46 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
   }
 }
 
+namespace {
+
+// Starts loading the two lines the running pass reads of the request 8 places ahead (the
+// running list's order need not be the requests' order in memory).
+inline void PrefetchRequestAhead(const SchedRequest* rq, const int32_t* run, size_t j,
+                                 size_t end) {
+  if (j + 8 < end) {
+    const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
+    Prefetch(ahead);
+    Prefetch(ahead + 64);
+  }
+}
+
+// The running pass over requests run[j], run[j + 1], … while each is a plain decode step
+// within its quiet horizon whose row is steady (the common case of steady decode): marks the
+// step scheduled and writes the steady row. Returns the index of the first request it did
+// not take. A loop of its own (not inlined), with the output addresses in a local copy, so
+// that its few values stay in registers; kTwoGroups: rows.slots1 is not null.
+template <bool kTwoGroups>
+[[gnu::noinline]] size_t ScheduleQuietSteadyRun(SchedRequest* rq, const int32_t* run, size_t j,
+                                                size_t end, uint64_t step,
+                                                const internal::PlainRows& targets) {
+  const internal::PlainRows rows = targets;
+  for (; j < end; ++j) {
+    const int32_t q = run[j];
+    PrefetchRequestAhead(rq, run, j, end);
+    SchedRequest& r = rq[q];
+    const int64_t c = r.num_computed;
+    if (!r.PlainDecode() || !r.InQuietHorizon() || !r.SteadyRowAt(c)) break;
+    rows.WriteSteadyFor<kTwoGroups>(q, r, c);
+    r.num_scheduled = 1;  // Scheduler::Impl::MarkScheduled(r, 1, 0)
+    r.num_scheduled_drafts = 0;
+    r.num_computed = c + 1;
+    r.scheduled_step = step;
+  }
+  return j;
+}
+
+}  // namespace
+
 void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   KVPAGE_STEP_PHASE(StepPhase::kScheduleRunning);
   // A run of plain decode steps (one token, no drafts) of consecutive running requests is
@@ -168,29 +208,40 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       decode_batch_index.clear();
       const size_t end = i + static_cast<size_t>(std::min<int64_t>(
                                  budget, static_cast<int64_t>(running.size() - i)));
+      // Locals, not members: the loop's stores could alias the members, which the compiler
+      // would then reload for every request.
+      SchedRequest* const rq = reqs.data();
+      const int32_t* const run = running.data();
+      const uint64_t this_step = step;
+      const bool write_steady = steady_output;
       size_t j = i;
       for (; j < end; ++j) {
-        const int32_t q = running[j];
-        // The two lines this pass reads of the request 8 places ahead (the running list's
-        // order need not be the requests' order in memory).
-        if (j + 8 < end) {
-          const char* ahead = reinterpret_cast<const char*>(&reqs[running[j + 8]]);
-          Prefetch(ahead);
-          Prefetch(ahead + 64);
+        if (write_steady) {
+          j = steady.slots1 != nullptr
+                  ? ScheduleQuietSteadyRun<true>(rq, run, j, end, this_step, steady)
+                  : ScheduleQuietSteadyRun<false>(rq, run, j, end, this_step, steady);
+          if (j == end) break;
         }
-        SchedRequest& r = reqs[q];
+        const int32_t q = run[j];
+        PrefetchRequestAhead(rq, run, j, end);
+        SchedRequest& r = rq[q];
         if (!r.PlainDecode()) break;
+        const int64_t c = r.num_computed;
         if (!r.InQuietHorizon()) {
-          decode_batch.push_back({r.id, r.num_computed, 1, r.kv_handle});
+          decode_batch.push_back({r.id, c, 1, r.kv_handle});
           decode_batch_index.push_back(static_cast<int32_t>(j));
-        } else if (steady_output) {
-          if (r.SteadyRowAt(r.num_computed)) {
-            steady.WriteSteady(q, r, r.num_computed);
+        } else if (write_steady) {
+          if (r.SteadyRowAt(c)) {
+            steady.WriteSteady(q, r, c);
           } else {
             deferred_rows.push_back(r.row);
           }
         }
-        MarkScheduled(r, 1, 0);
+        // MarkScheduled(r, 1, 0), with the step from a local.
+        r.num_scheduled = 1;
+        r.num_scheduled_drafts = 0;
+        r.num_computed = c + 1;
+        r.scheduled_step = this_step;
       }
       scheduled.insert(scheduled.end(), running.begin() + static_cast<ptrdiff_t>(i),
                        running.begin() + static_cast<ptrdiff_t>(j));

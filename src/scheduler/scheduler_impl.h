@@ -116,14 +116,15 @@ struct PlainRows {
 
   // Row r.row for request q's plain decode step (one token, no drafts) at position c, as the
   // k-th scheduled request, its token the t-th of the slot mappings. REQUIRES:
-  // r.SteadyRowAt(c).
-  void Write(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
-             bool samples) const {
+  // r.SteadyRowAt(c), and kTwoGroups == (slots1 != nullptr) (Write decides at run time).
+  template <bool kTwoGroups>
+  void WriteFor(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
+                bool samples) const {
     // Everything is read before anything is written (the stores could alias the request).
     const RequestId id = r.id;
     const int32_t row = r.row;
     const int64_t slot0 = c + r.slot_delta[0];
-    const int64_t slot1 = c + r.slot_delta[1];
+    const int64_t slot1 = kTwoGroups ? c + r.slot_delta[1] : 0;
     ScheduledRequest& sr = requests[k];
     sr.id = id;
     sr.row = row;
@@ -137,11 +138,23 @@ struct PlainRows {
     // A token's slot is its cache block times the cache block size plus its offset, whatever
     // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
     slots0[t] = slot0;
-    if (slots1 != nullptr) slots1[t] = slot1;
+    if constexpr (kTwoGroups) slots1[t] = slot1;
     seq_lens[row] = static_cast<int32_t>(c + 1);
     query_start[row] = t;
   }
+  void Write(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
+             bool samples) const {
+    if (slots1 != nullptr) {
+      WriteFor<true>(q, r, c, k, t, samples);
+    } else {
+      WriteFor<false>(q, r, c, k, t, samples);
+    }
+  }
   // The same in a steady decode step: the row-th request and token, which samples.
+  template <bool kTwoGroups>
+  void WriteSteadyFor(int32_t q, const SchedRequest& r, int64_t c) const {
+    WriteFor<kTwoGroups>(q, r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
+  }
   void WriteSteady(int32_t q, const SchedRequest& r, int64_t c) const {
     Write(q, r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
   }

@@ -462,23 +462,6 @@ void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t com
   }
 }
 
-bool KvCacheManager::Impl::TakeCrossingBlocks(RequestState& st, int64_t computed) {
-  // Every table must end exactly at `computed` (the summary said so before the step began;
-  // a batch naming the request twice has changed it since). Freeing first (as
-  // GrowFromFreeBlocks does) can only add free blocks, so checking before it is enough.
-  for (const GroupLayout& g : groups) {
-    if (static_cast<int64_t>(st.groups[g.id.value].blocks.size()) * block_size != computed ||
-        !HasBlocksAtHand(g.pool, 1)) {
-      return false;
-    }
-  }
-  if (computed >= st.next_release) ReleaseSkipped(st, computed);
-  for (const GroupLayout& g : groups) pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
-  st.covered_tokens += block_size;
-  summaries[st.handle].covered_tokens = st.covered_tokens;
-  return true;
-}
-
 bool KvCacheManager::Impl::CacheNextBlock(RequestState& st, int64_t computed) {
   // The summary said so before the step began; a batch naming the request twice may have
   // changed it since.

@@ -44,6 +44,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
   r.decode_from = std::numeric_limits<int64_t>::max();
   r.sync_tokens = 0;
   r.sync_release = 0;
+  r.RefreshSteadyUntil();
 }
 
 void Scheduler::Impl::FreeRow(int32_t q) {
@@ -135,6 +136,7 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
   r.decode_from = tail_from;
   r.sync_tokens = tokens;
   r.sync_release = release;
+  r.RefreshSteadyUntil();
 }
 
 absl::Status Scheduler::Impl::CheckTables() const {
@@ -147,6 +149,11 @@ absl::Status Scheduler::Impl::CheckTables() const {
     if (r.row != static_cast<int32_t>(row) || r.status != internal::RequestStatus::kRunning) {
       return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
                                               " whose row is ", r.row));
+    }
+    if (r.steady_until !=
+        std::min({r.quiet_tokens, r.quiet_release, r.sync_tokens, r.sync_release})) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " keeps steady_until ",
+                                              r.steady_until, ", not the least of its bounds"));
     }
     for (size_t a = 0; a < attention.size(); ++a) {
       const GroupInfo& g = attention[a];

@@ -177,7 +177,7 @@ template <bool kTwoGroups>
     PrefetchRequestAhead(rq, run, j, end);
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed;
-    if (!r.PlainDecode() || !r.InQuietHorizon() || !r.SteadyRowAt(c)) break;
+    if (!r.QuietSteadyDecode()) break;
     rows.WriteSteadyFor<kTwoGroups>(q, r, c);
     r.num_scheduled = 1;  // Scheduler::Impl::MarkScheduled(r, 1, 0)
     r.num_scheduled_drafts = 0;

@@ -6,6 +6,7 @@
 #ifndef KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 #define KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -64,11 +65,14 @@ struct alignas(64) SchedRequest {
   int64_t slot_delta[2] = {0, 0};
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled_drafts = 0;
-  bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
-                                // head of the queue after a failed admission)
-  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
+  // min(quiet_tokens, quiet_release, sync_tokens, sync_release) (RefreshSteadyUntil): a plain
+  // decode step at c with decode_from <= c < steady_until is quiet and its row steady.
+  int64_t steady_until = 0;
 
   // ---- Cold.
+  uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
+  bool in_manager = false;      // the KvCacheManager holds the request (running, or at the
+                                // head of the queue after a failed admission)
   std::vector<int32_t> stop_token_ids;
   // Prompt, then every output token: held here only while the KV cache does not hold the
   // request (it moves in at admission and is copied back out at preemption).
@@ -96,13 +100,24 @@ struct alignas(64) SchedRequest {
   bool SteadyRowAt(int64_t c) const {
     return !fresh && c >= decode_from && c + 1 <= sync_tokens && c < sync_release;
   }
+  // PlainDecode() && InQuietHorizon() && SteadyRowAt(num_computed), from one range.
+  bool QuietSteadyDecode() const {
+    const int64_t c = num_computed;
+    return num_tokens == c + 1 && num_drafts == 0 && !fresh && c >= decode_from &&
+           c < steady_until;
+  }
   void SetQuietHorizon(const DecodeHorizon& h) {
     quiet_tokens = h.tokens;
     quiet_release = h.release;
+    RefreshSteadyUntil();
+  }
+  // After quiet_* or sync_* change.
+  void RefreshSteadyUntil() {
+    steady_until = std::min({quiet_tokens, quiet_release, sync_tokens, sync_release});
   }
 };
 static_assert(offsetof(SchedRequest, quiet_tokens) == 64, "Update reads the first line alone");
-static_assert(offsetof(SchedRequest, in_manager) < 128, "the running pass reads two lines");
+static_assert(offsetof(SchedRequest, steady_until) < 128, "the running pass reads two lines");
 static_assert(offsetof(SchedRequest, sync_release) < 64, "the release pass reads one line");
 
 // Where plain decode rows are written (Scheduler::Impl::PlainRowTargets): the output

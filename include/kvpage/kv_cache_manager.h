@@ -332,7 +332,7 @@ class KvCacheManager::DecodeAppender {
   absl::Status Append(RequestId id, int32_t handle, int32_t token) {
     const uint32_t h = static_cast<uint32_t>(handle);
     if (h < num_handles_ && ids_[h] == id && token >= 0 && due_[h] == 0) [[likely]] {
-      int64_t& count = *reinterpret_cast<int64_t*>(counts_ + size_t{h} * count_stride_);
+      int64_t& count = counts_[h];
       if (count < max_model_len_) [[likely]] {
         const int64_t offset = count & tail_mask_;
         tails_[size_t{h} * tail_stride_ + static_cast<size_t>(offset)] = token;
@@ -359,8 +359,7 @@ class KvCacheManager::DecodeAppender {
   uint32_t num_handles_ = 0;
   const RequestId* ids_ = nullptr;      // handle -> id
   uint8_t* due_ = nullptr;              // handle -> a completed block not yet hashed
-  char* counts_ = nullptr;              // the first handle's token count, then every
-  size_t count_stride_ = 0;             // count_stride_ bytes
+  int64_t* counts_ = nullptr;           // handle -> token count
   int32_t* tails_ = nullptr;            // tail_stride_ tokens per handle
   size_t tail_stride_ = 0;
   int64_t tail_mask_ = 0;               // block size − 1

@@ -363,7 +363,6 @@ KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const Requ
   s.cache_limit = config.enable_prefix_caching ? (st.cached_blocks + 1) * block_size
                                                : std::numeric_limits<int64_t>::max();
   s.next_release = st.next_release;
-  s.num_tokens = NumTokens(st);
   s.plain = st.allocated && !has_state_groups;
   return s;
 }
@@ -397,7 +396,7 @@ bool KvCacheManager::Impl::OnFastPath(const RequestState& st, const AllocationRe
 bool KvCacheManager::Impl::NothingToDo(const RequestState& st, const AllocationRequest& req) const {
   const int64_t c = req.num_computed_tokens;
   return req.hit == nullptr && req.num_lookahead_tokens == 0 && req.num_reserve_tokens == 0 &&
-         SummaryNothingToDo(summaries[st.handle], c, req.num_new_tokens,
+         SummaryNothingToDo(summaries[st.handle], token_counts[st.handle], c, req.num_new_tokens,
                             req.num_processed_tokens < 0 ? c : req.num_processed_tokens);
 }
 
@@ -465,7 +464,7 @@ void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t com
 bool KvCacheManager::Impl::CacheNextBlock(RequestState& st, int64_t computed) {
   // The summary said so before the step began; a batch naming the request twice may have
   // changed it since.
-  if (!SummaryPureCache(summaries[st.handle], computed, 1)) return false;
+  if (!SummaryPureCache(summaries[st.handle], token_counts[st.handle], computed, 1)) return false;
   const int64_t i = st.cached_blocks;
   for (const GroupLayout& g : groups) {
     if (st.groups[g.id.value].num_cached_blocks != i) return false;

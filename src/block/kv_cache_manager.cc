@@ -96,6 +96,7 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.by_handle.push_back(nullptr);
     m.handle_ids.push_back(RequestId(-1));
     m.summaries.emplace_back();
+    m.token_counts.push_back(0);
     m.token_tails.resize(m.token_tails.size() + static_cast<size_t>(m.block_size));
     m.cache_hash_hint.emplace_back();
     m.completion_due.push_back(0);
@@ -105,7 +106,7 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   m.free_handles.pop_back();
   m.by_handle[st->handle] = st.get();
   m.handle_ids[st->handle] = spec.id;
-  m.summaries[st->handle].num_tokens = st->prompt_len;  // the vector holds every token
+  m.token_counts[st->handle] = st->prompt_len;  // the vector holds every token
   m.RefreshSummary(*st);
   m.requests.emplace(spec.id, std::move(st));
   return absl::OkStatus();
@@ -146,7 +147,7 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   impl_->FlushTokens(st);
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
   st.hashes.Update(st.tokens);
-  impl_->summaries[st.handle].num_tokens = static_cast<int64_t>(st.tokens.size());
+  impl_->token_counts[st.handle] = static_cast<int64_t>(st.tokens.size());
   return absl::OkStatus();
 }
 
@@ -164,7 +165,7 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   handles.resize(n);
   completed.clear();
   auto undo = [&](size_t appended) {
-    for (size_t i = 0; i < appended; ++i) --m.summaries[handles[i]].num_tokens;
+    for (size_t i = 0; i < appended; ++i) --m.token_counts[handles[i]];
     for (int32_t h : completed) m.completion_due[h] = 0;
     completed.clear();
   };
@@ -172,7 +173,7 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   for (size_t i = 0; i < n; ++i) {
     const DecodeToken& t = entries[i];
     const int32_t h = m.HandleOf(t.id, t.handle);
-    if (h < 0 || t.token < 0 || m.summaries[h].num_tokens >= m.max_model_len ||
+    if (h < 0 || t.token < 0 || m.token_counts[h] >= m.max_model_len ||
         m.completion_due[h]) {
       undo(i);
       if (h < 0) return UnknownRequest(t.id);
@@ -205,8 +206,7 @@ KvCacheManager::DecodeAppender::DecodeAppender(Impl* impl) : impl_(impl) {
   num_handles_ = static_cast<uint32_t>(impl->handle_ids.size());
   ids_ = impl->handle_ids.data();
   due_ = impl->completion_due.data();
-  counts_ = reinterpret_cast<char*>(&impl->summaries[0].num_tokens);
-  count_stride_ = sizeof(Impl::DecodeSummary);
+  counts_ = impl->token_counts.data();
   tails_ = impl->token_tails.data();
   tail_stride_ = static_cast<size_t>(impl->block_size);
   tail_mask_ = impl->block_mask;
@@ -224,7 +224,7 @@ absl::Status KvCacheManager::DecodeAppender::AppendSlow(RequestId id, int32_t ha
   const int32_t h = m.HandleOf(id, handle);
   if (h < 0) return UnknownRequest(id);
   if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
-  const int64_t held = m.summaries[h].num_tokens;
+  const int64_t held = m.token_counts[h];
   if (held >= m.max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ", held + 1,
                                               " tokens, more than max_model_len ",
@@ -269,7 +269,7 @@ absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
                          absl::StrCat("token id ", tokens[i].token, " is negative")));
     }
     handles[i] = h;
-    const int64_t num_tokens = summaries[h].num_tokens + append_counts[h]++;
+    const int64_t num_tokens = token_counts[h] + append_counts[h]++;
     if (num_tokens >= max_model_len) {
       return fail(i + 1, absl::OutOfRangeError(absl::StrCat(
                              "request ", tokens[i].id.value, " would have ", num_tokens + 1,
@@ -360,7 +360,7 @@ absl::Status KvCacheManager::RollbackTokens(RequestId id, int64_t num_tokens) {
   m.FlushTokens(st);
   st.tokens.resize(keep);
   st.hashes.Truncate(keep);
-  m.summaries[st.handle].num_tokens = keep;
+  m.token_counts[st.handle] = keep;
   m.RefreshSummary(st);
   return absl::OkStatus();
 }
@@ -454,22 +454,24 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const int32_t h = m.HandleOf(step.id, step.handle);
     if (h < 0) return UnknownRequest(step.id);
     const Impl::DecodeSummary& s = m.summaries[h];
+    const int64_t num_tokens = m.token_counts[h];
     const int64_t c = step.num_computed_tokens;
     // One comparison tells the cases apart: a step that ends within the tables has nothing
     // to do or caches a block; one that ends past them crosses into a new block.
     uint8_t kind;
     if (c + step.num_new_tokens <= s.covered_tokens) {
-      if (m.SummaryNothingToDo(s, c, step.num_new_tokens, /*processed=*/c)) {
+      if (m.SummaryNothingToDo(s, num_tokens, c, step.num_new_tokens, /*processed=*/c)) {
         if (want_horizons) horizon_at[i] = m.HorizonOf(s);
         continue;
       }
       kind = Impl::kGeneralStep;
-      if (m.SummaryPureCache(s, c, step.num_new_tokens)) {
+      if (m.SummaryPureCache(s, num_tokens, c, step.num_new_tokens)) {
         kind = Impl::kPureCache;
         m.PrefetchHintedCacheSlots(h);
       }
     } else {
-      kind = m.SummaryPureCross(s, c, step.num_new_tokens) ? Impl::kPureCross : Impl::kGeneralStep;
+      kind = m.SummaryPureCross(s, num_tokens, c, step.num_new_tokens) ? Impl::kPureCross
+                                                                        : Impl::kGeneralStep;
     }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];

@@ -44,7 +44,7 @@ class KvCacheManager::Impl {
   // the request's own vector, a line of its own per request. The tail moves into the vector
   // when the token completes its block, which is then hashed.
   int64_t NumTokens(const internal::RequestState& st) const {
-    return summaries[st.handle].num_tokens;
+    return token_counts[st.handle];
   }
   // Appends one checked token to the request with handle h. Every full block is hashed already
   // (CheckInvariants checks it), so the token completes one exactly when the count becomes a
@@ -56,7 +56,7 @@ class KvCacheManager::Impl {
   // completed a block, and the caller must then call CompleteBlock(h) before the handle's next
   // append.
   bool AppendToTail(int32_t h, int32_t token) {
-    const int64_t n = summaries[h].num_tokens++;
+    const int64_t n = token_counts[h]++;
     const int64_t offset = TailOffset(n);
     token_tails[static_cast<size_t>(h) * block_size + offset] = token;
     return offset == block_size - 1;
@@ -173,20 +173,20 @@ class KvCacheManager::Impl {
     int64_t cache_limit = 0;     // a block is due for the prefix cache once this many tokens
                                  // are computed (max when caching is off)
     int64_t next_release = 0;    // RequestState::next_release
-    int64_t num_tokens = 0;      // all the request's tokens (see NumTokens)
     bool plain = false;          // allocated, and the model has no linear-attention group
     friend bool operator==(const DecodeSummary&, const DecodeSummary&) = default;
   };
   DecodeSummary MakeSummary(const internal::RequestState& st) const;
-  // The rule NothingToDo applies, from the request's summary alone, for a plain step of n
-  // tokens after c with `processed` tokens done on the device: valid arguments, no window
-  // release due, tables covering the step, and no block full beyond those already cached (a
-  // multiply: no divide on this path).
-  bool SummaryNothingToDo(const DecodeSummary& s, int64_t c, int64_t n, int64_t processed) const {
+  // The rule NothingToDo applies, from the request's summary and token count alone, for a
+  // plain step of n tokens after c with `processed` tokens done on the device: valid
+  // arguments, no window release due, tables covering the step, and no block full beyond
+  // those already cached (a multiply: no divide on this path).
+  bool SummaryNothingToDo(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n,
+                          int64_t processed) const {
     const int64_t total = c + n;
-    return s.plain && n > 0 && c >= 0 && c <= s.num_tokens && total <= max_model_len &&
+    return s.plain && n > 0 && c >= 0 && c <= num_tokens && total <= max_model_len &&
            processed >= 0 && processed <= c && processed < s.next_release &&
-           total <= s.covered_tokens && std::min(total, s.num_tokens) < s.cache_limit;
+           total <= s.covered_tokens && std::min(total, num_tokens) < s.cache_limit;
   }
   // QuietDecodeHorizon from the request's summary: SummaryNothingToDo(s, c, 1, c) for
   // c + 1 <= num_tokens, solved for c. The step must end within the tables, before the next
@@ -207,10 +207,10 @@ class KvCacheManager::Impl {
   // pool has a block at hand, and recomputes nothing: a due window release, one block per
   // group, the covered count moves by a block. It frees and hands out the very blocks
   // GrowFromFreeBlocks would.
-  bool SummaryPureCross(const DecodeSummary& s, int64_t c, int64_t n) const {
+  bool SummaryPureCross(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
     return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
-           c <= s.num_tokens && c + 1 <= max_model_len &&
-           std::min(c + 1, s.num_tokens) < s.cache_limit;
+           c <= num_tokens && c + 1 <= max_model_len &&
+           std::min(c + 1, num_tokens) < s.cache_limit;
   }
   // False (no change) when a pool has no block at hand (HasBlocksAtHand).
   // Inline: AllocateDecodeStep calls it for every crossing, and the call's register saves
@@ -234,9 +234,9 @@ class KvCacheManager::Impl {
   // The other common decode step, decided from the summary alone: one token that fills the
   // next block to cache (no new block, no window release), in kvpage mode. CacheNextBlock
   // then offers that block of every group to the prefix cache, as CacheFullBlocks would.
-  bool SummaryPureCache(const DecodeSummary& s, int64_t c, int64_t n) const {
+  bool SummaryPureCache(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
     return one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
-           c + 1 <= s.num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
+           c + 1 <= num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
            c + 1 <= max_model_len;
   }
   // False (no change) when that no longer holds for a step after `computed` tokens, or the
@@ -286,6 +286,9 @@ class KvCacheManager::Impl {
   std::vector<RequestId> handle_ids;
   std::vector<int32_t> free_handles;
   std::vector<DecodeSummary> summaries;  // by handle; stale for free handles
+  // By handle: all the request's tokens (see NumTokens). Apart from the summaries, as every
+  // decode append reads and writes it (8 bytes a request, not a summary's 32).
+  std::vector<int64_t> token_counts;
   std::vector<int32_t> token_tails;      // block_size per handle, see NumTokens
   // By handle, a hint only (never trusted, stale after other changes): the hash of the block
   // the request completed last, which in steady decode its next step offers to the prefix

@@ -94,15 +94,15 @@ absl::string_view FinishReasonName(FinishReason reason);
 // One request in this step's batch.
 struct ScheduledRequest {
   RequestId id;
-  int32_t row = -1;                 // its row in every table of the step
-  bool is_new = false;              // first step since admission (or resumption)
-  bool resumed = false;             // is_new after a preemption: outputs so far are recomputed
   int64_t num_computed_tokens = 0;  // before this step
+  int32_t row = -1;                 // its row in every table of the step
   int32_t num_scheduled_tokens = 0; // drafts included
   int32_t num_draft_tokens = 0;     // the last num_draft_tokens scheduled tokens are drafts
+  bool is_new = false;              // first step since admission (or resumption)
+  bool resumed = false;             // is_new after a preemption: outputs so far are recomputed
   bool samples = false;             // the step ends at the request's last known token
-  uint32_t handle = 0;              // opaque, for Update
 };
+static_assert(sizeof(ScheduledRequest) == 32, "two to a cache line");
 
 // An attention group's part of the batch.
 struct AttentionBatch {

@@ -178,7 +178,7 @@ template <bool kTwoGroups>
     SchedRequest& r = rq[q];
     const int64_t c = r.num_computed;
     if (!r.QuietSteadyDecode()) break;
-    rows.WriteSteadyFor<kTwoGroups>(q, r, c);
+    rows.WriteSteadyFor<kTwoGroups>(r, c);
     r.num_scheduled = 1;  // Scheduler::Impl::MarkScheduled(r, 1, 0)
     r.num_scheduled_drafts = 0;
     r.num_computed = c + 1;
@@ -232,7 +232,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
           decode_batch_index.push_back(static_cast<int32_t>(j));
         } else if (write_steady) {
           if (r.SteadyRowAt(c)) {
-            steady.WriteSteady(q, r, c);
+            steady.WriteSteady(r, c);
           } else {
             deferred_rows.push_back(r.row);
           }
@@ -260,7 +260,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
           // A step that only cached a block left the row as it was; a crossing grew a table.
           const int64_t c = r.num_computed - 1;  // marked above
           if (r.SteadyRowAt(c)) {
-            steady.WriteSteady(q, r, c);
+            steady.WriteSteady(r, c);
           } else {
             deferred_rows.push_back(r.row);
           }
@@ -456,7 +456,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     const int64_t c = r.num_computed - 1;
     if (fast && r.num_scheduled == 1 && r.SteadyRowAt(c)) {  // fast: no drafts
       const bool samples = r.num_computed >= r.num_tokens;
-      plain.Write(q, r, c, k, tokens, samples);
+      plain.Write(r, c, k, tokens, samples);
       offsets0[k + 1] = new_ids0;
       if (two_groups) offsets1[k + 1] = new_ids1;
       one_each &= samples;
@@ -531,7 +531,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
     const int64_t c = r.num_computed - 1;
     if (!r.SteadyRowAt(c)) SyncRow(r);
     if (r.SteadyRowAt(c)) {
-      plain.WriteSteady(q, r, c);
+      plain.WriteSteady(r, c);
       for (AttentionBatch& batch : o.attention) {
         batch.new_block_offsets[row + 1] = static_cast<int32_t>(batch.new_block_ids.size());
       }
@@ -564,7 +564,6 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
   sr.num_scheduled_tokens = n;
   sr.num_draft_tokens = r.num_scheduled_drafts;
   sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
-  sr.handle = static_cast<uint32_t>(q);
   r.fresh = false;
   r.resumed = false;
   // The row is current unless the step grew a table or a window released blocks.

@@ -438,8 +438,8 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
     if (owners != nullptr) {
       q = owners[i];
     } else {
-      q = static_cast<int32_t>(srs[i].handle);
-      if (!StillScheduled(rq[q], srs[i])) continue;
+      q = ScheduledIndexOf(srs[i]);
+      if (q < 0 || !StillScheduled(rq[q], srs[i])) continue;
     }
     SchedRequest& r = rq[q];
     const int32_t t = sampled[i];
@@ -469,8 +469,9 @@ size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelO
   const bool drafts = config.num_speculative_tokens > 0;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    SchedRequest& r = reqs[sr.handle];
-    if (!StillScheduled(r, sr)) continue;
+    const int32_t q = ScheduledIndexOf(sr);
+    if (q < 0 || !StillScheduled(reqs[q], sr)) continue;
+    SchedRequest& r = reqs[q];
     if (!sr.samples) continue;
     const int32_t k = offsets[i + 1] - offsets[i];
     const int32_t* sampled = result.sampled_token_ids.data() + offsets[i];
@@ -501,7 +502,7 @@ size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelO
     }
     r.num_tokens += keep;
     if (finished) {
-      Finish(static_cast<int32_t>(sr.handle), reason, update);
+      Finish(q, reason, update);
       continue;
     }
     if (keep == 1) {

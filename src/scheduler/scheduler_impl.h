@@ -129,11 +129,11 @@ struct PlainRows {
   int32_t* seq_lens = nullptr;
   int32_t* query_start = nullptr;
 
-  // Row r.row for request q's plain decode step (one token, no drafts) at position c, as the
+  // Row r.row for request r's plain decode step (one token, no drafts) at position c, as the
   // k-th scheduled request, its token the t-th of the slot mappings. REQUIRES:
   // r.SteadyRowAt(c), and kTwoGroups == (slots1 != nullptr) (Write decides at run time).
   template <bool kTwoGroups>
-  void WriteFor(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
+  void WriteFor(const SchedRequest& r, int64_t c, size_t k, int32_t t,
                 bool samples) const {
     // Everything is read before anything is written (the stores could alias the request).
     const RequestId id = r.id;
@@ -149,7 +149,6 @@ struct PlainRows {
     sr.num_scheduled_tokens = 1;
     sr.num_draft_tokens = 0;
     sr.samples = samples;
-    sr.handle = static_cast<uint32_t>(q);
     // A token's slot is its cache block times the cache block size plus its offset, whatever
     // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
     slots0[t] = slot0;
@@ -157,21 +156,21 @@ struct PlainRows {
     seq_lens[row] = static_cast<int32_t>(c + 1);
     query_start[row] = t;
   }
-  void Write(int32_t q, const SchedRequest& r, int64_t c, size_t k, int32_t t,
+  void Write(const SchedRequest& r, int64_t c, size_t k, int32_t t,
              bool samples) const {
     if (slots1 != nullptr) {
-      WriteFor<true>(q, r, c, k, t, samples);
+      WriteFor<true>(r, c, k, t, samples);
     } else {
-      WriteFor<false>(q, r, c, k, t, samples);
+      WriteFor<false>(r, c, k, t, samples);
     }
   }
   // The same in a steady decode step: the row-th request and token, which samples.
   template <bool kTwoGroups>
-  void WriteSteadyFor(int32_t q, const SchedRequest& r, int64_t c) const {
-    WriteFor<kTwoGroups>(q, r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
+  void WriteSteadyFor(const SchedRequest& r, int64_t c) const {
+    WriteFor<kTwoGroups>(r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
   }
-  void WriteSteady(int32_t q, const SchedRequest& r, int64_t c) const {
-    Write(q, r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
+  void WriteSteady(const SchedRequest& r, int64_t c) const {
+    Write(r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
   }
 };
 
@@ -258,7 +257,15 @@ class Scheduler::Impl {
                           UpdateResult& update);
   size_t ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
                       UpdateResult& update);
-  // Whether the request at sr.handle is still the one scheduled as sr in this step (not
+  // The index of the request scheduled as sr, or -1 when it is gone: its row's owner, unless
+  // rows moved since the output was built (an abort in between), then by its id.
+  int32_t ScheduledIndexOf(const ScheduledRequest& sr) const {
+    const size_t row = static_cast<size_t>(sr.row);
+    if (row < row_owner.size() && reqs[row_owner[row]].id == sr.id) return row_owner[row];
+    auto it = index_of.find(sr.id);
+    return it == index_of.end() ? -1 : it->second;
+  }
+  // Whether the request r found for sr is still the one scheduled as sr in this step (not
   // aborted since, its index not reused): else its results are dropped.
   bool StillScheduled(const internal::SchedRequest& r, const ScheduledRequest& sr) const {
     return r.status == internal::RequestStatus::kRunning && r.id == sr.id &&

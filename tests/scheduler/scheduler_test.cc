@@ -515,6 +515,8 @@ TEST(SchedulerTest, AbortFreesAtOnce) {
   ASSERT_TRUE(s->AddRequest(Req(2, Tokens(40, 200))).ok());
   EXPECT_SCHED_INVARIANTS(*s);
   ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());  // request 0's result is dropped
+  // Request 1 moved to request 0's row; its sample still goes in.
+  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->size(), 41u);
   ASSERT_TRUE(s->Abort(RequestId(2)).ok());          // waiting
   const SchedulerOutput& next = s->Schedule();
   EXPECT_THAT(next.finished_ids, ElementsAre(RequestId(0), RequestId(2)));

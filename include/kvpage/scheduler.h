@@ -46,6 +46,10 @@ namespace kvpage {
 
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
 
+// The longest max_model_len a scheduler takes (2^30 tokens): it keeps positions in 32 bits,
+// so that a decode step reads one cache line per request.
+inline constexpr int64_t kMaxSchedulerModelLen = int64_t{1} << 30;
+
 // Field names and defaults follow vLLM's engine arguments where the concept is the same.
 struct SchedulerConfig {
   // The KV cache. Its max_num_batched_tokens and max_model_len are overwritten with the
@@ -53,9 +57,9 @@ struct SchedulerConfig {
   KvCacheConfig kv;
   int32_t max_num_batched_tokens = 8192;  // token budget of one step
   int32_t max_num_seqs = 256;             // running requests at most
-  // 0 = the model's max_position_embeddings, lowered to the longest request the KV cache
-  // can hold on its own; an explicit value that does not fit is an error (such a request
-  // could never run).
+  // 0 = the model's max_position_embeddings (at most kMaxSchedulerModelLen), lowered to the
+  // longest request the KV cache can hold on its own; an explicit value that does not fit,
+  // or exceeds kMaxSchedulerModelLen, is an error (such a request could never run).
   int64_t max_model_len = 0;
   bool enable_chunked_prefill = true;
   // A request computes at most this many prompt tokens per step (0 = no cap): long prompts

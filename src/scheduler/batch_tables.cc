@@ -41,7 +41,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
   row_owner.push_back(q);
   std::fill(r.synced_blocks.begin(), r.synced_blocks.end(), 0);
   std::fill(r.synced_released.begin(), r.synced_released.end(), 0);
-  r.decode_from = std::numeric_limits<int64_t>::max();
+  r.decode_from = std::numeric_limits<int32_t>::max();
   r.sync_tokens = 0;
   r.sync_release = 0;
   r.RefreshSteadyUntil();
@@ -126,14 +126,15 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
       if (size > 0) {
         const int64_t last = size - 1;
         tail_from = std::max(tail_from, last * g.block_size);
-        r.slot_delta[a] = (int64_t{table[last].value} - last) * g.block_size;
+        (a == 0 ? r.slot_delta0 : r.slot_delta1) =
+            (int64_t{table[last].value} - last) * g.block_size;
       } else {
         tail_from = max_model_len;
-        r.slot_delta[a] = 0;
+        (a == 0 ? r.slot_delta0 : r.slot_delta1) = 0;
       }
     }
   }
-  r.decode_from = tail_from;
+  r.decode_from = static_cast<int32_t>(tail_from);  // at most max_model_len
   r.sync_tokens = tokens;
   r.sync_release = release;
   r.RefreshSteadyUntil();
@@ -150,8 +151,8 @@ absl::Status Scheduler::Impl::CheckTables() const {
       return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
                                               " whose row is ", r.row));
     }
-    if (r.steady_until !=
-        std::min({r.quiet_tokens, r.quiet_release, r.sync_tokens, r.sync_release})) {
+    if (r.steady_until != std::min({r.quiet_tokens, r.quiet_release, r.sync_tokens, r.sync_release,
+                                    int64_t{std::numeric_limits<int32_t>::max()}})) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " keeps steady_until ",
                                               r.steady_until, ", not the least of its bounds"));
     }

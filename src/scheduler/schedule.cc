@@ -151,14 +151,15 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
 
 namespace {
 
-// Starts loading the two lines the running pass reads of the request 8 places ahead (the
-// running list's order need not be the requests' order in memory).
+// Starts loading the lines the running pass reads of the request 8 places ahead (the
+// running list's order need not be the requests' order in memory): the first, and the
+// second unless `first_only`.
 inline void PrefetchRequestAhead(const SchedRequest* rq, const int32_t* run, size_t j,
-                                 size_t end) {
+                                 size_t end, bool first_only = false) {
   if (j + 8 < end) {
     const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
     Prefetch(ahead);
-    Prefetch(ahead + 64);
+    if (!first_only) Prefetch(ahead + 64);
   }
 }
 
@@ -174,13 +175,16 @@ template <bool kTwoGroups>
   const internal::PlainRows rows = targets;
   for (; j < end; ++j) {
     const int32_t q = run[j];
-    PrefetchRequestAhead(rq, run, j, end);
+    // One group's step reads the first line alone (SchedRequest), two groups' the second too.
+    PrefetchRequestAhead(rq, run, j, end, /*first_only=*/!kTwoGroups);
     SchedRequest& r = rq[q];
-    const int64_t c = r.num_computed;
+    const int32_t c = r.num_computed;
     if (!r.QuietSteadyDecode()) break;
     rows.WriteSteadyFor<kTwoGroups>(r, c);
-    r.num_scheduled = 1;  // Scheduler::Impl::MarkScheduled(r, 1, 0)
-    r.num_scheduled_drafts = 0;
+    // Scheduler::Impl::MarkScheduled(r, 1, 0); num_scheduled_drafts stays 0 (no speculative
+    // decoding when rows are steady), so that the second line is not written.
+    KVPAGE_DCHECK(r.num_drafts == 0 && r.num_scheduled_drafts == 0);
+    r.num_scheduled = 1;
     r.num_computed = c + 1;
     r.scheduled_step = step;
   }

@@ -37,8 +37,10 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_num_seqs must be >= 1, got ", max_num_seqs));
   }
-  if (max_model_len < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_model_len must be >= 0, got ", max_model_len));
+  if (max_model_len < 0 || max_model_len > kMaxSchedulerModelLen) {
+    return absl::InvalidArgumentError(absl::StrCat("max_model_len must be in [0, ",
+                                                   kMaxSchedulerModelLen, "], got ",
+                                                   max_model_len));
   }
   if (long_prefill_token_threshold < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -81,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   const KvCacheManager& m = *impl->kv;
   impl->max_model_len = m.config().max_model_len > 0 ? m.config().max_model_len
                                                       : model.max_position_embeddings;
+  impl->max_model_len = std::min(impl->max_model_len, kMaxSchedulerModelLen);
   for (int32_t g = 0; g < m.num_groups(); ++g) {
     if (m.group_kind(GroupId(g)) == LayerKind::kLinearAttention) {
       impl->has_state_groups = true;

@@ -30,20 +30,26 @@ enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs, indexed by a dense
 // index that outlives nothing: it is reused once the request is gone.
 struct alignas(64) SchedRequest {
-  // ---- The first cache line: what every step reads or writes for every running request
-  // (the running pass's counts, Update's checks and counters).
+  // ---- The first cache line: all that a steady decode step reads or writes of a running
+  // request (the running pass's quiet steady loop, Update's one-sample-each pass), for a
+  // model with one attention group. Positions are 32-bit (max_model_len is at most
+  // kMaxSchedulerModelLen, 2^30), so that it fits.
   RequestId id;
+  uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  // A token at position p in [decode_from, sync_tokens) is in the last block of the first two
+  // attention groups' rows, its slot there p + slot_delta[a]: no table read (SyncRow sets
+  // them). slot_delta[1] is in the second line.
+  int64_t slot_delta0 = 0;
   // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
   // until Update rejects them).
-  int64_t num_computed = 0;
-  int64_t num_tokens = 0;       // prompt + output tokens
-  uint64_t scheduled_step = 0;  // the step it was last scheduled in
-  // The row is up to date while num_computed < sync_release (a sliding window frees no block
-  // before; see SyncRow) and c + n + lookahead <= sync_tokens. Here, so that the release pass
-  // reads one line per request.
-  int64_t sync_release = 0;
+  int32_t num_computed = 0;
+  int32_t num_tokens = 0;       // prompt + output tokens
+  int32_t decode_from = std::numeric_limits<int32_t>::max();
+  // min(quiet_tokens, quiet_release, sync_tokens, sync_release) (RefreshSteadyUntil): a plain
+  // decode step at c with decode_from <= c < steady_until is quiet and its row steady.
+  int32_t steady_until = 0;
+  int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
-  int32_t num_drafts = 0;       // drafts the server proposed for the next step
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
   int32_t num_output = 0;
   int32_t max_new_tokens = 0;
@@ -51,23 +57,21 @@ struct alignas(64) SchedRequest {
   bool has_stop_tokens = false;
   bool fresh = false;           // admitted or resumed and not yet reported as new
   bool resumed = false;
-  // ---- The second line: the running pass's bounds and a plain decode row's slots.
+  // ---- The second line: the running pass's other bounds, the second group's slots.
   // The KV cache's QuietDecodeHorizon, read after each call that allocates for the request:
   // a plain decode step with num_tokens <= quiet_tokens and num_computed < quiet_release
   // needs no call at all.
   int64_t quiet_tokens = 0;
   int64_t quiet_release = 0;
-  int64_t sync_tokens = 0;      // see sync_release
-  // A token at position p in [decode_from, sync_tokens) is in the last block of the first two
-  // attention groups' rows, its slot there p + slot_delta[a]: no table read (SyncRow sets
-  // them).
-  int64_t decode_from = std::numeric_limits<int64_t>::max();
-  int64_t slot_delta[2] = {0, 0};
-  int32_t row = -1;             // its row in the batch tables (-1 when not running)
+  // The row is up to date while num_computed < sync_release (a sliding window frees no block
+  // before; see SyncRow) and c + n + lookahead <= sync_tokens. Here, so that the release pass
+  // reads one line per request.
+  int64_t sync_release = 0;
+  int64_t sync_tokens = 0;
+  int64_t slot_delta1 = 0;      // see slot_delta0
+  // Without speculative decoding (Scheduler::Impl::fast_rows among others) both stay 0.
+  int32_t num_drafts = 0;       // drafts the server proposed for the next step
   int32_t num_scheduled_drafts = 0;
-  // min(quiet_tokens, quiet_release, sync_tokens, sync_release) (RefreshSteadyUntil): a plain
-  // decode step at c with decode_from <= c < steady_until is quiet and its row steady.
-  int64_t steady_until = 0;
 
   // ---- Cold.
   uint64_t visited_step = 0;    // the step whose running pass considered it and scheduled nothing
@@ -100,25 +104,30 @@ struct alignas(64) SchedRequest {
   bool SteadyRowAt(int64_t c) const {
     return !fresh && c >= decode_from && c + 1 <= sync_tokens && c < sync_release;
   }
-  // PlainDecode() && InQuietHorizon() && SteadyRowAt(num_computed), from one range.
+  // PlainDecode() && InQuietHorizon() && SteadyRowAt(num_computed), from one range and the
+  // first line alone. REQUIRES: no speculative decoding (num_drafts is 0).
   bool QuietSteadyDecode() const {
-    const int64_t c = num_computed;
-    return num_tokens == c + 1 && num_drafts == 0 && !fresh && c >= decode_from &&
-           c < steady_until;
+    const int32_t c = num_computed;
+    return num_tokens == c + 1 && !fresh && c >= decode_from && c < steady_until;
   }
   void SetQuietHorizon(const DecodeHorizon& h) {
     quiet_tokens = h.tokens;
     quiet_release = h.release;
     RefreshSteadyUntil();
   }
-  // After quiet_* or sync_* change.
+  // After quiet_* or sync_* change. (Every bound past max_model_len acts alike.)
   void RefreshSteadyUntil() {
-    steady_until = std::min({quiet_tokens, quiet_release, sync_tokens, sync_release});
+    steady_until = static_cast<int32_t>(
+        std::min({quiet_tokens, quiet_release, sync_tokens, sync_release,
+                  int64_t{std::numeric_limits<int32_t>::max()}}));
   }
+  // slot_delta0 or slot_delta1.
+  int64_t SlotDelta(size_t a) const { return a == 0 ? slot_delta0 : slot_delta1; }
 };
-static_assert(offsetof(SchedRequest, quiet_tokens) == 64, "Update reads the first line alone");
-static_assert(offsetof(SchedRequest, steady_until) < 128, "the running pass reads two lines");
-static_assert(offsetof(SchedRequest, sync_release) < 64, "the release pass reads one line");
+static_assert(offsetof(SchedRequest, quiet_tokens) == 64,
+              "a steady decode step reads the first line alone");
+static_assert(offsetof(SchedRequest, num_scheduled_drafts) < 128, "the running pass reads two lines");
+static_assert(offsetof(SchedRequest, sync_release) < 128, "the release pass reads one line");
 
 // Where plain decode rows are written (Scheduler::Impl::PlainRowTargets): the output
 // arrays' addresses, held in locals so the stores cannot make the compiler reload them.
@@ -138,8 +147,8 @@ struct PlainRows {
     // Everything is read before anything is written (the stores could alias the request).
     const RequestId id = r.id;
     const int32_t row = r.row;
-    const int64_t slot0 = c + r.slot_delta[0];
-    const int64_t slot1 = kTwoGroups ? c + r.slot_delta[1] : 0;
+    const int64_t slot0 = c + r.slot_delta0;
+    const int64_t slot1 = kTwoGroups ? c + r.slot_delta1 : 0;
     ScheduledRequest& sr = requests[k];
     sr.id = id;
     sr.row = row;
@@ -280,7 +289,7 @@ class Scheduler::Impl {
   void FreeRow(int32_t q);  // the last row moves into the hole
   // Copies what changed in the manager's tables into the request's row, appends the new
   // blocks to each group's CSR of this step's output, and sets the row's bounds (sync_tokens,
-  // sync_release, decode_from, slot_delta).
+  // sync_release, decode_from, slot_delta0 and slot_delta1).
   void SyncRow(internal::SchedRequest& r);
   absl::Status CheckTables() const;
 
@@ -305,7 +314,8 @@ class Scheduler::Impl {
   std::vector<GroupInfo> attention;  // attention groups, in group order
   std::vector<GroupId> state_groups;
   // A plain decode row can be written from the request's fields alone: one or two attention
-  // groups (SchedRequest::slot_delta), no state group, no speculative decoding.
+  // groups (SchedRequest::slot_delta0 and slot_delta1), no state group, no speculative
+  // decoding.
   bool fast_rows = false;
 
   std::vector<internal::SchedRequest> reqs;

@@ -237,6 +237,11 @@ TEST(SchedulerTest, MaxModelLenFitsTheCache) {
   auto bad = Scheduler::Create(TinyModel(testing::kTinyFull), c);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("max_model_len 200"));
+  // Positions are 32-bit inside the scheduler: more than 2^30 tokens is refused up front.
+  c.max_model_len = kMaxSchedulerModelLen + 1;
+  auto huge = Scheduler::Create(TinyModel(testing::kTinyFull), c);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.status().message()), ::testing::HasSubstr("1073741825"));
   // Sliding windows hold only the window. 20,480 bytes; full blocks 512 B, sliding blocks
   // (2 layers) 1,024 B; steps of 64 tokens. 480 tokens: the last step (c = 448) holds 30 full
   // blocks and sliding blocks 26–29 (earlier ones are out of the 32-token window): 15,360 +

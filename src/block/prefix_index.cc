@@ -24,17 +24,15 @@ int32_t PrefixIndex::FindOrInsert(BlockHash hash, int32_t group, int32_t block) 
   size_t free_bucket = 0;
   int free_slot = -1;
   for (size_t i = home;; i = (i + 1) & mask) {
-    Bucket& b = buckets_[i];
-    for (int s = 0; s < kSlots; ++s) {
-      const int32_t at = b.blocks[s];
-      if (at == 0) {
-        if (free_slot < 0) {
-          free_bucket = i;
-          free_slot = s;
-        }
-      } else if (b.tags[s] == tag && KeyOf(at, hash, group)) {
-        return at;
-      }
+    const Bucket& b = buckets_[i];
+    const SlotMasks m = Scan(b, tag);
+    for (uint32_t c = m.match; c != 0; c &= c - 1) {
+      const int32_t at = b.blocks[std::countr_zero(c)];
+      if (KeyOf(at, hash, group)) return at;
+    }
+    if (free_slot < 0 && m.empty != 0) {
+      free_bucket = i;
+      free_slot = std::countr_zero(m.empty);
     }
     if (b.passing == 0) break;
   }

@@ -27,6 +27,7 @@
 #ifndef KVPAGE_BLOCK_PREFIX_INDEX_H_
 #define KVPAGE_BLOCK_PREFIX_INDEX_H_
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -109,6 +110,21 @@ class PrefixIndex {
     uint32_t unused = 0;
   };
   static_assert(sizeof(Bucket) == 64);
+  // Bit s of `match`: slot s holds an entry with the tag; of `empty`: slot s is free. Without
+  // a branch per slot (which slots are taken is random, so those branches mispredict).
+  struct SlotMasks {
+    uint32_t match = 0;
+    uint32_t empty = 0;
+  };
+  static SlotMasks Scan(const Bucket& b, uint32_t tag) {
+    SlotMasks m;
+    for (int s = 0; s < kSlots; ++s) {
+      const uint32_t free = b.blocks[s] == 0 ? 1u : 0u;
+      m.empty |= free << s;
+      m.match |= (b.tags[s] == tag ? 1u - free : 0u) << s;
+    }
+    return m;
+  }
 
   // Block hashes are uniform already (XXH3 or SHA-256 output); the multiply spreads tests'
   // small hand-made hashes too, and folds the group in.

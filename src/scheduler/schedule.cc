@@ -327,7 +327,9 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       // Outputs too, after a preemption: they are recomputed. Room for the rest of the
       // outputs, so decode steps never regrow the vector.
       spec.prompt_tokens = std::move(r.tokens);
-      spec.prompt_tokens.reserve(static_cast<size_t>(r.num_tokens + r.max_new_tokens - r.num_output));
+      // (In 64 bits, and no more than max_model_len: max_new_tokens may be as large as int32.)
+      spec.prompt_tokens.reserve(static_cast<size_t>(std::min<int64_t>(
+          max_model_len, int64_t{r.num_tokens} + r.max_new_tokens - r.num_output)));
       r.tokens = {};
       spec.extras.lora_id = r.lora_id;
       spec.extras.cache_salt = r.cache_salt;

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <map>
 #include <random>
 #include <set>
@@ -509,6 +511,26 @@ TEST(SchedulerTest, DecodeStepChecksEveryRequestsSamples) {
   EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->back(), 9);
   EXPECT_EQ(s->kv_cache().Tokens(RequestId(0))->size(), 22u);
   EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// max_new_tokens may be as large as int32 allows: the request runs until max_model_len, and
+// admission reserves token room for max_model_len tokens, not for max_new_tokens more.
+TEST(SchedulerTest, LargestMaxNewTokensRunsToMaxModelLen) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(10));
+  ASSERT_EQ(s->max_model_len(), 160);
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(150, 0), std::numeric_limits<int32_t>::max())).ok());
+  std::vector<FinishedRequest> finished;
+  for (int step = 0; step < 40 && finished.empty(); ++step) {
+    const SchedulerOutput& out = s->Schedule();
+    auto u = s->Update(out, SampleAll(out));
+    ASSERT_TRUE(u.ok()) << u.status();
+    finished = u->finished;
+    EXPECT_SCHED_INVARIANTS(*s);
+  }
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].reason, FinishReason::kMaxModelLen);
+  EXPECT_EQ(finished[0].num_output_tokens, 10);  // 150 + 10 = 160 tokens
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
 }
 
 TEST(SchedulerTest, AbortFreesAtOnce) {

@@ -20,9 +20,11 @@ enum class StepPhase : uint8_t {
   kScheduleRunning,     // Schedule(): the pass over running requests, AllocateDecodeStep included
   kAllocateDecodeStep,  // KvCacheManager::AllocateDecodeStep
   kBuildOutput,         // Schedule(): the device-ready rows and the per-request output
-  kUpdate,              // Update(), AppendDecodeTokens included
-  kAppendDecodeTokens,  // KvCacheManager::AppendDecodeTokens
-  kCompleteBlocks,      // AppendDecodeTokens: moving completed blocks out of the tails, hashing
+  kUpdate,              // Update(), the appends of sampled tokens included
+  kAppendDecodeTokens,  // KvCacheManager::AppendDecodeTokens (Update of a step that is not
+                        // one sample each; a steady step appends through a DecodeAppender)
+  kCompleteBlocks,      // AppendDecodeTokens or DecodeAppender::Finish: moving completed
+                        // blocks out of the tails, hashing them
   kCount,
 };
 inline constexpr int kNumStepPhases = static_cast<int>(StepPhase::kCount);

@@ -9,8 +9,8 @@ absl::string_view StepPhaseName(StepPhase phase) {
     case StepPhase::kAllocateDecodeStep: return "  AllocateDecodeStep";
     case StepPhase::kBuildOutput: return "Schedule: output";
     case StepPhase::kUpdate: return "Update";
-    case StepPhase::kAppendDecodeTokens: return "  AppendDecodeTokens";
-    case StepPhase::kCompleteBlocks: return "    completed blocks";
+    case StepPhase::kAppendDecodeTokens: return "  AppendDecodeTokens (general steps)";
+    case StepPhase::kCompleteBlocks: return "  completed blocks";
     case StepPhase::kCount: break;
   }
   return "unknown";

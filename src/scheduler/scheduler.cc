@@ -430,7 +430,7 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   const ScheduledRequest* srs = output.requests.data();
   SchedRequest* rq = reqs.data();
   // When request i is the owner of row i and every one is still scheduled, the loop reads
-  // the row owners (4 bytes a request) instead of the output's entries (40).
+  // the row owners (4 bytes a request) instead of the output's entries (32).
   const int32_t* owners = rows_match_output ? row_owner.data() : nullptr;
   finishing.clear();
   // Tokens go to the KV cache from this loop; requests that stop are finished after it, as

@@ -6,7 +6,8 @@
 // windows, recurrent state, finishing and new requests, a tight budget) and compared after
 // every step, with CheckInvariants on both. A third manager skips every step its request's
 // QuietDecodeHorizon (read after the request's last allocation, as a scheduler caches it)
-// calls quiet, and must match as well; the batch call's horizons must be the requests'.
+// calls quiet, and must match as well (it appends its tokens through a DecodeAppender); the
+// batch call's horizons must be the requests'.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -152,17 +153,24 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       if (HasFatalFailure()) return;
       if (live.size() == before) break;  // memory is short: decode what runs
     }
-    // One sampled token each. Half the batch names its request by handle, half by id only.
+    // One sampled token each: per request on a, in one batch on b, through a DecodeAppender
+    // on q. Half the batch names its request by handle, half by id only.
     std::vector<DecodeToken> tokens;
     std::vector<DecodeStep> steps;
+    std::vector<int32_t> q_handles;  // asked before the appender starts (it must be q's only use)
+    for (size_t i = 0; i < live.size(); ++i) {
+      q_handles.push_back(i % 2 == 0 ? q.RequestHandle(live[i].id) : -1);
+    }
+    KvCacheManager::DecodeAppender append = q.StartDecodeAppend();
     for (size_t i = 0; i < live.size(); ++i) {
       const int32_t token = static_cast<int32_t>(uniform(0, 999));
       const int32_t handle = i % 2 == 0 ? b.RequestHandle(live[i].id) : -1;
       tokens.push_back({live[i].id, handle, token});
       steps.push_back({live[i].id, live[i].computed, 1, handle});
       ASSERT_TRUE(a.AppendTokens(live[i].id, {token}).ok());
-      ASSERT_TRUE(q.AppendTokens(live[i].id, {token}).ok());
+      ASSERT_TRUE(append.Append(live[i].id, q_handles[i], token).ok());
     }
+    append.Finish();
     ASSERT_TRUE(b.AppendDecodeTokens(tokens).ok());
     // Per request, in order, up to the first that does not fit; the batch must agree.
     int64_t served_a = 0;

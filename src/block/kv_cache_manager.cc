@@ -21,6 +21,17 @@ absl::Status UnknownRequest(RequestId id) {
   return absl::NotFoundError(absl::StrCat("unknown request ", id.value));
 }
 
+absl::Status NegativeToken(int32_t token) {
+  return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
+}
+
+// An append that would give the request `num_tokens` tokens.
+absl::Status PastMaxModelLen(RequestId id, int64_t num_tokens, int64_t max_model_len) {
+  return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ", num_tokens,
+                                            " tokens, more than max_model_len ",
+                                            max_model_len));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
@@ -136,13 +147,10 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
     return absl::OkStatus();
   }
   if (held + static_cast<int64_t>(tokens.size()) > impl_->max_model_len) {
-    return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ",
-                                              held + static_cast<int64_t>(tokens.size()),
-                                              " tokens, more than max_model_len ",
-                                              impl_->max_model_len));
+    return PastMaxModelLen(id, held + static_cast<int64_t>(tokens.size()), impl_->max_model_len);
   }
   for (int32_t t : tokens) {
-    if (t < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is negative"));
+    if (t < 0) return NegativeToken(t);
   }
   impl_->FlushTokens(st);
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
@@ -177,18 +185,13 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
         m.completion_due[h]) {
       undo(i);
       if (h < 0) return UnknownRequest(t.id);
-      if (t.token < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", t.token, " is negative"));
-      }
+      if (t.token < 0) return NegativeToken(t.token);
       // Too long (counting the request's earlier tokens in the batch), or named again after
       // completing a block: the two-pass path reports the first, or appends.
       return m.AppendDecodeTokensInTwoPasses(tokens);
     }
     handles[i] = h;
-    if (m.AppendToTail(h, t.token)) {
-      completed.push_back(h);
-      m.completion_due[h] = 1;
-    }
+    if (m.AppendToTail(h, t.token)) m.DeferCompletion(h, completed);
   }
   m.CompleteBlocks(completed);
   return absl::OkStatus();
@@ -214,8 +217,7 @@ KvCacheManager::DecodeAppender::DecodeAppender(Impl* impl) : impl_(impl) {
 }
 
 void KvCacheManager::DecodeAppender::Completed(uint32_t h) {
-  impl_->scratch_completed.push_back(static_cast<int32_t>(h));
-  due_[h] = 1;
+  impl_->DeferCompletion(static_cast<int32_t>(h), impl_->scratch_completed);
 }
 
 absl::Status KvCacheManager::DecodeAppender::AppendSlow(RequestId id, int32_t handle,
@@ -223,23 +225,10 @@ absl::Status KvCacheManager::DecodeAppender::AppendSlow(RequestId id, int32_t ha
   Impl& m = *impl_;
   const int32_t h = m.HandleOf(id, handle);
   if (h < 0) return UnknownRequest(id);
-  if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
+  if (token < 0) return NegativeToken(token);
   const int64_t held = m.token_counts[h];
-  if (held >= m.max_model_len) {
-    return absl::OutOfRangeError(absl::StrCat("request ", id.value, " would have ", held + 1,
-                                              " tokens, more than max_model_len ",
-                                              m.max_model_len));
-  }
-  if (m.completion_due[h]) {
-    // Named again after its last token completed a block: the tail is about to be reused.
-    m.CompleteBlock(h);
-    m.completion_due[h] = 0;
-    std::erase(m.scratch_completed, h);
-  }
-  if (m.AppendToTail(h, token)) {
-    m.scratch_completed.push_back(h);
-    m.completion_due[h] = 1;
-  }
+  if (held >= m.max_model_len) return PastMaxModelLen(id, held + 1, m.max_model_len);
+  m.AppendDeferringCompletion(h, token, m.scratch_completed);
   return absl::OkStatus();
 }
 
@@ -264,16 +253,11 @@ absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = HandleOf(tokens[i].id, tokens[i].handle);
     if (h < 0) return fail(i, UnknownRequest(tokens[i].id));
-    if (tokens[i].token < 0) {
-      return fail(i, absl::InvalidArgumentError(
-                         absl::StrCat("token id ", tokens[i].token, " is negative")));
-    }
+    if (tokens[i].token < 0) return fail(i, NegativeToken(tokens[i].token));
     handles[i] = h;
     const int64_t num_tokens = token_counts[h] + append_counts[h]++;
     if (num_tokens >= max_model_len) {
-      return fail(i + 1, absl::OutOfRangeError(absl::StrCat(
-                             "request ", tokens[i].id.value, " would have ", num_tokens + 1,
-                             " tokens, more than max_model_len ", max_model_len)));
+      return fail(i + 1, PastMaxModelLen(tokens[i].id, num_tokens + 1, max_model_len));
     }
   }
   // Then the appends; a request named again after its block completed has that block
@@ -283,15 +267,7 @@ absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
   for (size_t i = 0; i < n; ++i) {
     const int32_t h = handles[i];
     append_counts[h] = 0;
-    if (completion_due[h]) {
-      CompleteBlock(h);
-      completion_due[h] = 0;
-      std::erase(completed, h);
-    }
-    if (AppendToTail(h, tokens[i].token)) {
-      completed.push_back(h);
-      completion_due[h] = 1;
-    }
+    AppendDeferringCompletion(h, tokens[i].token, completed);
   }
   CompleteBlocks(completed);
   return absl::OkStatus();

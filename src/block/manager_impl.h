@@ -61,6 +61,23 @@ class KvCacheManager::Impl {
     token_tails[static_cast<size_t>(h) * block_size + offset] = token;
     return offset == block_size - 1;
   }
+  // The block handle h's last append completed waits in `completed` (completion_due set)
+  // to be hashed with the batch's others by CompleteBlocks.
+  void DeferCompletion(int32_t h, std::vector<int32_t>& completed) {
+    completed.push_back(h);
+    completion_due[h] = 1;
+  }
+  // AppendToTail for a batch whose completions are deferred: a block still due from the
+  // handle's earlier append in the batch is completed first (its tail slots are about to be
+  // reused), and one this token completes is deferred.
+  void AppendDeferringCompletion(int32_t h, int32_t token, std::vector<int32_t>& completed) {
+    if (completion_due[h]) {
+      CompleteBlock(h);
+      completion_due[h] = 0;
+      std::erase(completed, h);
+    }
+    if (AppendToTail(h, token)) DeferCompletion(h, completed);
+  }
   // AppendDecodeTokens for a batch that names a request again after its token completed a
   // block: every entry checked first, then the appends.
   absl::Status AppendDecodeTokensInTwoPasses(absl::Span<const DecodeToken> tokens);
@@ -226,7 +243,9 @@ class KvCacheManager::Impl {
       }
     }
     if (computed >= st.next_release) ReleaseSkipped(st, computed);
-    for (const internal::GroupLayout& g : groups) pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
+    for (const internal::GroupLayout& g : groups) {
+      pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
+    }
     st.covered_tokens += block_size;
     summaries[st.handle].covered_tokens = st.covered_tokens;
     return true;

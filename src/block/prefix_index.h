@@ -27,7 +27,6 @@
 #ifndef KVPAGE_BLOCK_PREFIX_INDEX_H_
 #define KVPAGE_BLOCK_PREFIX_INDEX_H_
 
-#include <bit>
 #include <cstdint>
 #include <vector>
 

@@ -126,11 +126,10 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
       if (size > 0) {
         const int64_t last = size - 1;
         tail_from = std::max(tail_from, last * g.block_size);
-        (a == 0 ? r.slot_delta0 : r.slot_delta1) =
-            (int64_t{table[last].value} - last) * g.block_size;
+        r.SlotDelta(a) = (int64_t{table[last].value} - last) * g.block_size;
       } else {
         tail_from = max_model_len;
-        (a == 0 ? r.slot_delta0 : r.slot_delta1) = 0;
+        r.SlotDelta(a) = 0;
       }
     }
   }

@@ -43,7 +43,8 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   KVPAGE_STEP_PHASE(StepPhase::kReleaseWindows);
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
-    if (r.num_computed < r.sync_release) continue;
+    // steady_until <= sync_release: most requests are let go by their first line alone.
+    if (r.num_computed < r.steady_until || r.num_computed < r.sync_release) continue;
     const absl::Status released = kv->RemoveSkippedBlocks(r.id, r.num_computed, r.kv_handle);
     KVPAGE_DCHECK(released.ok());
     (void)released;
@@ -241,11 +242,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
             deferred_rows.push_back(r.row);
           }
         }
-        // MarkScheduled(r, 1, 0), with the step from a local.
-        r.num_scheduled = 1;
-        r.num_scheduled_drafts = 0;
-        r.num_computed = c + 1;
-        r.scheduled_step = this_step;
+        MarkScheduled(r, 1, 0);
       }
       scheduled.insert(scheduled.end(), running.begin() + static_cast<ptrdiff_t>(i),
                        running.begin() + static_cast<ptrdiff_t>(j));

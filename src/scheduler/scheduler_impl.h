@@ -64,8 +64,7 @@ struct alignas(64) SchedRequest {
   int64_t quiet_tokens = 0;
   int64_t quiet_release = 0;
   // The row is up to date while num_computed < sync_release (a sliding window frees no block
-  // before; see SyncRow) and c + n + lookahead <= sync_tokens. Here, so that the release pass
-  // reads one line per request.
+  // before; see SyncRow) and c + n + lookahead <= sync_tokens.
   int64_t sync_release = 0;
   int64_t sync_tokens = 0;
   int64_t slot_delta1 = 0;      // see slot_delta0
@@ -122,12 +121,12 @@ struct alignas(64) SchedRequest {
                   int64_t{std::numeric_limits<int32_t>::max()}}));
   }
   // slot_delta0 or slot_delta1.
-  int64_t SlotDelta(size_t a) const { return a == 0 ? slot_delta0 : slot_delta1; }
+  int64_t& SlotDelta(size_t a) { return a == 0 ? slot_delta0 : slot_delta1; }
 };
 static_assert(offsetof(SchedRequest, quiet_tokens) == 64,
               "a steady decode step reads the first line alone");
-static_assert(offsetof(SchedRequest, num_scheduled_drafts) < 128, "the running pass reads two lines");
-static_assert(offsetof(SchedRequest, sync_release) < 128, "the release pass reads one line");
+static_assert(offsetof(SchedRequest, num_scheduled_drafts) < 128,
+              "other steps (two attention groups, syncs, window releases) read two lines");
 
 // Where plain decode rows are written (Scheduler::Impl::PlainRowTargets): the output
 // arrays' addresses, held in locals so the stores cannot make the compiler reload them.

@@ -59,12 +59,10 @@ void PrefixIndex::Store(uint32_t tag, size_t home, size_t at, int slot, int32_t 
 void PrefixIndex::Place(uint32_t tag, size_t home, int32_t block) {
   const size_t mask = buckets_.size() - 1;
   for (size_t i = home;; i = (i + 1) & mask) {
-    const Bucket& b = buckets_[i];
-    for (int s = 0; s < kSlots; ++s) {
-      if (b.blocks[s] == 0) {
-        Store(tag, home, i, s, block);
-        return;
-      }
+    const uint32_t empty = Scan(buckets_[i], tag).empty;
+    if (empty != 0) {
+      Store(tag, home, i, std::countr_zero(empty), block);
+      return;
     }
   }
 }

@@ -27,8 +27,13 @@
 #ifndef KVPAGE_BLOCK_PREFIX_INDEX_H_
 #define KVPAGE_BLOCK_PREFIX_INDEX_H_
 
+#include <bit>
 #include <cstdint>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "absl/status/status.h"
 #include "kvpage/huge_page_allocator.h"
@@ -57,6 +62,8 @@ class PrefixIndex {
     const uint64_t mix = Mix(hash, group);
     const uint32_t tag = static_cast<uint32_t>(mix);
     const size_t mask = buckets_.size() - 1;
+    // Early exit, slot by slot: a lookup that hits usually matches in the first slots, and
+    // Scan's whole-bucket compare made the hit path slower (BM_PrefixHitLookup).
     for (size_t i = mix >> shift_;; i = (i + 1) & mask) {
       const Bucket& b = buckets_[i];
       for (int s = 0; s < kSlots; ++s) {
@@ -110,18 +117,34 @@ class PrefixIndex {
   };
   static_assert(sizeof(Bucket) == 64);
   // Bit s of `match`: slot s holds an entry with the tag; of `empty`: slot s is free. Without
-  // a branch per slot (which slots are taken is random, so those branches mispredict).
+  // a branch per slot (which slots are taken is random, so those branches mispredict). With
+  // SSE2 (every x86-64), each seven-slot array is compared as two overlapping groups of four
+  // lanes, slots 0–3 and 3–6: about 16 instructions instead of 70.
   struct SlotMasks {
     uint32_t match = 0;
     uint32_t empty = 0;
   };
   static SlotMasks Scan(const Bucket& b, uint32_t tag) {
     SlotMasks m;
+#if defined(__SSE2__)
+    const __m128i key = _mm_set1_epi32(static_cast<int>(tag));
+    const __m128i zero = _mm_setzero_si128();
+    auto lanes = [](const void* at) { return _mm_loadu_si128(static_cast<const __m128i*>(at)); };
+    auto bits = [](__m128i eq) {
+      return static_cast<uint32_t>(_mm_movemask_ps(_mm_castsi128_ps(eq)));
+    };
+    const uint32_t tagged = bits(_mm_cmpeq_epi32(lanes(&b.tags[0]), key)) |
+                            bits(_mm_cmpeq_epi32(lanes(&b.tags[3]), key)) << 3;
+    m.empty = bits(_mm_cmpeq_epi32(lanes(&b.blocks[0]), zero)) |
+              bits(_mm_cmpeq_epi32(lanes(&b.blocks[3]), zero)) << 3;
+    m.match = tagged & ~m.empty;
+#else
     for (int s = 0; s < kSlots; ++s) {
       const uint32_t free = b.blocks[s] == 0 ? 1u : 0u;
       m.empty |= free << s;
       m.match |= (b.tags[s] == tag ? 1u - free : 0u) << s;
     }
+#endif
     return m;
   }
 

@@ -36,10 +36,10 @@ std::vector<int32_t> MakeTokens(int64_t count) {
 void BM_HashTokens(benchmark::State& state, HashAlgorithm algorithm) {
   const BlockHasher hasher(algorithm, kSeed);
   const std::vector<int32_t> tokens = MakeTokens(kRequestTokens);
-  RequestBlockHashes hashes(&hasher, static_cast<int32_t>(state.range(0)), BlockHashExtras{});
+  RequestBlockHashes hashes(static_cast<int32_t>(state.range(0)), BlockHashExtras{});
   for (auto _ : state) {
     hashes.Truncate(0);  // keeps the vector's capacity: measures hashing, not allocation
-    hashes.Update(tokens);
+    hashes.Update(hasher, tokens);
     benchmark::DoNotOptimize(hashes.hashes().data());
   }
   state.SetItemsProcessed(state.iterations() * kRequestTokens);

@@ -16,6 +16,7 @@
 #ifndef KVPAGE_BLOCK_HASH_H_
 #define KVPAGE_BLOCK_HASH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -92,16 +93,19 @@ class BlockHasher {
 
 // The hashes of one request's full blocks, extended as tokens arrive. hashes()[i] covers
 // tokens [i * block_size, (i + 1) * block_size); a trailing partial block has no hash yet.
-// Does not own the hasher.
+// The hasher is passed to each Update, not kept: a KvCacheManager holds one for all its
+// requests, and the 8 bytes a pointer per request would take keep what hashing a block reads
+// within one cache line of the manager's request state.
 class RequestBlockHashes {
  public:
-  // REQUIRES: `hasher` outlives this object; block_size > 0; extras.mm_items sorted by offset.
-  RequestBlockHashes(const BlockHasher* hasher, int32_t block_size, BlockHashExtras extras);
+  // REQUIRES: block_size > 0; extras.mm_items sorted by offset.
+  RequestBlockHashes(int32_t block_size, BlockHashExtras extras);
 
   // Hashes every full block of `tokens` — the request's whole sequence so far — that has no
-  // hash yet. Blocks already hashed are not read again, so tokens may only ever be appended
-  // (after a Truncate, the tokens past the truncation point may be replaced).
-  void Update(absl::Span<const int32_t> tokens);
+  // hash yet, with `hasher` (REQUIRES: the same hasher every time). Blocks already hashed are
+  // not read again, so tokens may only ever be appended (after a Truncate, the tokens past the
+  // truncation point may be replaced).
+  void Update(const BlockHasher& hasher, absl::Span<const int32_t> tokens);
 
   // Forgets the hashes of blocks not wholly inside the first `num_tokens` tokens, e.g. when
   // rejected speculative tokens are rolled back. A no-op if nothing lies beyond.
@@ -111,13 +115,19 @@ class RequestBlockHashes {
   absl::Span<const BlockHash> hashes() const { return hashes_; }
   int32_t block_size() const { return block_size_; }
   const BlockHashExtras& extras() const { return extras_; }
+  // Some extra key is set (a LoRA id, a cache salt or multimodal items).
+  bool has_extras() const { return has_extras_; }
+
+  // What hashing one more block of a request without extra keys reads of this object: its
+  // first kHotBytes (the block size, whether there are extras, the hashes' vector). The
+  // extras follow, read only when there are some.
+  static constexpr size_t kHotBytes = 32;
 
  private:
-  const BlockHasher* hasher_;  // not owned
-  int32_t block_size_;         // > 0
-  BlockHashExtras extras_;
-  // Last member: KvCacheManager prefetches the line that ends this object to reach it.
+  int32_t block_size_;             // > 0
+  bool has_extras_;                // some key of extras_ is set
   std::vector<BlockHash> hashes_;  // hashes_[i] chains from hashes_[i − 1] (or the root)
+  BlockHashExtras extras_;
 };
 
 }  // namespace kvpage

@@ -329,23 +329,30 @@ BlockHash BlockHasher::HashBlock(BlockHash parent, absl::Span<const int32_t> tok
   return BlockHash{};
 }
 
-RequestBlockHashes::RequestBlockHashes(const BlockHasher* hasher, int32_t block_size,
-                                       BlockHashExtras extras)
-    : hasher_(hasher), block_size_(block_size), extras_(std::move(extras)) {
-  KVPAGE_DCHECK(hasher_ != nullptr);
+RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extras)
+    : block_size_(block_size),
+      has_extras_(extras.lora_id != 0 || !extras.cache_salt.empty() || !extras.mm_items.empty()),
+      extras_(std::move(extras)) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"  // GCC lays out this class as written
+  static_assert(offsetof(RequestBlockHashes, hashes_) + sizeof(hashes_) <= kHotBytes);
+#pragma GCC diagnostic pop
   KVPAGE_DCHECK(block_size_ > 0);
   KVPAGE_DCHECK(SortedByOffset(extras_.mm_items));
 }
 
-void RequestBlockHashes::Update(absl::Span<const int32_t> tokens) {
+void RequestBlockHashes::Update(const BlockHasher& hasher, absl::Span<const int32_t> tokens) {
   const size_t block_size = static_cast<size_t>(block_size_);
   const size_t num_full_blocks = tokens.size() / block_size;
   if (num_full_blocks <= hashes_.size()) return;
-  BlockHash parent = hashes_.empty() ? hasher_->root() : hashes_.back();
+  // Without extra keys, extras_ (past the hot bytes) is not read: an empty set hashes alike.
+  static const BlockHashExtras kNoExtras;
+  const BlockHashExtras& extras = has_extras_ ? extras_ : kNoExtras;
+  BlockHash parent = hashes_.empty() ? hasher.root() : hashes_.back();
   for (size_t i = hashes_.size(); i < num_full_blocks; ++i) {
     const size_t start = i * block_size;
-    parent = hasher_->HashBlock(parent, tokens.subspan(start, block_size), extras_,
-                                static_cast<int64_t>(start));
+    parent = hasher.HashBlock(parent, tokens.subspan(start, block_size), extras,
+                              static_cast<int64_t>(start));
     hashes_.push_back(parent);
   }
 }

@@ -90,7 +90,7 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
           absl::StrCat("request ", spec.id.value, " multimodal items are not sorted by offset"));
     }
   }
-  auto st = std::make_unique<RequestState>(spec.id, m.hasher.get(), m.block_size,
+  auto st = std::make_unique<RequestState>(spec.id, m.block_size,
                                            std::move(spec.extras), &m.arena);
   // Room for generated tokens (as much as the caller reserved, at least a quarter of the
   // prompt), so the first decode steps do not copy the prompt.
@@ -101,7 +101,7 @@ absl::Status KvCacheManager::AddRequest(KvRequestSpec spec) {
   st->prompt_len = static_cast<int64_t>(st->tokens.size());
   st->skip_prefix_cache_read = spec.skip_prefix_cache_read;
   st->groups.resize(m.groups.size());
-  st->hashes.Update(st->tokens);
+  st->hashes.Update(*m.hasher, st->tokens);
   if (m.free_handles.empty()) {
     m.free_handles.push_back(static_cast<int32_t>(m.by_handle.size()));
     m.by_handle.push_back(nullptr);
@@ -154,7 +154,7 @@ absl::Status KvCacheManager::AppendTokens(RequestId id, absl::Span<const int32_t
   }
   impl_->FlushTokens(st);
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
-  st.hashes.Update(st.tokens);
+  st.hashes.Update(*impl_->hasher, st.tokens);
   impl_->token_counts[st.handle] = static_cast<int64_t>(st.tokens.size());
   return absl::OkStatus();
 }

@@ -86,8 +86,8 @@ class KvCacheManager::Impl {
   // Moves the completed block into the token vector and hashes it.
   void CompleteBlock(int32_t h) {
     internal::RequestState& st = *by_handle[h];
-    FlushTokens(st);
-    st.hashes.Update(st.tokens);
+    FlushTokens(st, h);
+    st.hashes.Update(*hasher, st.tokens);
     if (!st.hashes.hashes().empty()) cache_hash_hint[h] = st.hashes.hashes().back();
   }
   // Starts loading the map buckets where the request's next cached block would go, by
@@ -100,13 +100,15 @@ class KvCacheManager::Impl {
   // Moves the tail into the vector, which then holds every token. The tokens still in the
   // tail all belong to the block the last of them is in (the vector holds every earlier
   // block), so they sit in consecutive slots: one copy.
-  void FlushTokens(internal::RequestState& st) {
-    const int64_t n = NumTokens(st);
+  void FlushTokens(internal::RequestState& st) { FlushTokens(st, st.handle); }
+  // The same for the request with handle h, without reading the state's first line.
+  void FlushTokens(internal::RequestState& st, int32_t h) {
+    const int64_t n = token_counts[h];
     const int64_t from = static_cast<int64_t>(st.tokens.size());
     if (from >= n) return;
     const int64_t offset = TailOffset(from);
     KVPAGE_DCHECK(offset + (n - from) <= block_size);
-    const int32_t* src = token_tails.data() + static_cast<size_t>(st.handle) * block_size + offset;
+    const int32_t* src = token_tails.data() + static_cast<size_t>(h) * block_size + offset;
     // resize + copy: the vector's general range insert costs a hundred instructions more.
     st.tokens.resize(static_cast<size_t>(n));
     std::memcpy(st.tokens.data() + from, src, static_cast<size_t>(n - from) * sizeof(int32_t));
@@ -117,27 +119,27 @@ class KvCacheManager::Impl {
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
   // The lines of the request's state a decode step reads: the first (summary fields and the
-  // group records' header) and, unless the step only crosses into new blocks, the line that
-  // ends the hashes (RequestBlockHashes keeps its vector of hashes last).
+  // group records' header) and, unless the step only crosses into new blocks, the second
+  // (the hashes' header).
   static void PrefetchState(const internal::RequestState* st, bool pure_cross) {
     Prefetch(st);
-    if (!pure_cross) {
-      Prefetch(reinterpret_cast<const char*>(&st->hashes) + sizeof(st->hashes) - 1);
-    }
+    if (!pure_cross) Prefetch(&st->tokens);
   }
-  // What CompleteBlock(h) reads first: the first line of the state (the vector's header) and
-  // the lines that hold the hasher, the extra keys and the hashes' header.
+  // What CompleteBlock(h) reads first: the state's second line (the token vector's header, the
+  // hasher, the hashes' header).
   void PrefetchFlush(int32_t h) const {
     const internal::RequestState* st = by_handle[h];  // only addresses: nothing is read
-    Prefetch(st);
-    const char* line = reinterpret_cast<const char*>(&st->hashes);
-    for (size_t off = 0; off < sizeof(RequestBlockHashes); off += 64) Prefetch(line + off);
-    Prefetch(line + sizeof(RequestBlockHashes) - 1);
+    Prefetch(&st->tokens);
   }
-  // Then, once those lines are in: where the flushed tokens go, the last hash (the new block's
-  // parent) and the new one's place.
+  // Then, once that line is in: where the flushed tokens go, the last hash (the new block's
+  // parent), the new one's place and, for a request with extra hash keys, those keys.
   void PrefetchFlushEnds(int32_t h) const {
     const internal::RequestState& st = *by_handle[h];
+    if (st.hashes.has_extras()) {
+      const char* extras = reinterpret_cast<const char*>(&st.hashes.extras());
+      for (size_t off = 0; off < sizeof(BlockHashExtras); off += 64) Prefetch(extras + off);
+      Prefetch(extras + sizeof(BlockHashExtras) - 1);
+    }
     PrefetchForWrite(st.tokens.data() + st.tokens.size());
     const absl::Span<const BlockHash> hashes = st.hashes.hashes();
     PrefetchForWrite(hashes.data() + hashes.size());

@@ -2,6 +2,7 @@
 #ifndef KVPAGE_BLOCK_REQUEST_STATE_H_
 #define KVPAGE_BLOCK_REQUEST_STATE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -50,10 +51,10 @@ struct GroupState {
 
 // Aligned to a cache line, so the first line holds what every decode step reads.
 struct alignas(64) RequestState {
-  RequestState(RequestId request_id, const BlockHasher* hasher, int32_t block_size,
-               BlockHashExtras extras, HugePageArena* arena)
+  RequestState(RequestId request_id, int32_t block_size, BlockHashExtras extras,
+               HugePageArena* arena)
       : id(request_id), tokens(ArenaAllocator<int32_t>(arena)),
-        hashes(hasher, block_size, std::move(extras)) {}
+        hashes(block_size, std::move(extras)) {}
 
   // Read by every decode step: kept together at the front, in one cache line.
   RequestId id;
@@ -69,16 +70,25 @@ struct alignas(64) RequestState {
   // ---- End of the first line: a decode step that only crosses into new blocks reads no
   // other line of the state.
 
+  // ---- The second line: all that completing a decode block reads of the state (moving the
+  // tail into `tokens` and hashing the block) when the request has no extra hash keys.
+
   // The request's tokens (prompt, then outputs) up to the last full block at least: decode
   // tokens of the block being filled may still sit in the manager's per-handle tail
   // (KvCacheManager::Impl::token_tails) and move here when the block completes. The count of
-  // all tokens is the manager's summaries[handle].num_tokens. In the manager's arena (huge
-  // pages): a decode step appends to a few dozen of these vectors, each far from the others.
+  // all tokens is the manager's token_counts[handle]. In the manager's arena (huge pages): a
+  // decode step appends to a few dozen of these vectors, each far from the others.
   std::vector<int32_t, ArenaAllocator<int32_t>> tokens;
+  RequestBlockHashes hashes;  // its first RequestBlockHashes::kHotBytes in this line
 
   int64_t prompt_len = 0;
-  RequestBlockHashes hashes;
 };
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"  // GCC lays out this struct as written
+static_assert(offsetof(RequestState, tokens) == 64 &&
+              offsetof(RequestState, hashes) + RequestBlockHashes::kHotBytes <= 128,
+              "completing a block reads the second line of the state only");
+#pragma GCC diagnostic pop
 
 }  // namespace kvpage::internal
 

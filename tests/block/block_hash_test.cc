@@ -48,8 +48,8 @@ absl::Span<const int32_t> Block(const std::vector<int32_t>& tokens, int64_t inde
 // One hash per full block of `tokens`, from a fresh RequestBlockHashes.
 std::vector<BlockHash> RequestHashes(const BlockHasher& hasher, const std::vector<int32_t>& tokens,
                                      const BlockHashExtras& extras = {}) {
-  RequestBlockHashes hashes(&hasher, kBlockSize, extras);
-  hashes.Update(tokens);
+  RequestBlockHashes hashes(kBlockSize, extras);
+  hashes.Update(hasher, tokens);
   return {hashes.hashes().begin(), hashes.hashes().end()};
 }
 
@@ -337,13 +337,13 @@ TEST(ChainingTest, SameBlockUnderDifferentParentsDiffers) {
 TEST(RequestBlockHashesTest, HashesOnlyFullBlocks) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   const std::vector<int32_t> tokens = Tokens(48);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
+  RequestBlockHashes hashes(kBlockSize, {});
   EXPECT_EQ(hashes.block_size(), kBlockSize);
-  hashes.Update(absl::MakeConstSpan(tokens).first(15));
+  hashes.Update(hasher, absl::MakeConstSpan(tokens).first(15));
   EXPECT_EQ(hashes.hashes().size(), 0u);
-  hashes.Update(absl::MakeConstSpan(tokens).first(35));
+  hashes.Update(hasher, absl::MakeConstSpan(tokens).first(35));
   EXPECT_EQ(hashes.hashes().size(), 2u);
-  hashes.Update(tokens);
+  hashes.Update(hasher, tokens);
   EXPECT_EQ(hashes.hashes().size(), 3u);
   EXPECT_THAT(hashes.hashes(), ElementsAreArray(RequestHashes(hasher, tokens)));
 }
@@ -351,8 +351,8 @@ TEST(RequestBlockHashesTest, HashesOnlyFullBlocks) {
 TEST(RequestBlockHashesTest, IncrementalUpdatesMatchOneUpdate) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   const std::vector<int32_t> tokens = Tokens(100);
-  RequestBlockHashes hashes(&hasher, kBlockSize, ThreeImages());
-  for (size_t n = 1; n <= tokens.size(); ++n) hashes.Update(absl::MakeConstSpan(tokens).first(n));
+  RequestBlockHashes hashes(kBlockSize, ThreeImages());
+  for (size_t n = 1; n <= tokens.size(); ++n) hashes.Update(hasher, absl::MakeConstSpan(tokens).first(n));
   ASSERT_EQ(hashes.hashes().size(), 6u);
   EXPECT_THAT(hashes.hashes(), ElementsAreArray(RequestHashes(hasher, tokens, ThreeImages())));
 }
@@ -360,11 +360,11 @@ TEST(RequestBlockHashesTest, IncrementalUpdatesMatchOneUpdate) {
 TEST(RequestBlockHashesTest, HashedBlocksAreNotReadAgain) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   std::vector<int32_t> tokens = Tokens(48);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
-  hashes.Update(absl::MakeConstSpan(tokens).first(32));
+  RequestBlockHashes hashes(kBlockSize, {});
+  hashes.Update(hasher, absl::MakeConstSpan(tokens).first(32));
   const std::vector<BlockHash> first_two(hashes.hashes().begin(), hashes.hashes().end());
   tokens[0] += 1;  // breaks the append-only contract: must go unnoticed
-  hashes.Update(tokens);
+  hashes.Update(hasher, tokens);
   ASSERT_EQ(hashes.hashes().size(), 3u);
   EXPECT_EQ(hashes.hashes()[0], first_two[0]);
   EXPECT_EQ(hashes.hashes()[1], first_two[1]);
@@ -374,9 +374,9 @@ TEST(RequestBlockHashesTest, HashedBlocksAreNotReadAgain) {
 TEST(RequestBlockHashesTest, ShorterSequenceChangesNothing) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   const std::vector<int32_t> tokens = Tokens(64);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
-  hashes.Update(tokens);
-  hashes.Update(absl::MakeConstSpan(tokens).first(20));
+  RequestBlockHashes hashes(kBlockSize, {});
+  hashes.Update(hasher, tokens);
+  hashes.Update(hasher, absl::MakeConstSpan(tokens).first(20));
   EXPECT_THAT(hashes.hashes(), ElementsAreArray(RequestHashes(hasher, tokens)));
 }
 
@@ -385,21 +385,21 @@ TEST(RequestBlockHashesTest, TruncateThenUpdateRestoresTheSameHashes) {
   const std::vector<int32_t> tokens = Tokens(64);
   const std::vector<BlockHash> full = RequestHashes(hasher, tokens);
   ASSERT_EQ(full.size(), 4u);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
-  hashes.Update(tokens);
+  RequestBlockHashes hashes(kBlockSize, {});
+  hashes.Update(hasher, tokens);
   hashes.Truncate(40);
   ASSERT_EQ(hashes.hashes().size(), 2u);
   EXPECT_EQ(hashes.hashes()[0], full[0]);
   EXPECT_EQ(hashes.hashes()[1], full[1]);
-  hashes.Update(tokens);
+  hashes.Update(hasher, tokens);
   EXPECT_THAT(hashes.hashes(), ElementsAreArray(full));
 }
 
 TEST(RequestBlockHashesTest, TruncateKeepsOnlyWholeBlocks) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   const std::vector<int32_t> tokens = Tokens(64);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
-  hashes.Update(tokens);
+  RequestBlockHashes hashes(kBlockSize, {});
+  hashes.Update(hasher, tokens);
   hashes.Truncate(1000);
   EXPECT_EQ(hashes.hashes().size(), 4u);
   hashes.Truncate(32);
@@ -413,17 +413,17 @@ TEST(RequestBlockHashesTest, TruncateKeepsOnlyWholeBlocks) {
 TEST(RequestBlockHashesTest, TokensPastTheTruncationMayBeReplaced) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
   std::vector<int32_t> tokens = Tokens(64);
-  RequestBlockHashes hashes(&hasher, kBlockSize, {});
-  hashes.Update(tokens);
+  RequestBlockHashes hashes(kBlockSize, {});
+  hashes.Update(hasher, tokens);
   hashes.Truncate(40);
   for (size_t i = 40; i < tokens.size(); ++i) tokens[i] = 7;  // rejected draft tokens replaced
-  hashes.Update(tokens);
+  hashes.Update(hasher, tokens);
   EXPECT_THAT(hashes.hashes(), ElementsAreArray(RequestHashes(hasher, tokens)));
 }
 
 TEST(RequestBlockHashesTest, KeepsItsExtras) {
   const BlockHasher hasher(HashAlgorithm::kXxh3_128, kSeed);
-  const RequestBlockHashes hashes(&hasher, kBlockSize, ThreeImages());
+  const RequestBlockHashes hashes(kBlockSize, ThreeImages());
   ASSERT_EQ(hashes.extras().mm_items.size(), 3u);
   EXPECT_EQ(hashes.extras().mm_items[1].identifier, "bbb");
 }

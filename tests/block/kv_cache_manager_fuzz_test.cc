@@ -1028,8 +1028,8 @@ class Fuzzer {
     if (hit.num_tokens == 0) return;
     BlockHashExtras extras;
     extras.cache_salt = r.salt;
-    RequestBlockHashes hashes(hasher_.get(), bs_, extras);
-    hashes.Update(r.tokens);
+    RequestBlockHashes hashes(static_cast<int32_t>(bs_), extras);
+    hashes.Update(*hasher_, r.tokens);
     const int64_t blocks = hit.num_tokens / bs_;
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       const int32_t pk = PoolKey(g);

@@ -33,6 +33,8 @@ void Scheduler::Impl::InitTables() {
   row_owner.reserve(rows);
   fast_rows = (attention.size() == 1 || attention.size() == 2) && state_groups.empty() &&
               config.num_speculative_tokens == 0;
+  one_plain_group = attention.size() == 1 && attention[0].ratio == 1 &&
+                    attention[0].kind != LayerKind::kSlidingWindow;
 }
 
 void Scheduler::Impl::TakeRow(int32_t q) {
@@ -73,7 +75,30 @@ void Scheduler::Impl::FreeRow(int32_t q) {
   r.row = -1;
 }
 
+bool Scheduler::Impl::SyncOneNewBlock(SchedRequest& r) {
+  if (!one_plain_group) return false;
+  GroupInfo& g = attention[0];
+  const absl::Span<const BlockId> blocks = kv->BlockTableOrEmpty(r.id, g.id, r.kv_handle);
+  const int32_t size = static_cast<int32_t>(blocks.size());
+  int32_t& synced = r.synced_blocks[0];
+  if (size == 0 || size != synced + 1) return false;
+  // What SyncRow's loop does for that block, with no window to release and one group.
+  const int32_t last = size - 1;
+  const int32_t id = blocks.data()[last].value;
+  KVPAGE_DCHECK(id != kNullBlock.value);
+  g.table[static_cast<size_t>(r.row) * g.stride + static_cast<size_t>(last)] = id;
+  out.attention[0].new_block_ids.push_back(id);
+  synced = size;
+  r.slot_delta0 = (int64_t{id} - last) * g.block_size;
+  r.decode_from = last * g.block_size;  // less than max_model_len
+  r.sync_tokens = std::min<int64_t>(max_model_len, int64_t{size} * g.block_size);
+  r.sync_release = max_model_len + 1;
+  r.RefreshSteadyUntil();
+  return true;
+}
+
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
+  if (SyncOneNewBlock(r)) return;
   // While copying, the bounds until which the row stays current: tokens up to the shortest
   // table (every group has the blocks), and, for a sliding window, the first unprocessed
   // token p at which the cache frees the next block f: p − W + 1 >= (f + 1)·bs.

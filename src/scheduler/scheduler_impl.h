@@ -290,6 +290,9 @@ class Scheduler::Impl {
   // blocks to each group's CSR of this step's output, and sets the row's bounds (sync_tokens,
   // sync_release, decode_from, slot_delta0 and slot_delta1).
   void SyncRow(internal::SchedRequest& r);
+  // SyncRow when one_plain_group and the table grew by exactly one block since the last copy
+  // (a decode step crossed into it); false (nothing changed) otherwise.
+  bool SyncOneNewBlock(internal::SchedRequest& r);
   absl::Status CheckTables() const;
 
   // ---- State ----
@@ -316,6 +319,9 @@ class Scheduler::Impl {
   // groups (SchedRequest::slot_delta0 and slot_delta1), no state group, no speculative
   // decoding.
   bool fast_rows = false;
+  // One attention group, not a sliding window, whose kernel blocks are the manager's (ratio
+  // 1): SyncRow's common case, one new block, takes SyncOneNewBlock.
+  bool one_plain_group = false;
 
   std::vector<internal::SchedRequest> reqs;
   std::vector<int32_t> free_indices;

@@ -348,6 +348,20 @@ class KvCacheManager::DecodeAppender {
 
  private:
   friend class KvCacheManager;
+  friend class Scheduler;  // AppendKnown
+  // For the scheduler, whose own state guarantees what Append checks: every append may take
+  // the inline path (block size a power of two).
+  bool AllInline() const { return num_handles_ > 0; }
+  // Append without its checks. REQUIRES: AllInline(); `handle` is the handle of a live request;
+  // token >= 0; the request holds fewer than max_model_len tokens and was not appended to since
+  // StartDecodeAppend.
+  void AppendKnown(uint32_t h, int32_t token) {
+    int64_t& count = counts_[h];
+    const int64_t offset = count & tail_mask_;
+    tails_[size_t{h} * tail_stride_ + static_cast<size_t>(offset)] = token;
+    ++count;
+    if (offset == tail_mask_) Completed(h);
+  }
   DecodeAppender(const DecodeAppender&) = default;
   explicit DecodeAppender(Impl* impl);
   void Completed(uint32_t h);

@@ -436,6 +436,12 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   // Tokens go to the KV cache from this loop; requests that stop are finished after it, as
   // the appender must be the cache's only user until it finishes.
   KvCacheManager::DecodeAppender append = kv->StartDecodeAppend();
+  // Each request's token is checked here (Update checked every token id); what is left of
+  // Append's checks holds by the scheduler's own state: a running request's kv_handle is its
+  // handle in the cache (CheckInvariants), the cache holds the request's num_tokens − 1 tokens,
+  // fewer than max_model_len (no larger than the cache's) after the check below, and a request
+  // samples once. So where every append can be inline, AppendKnown skips those checks.
+  const bool known = owners != nullptr && append.AllInline();
   for (size_t i = 0; i < n; ++i) {
     int32_t q;
     if (owners != nullptr) {
@@ -454,6 +460,9 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
     } else if (r.num_output >= r.max_new_tokens || r.num_tokens >= max_model_len) [[unlikely]] {
       finishing.push_back({q, r.num_output >= r.max_new_tokens ? FinishReason::kLength
                                                                : FinishReason::kMaxModelLen});
+    } else if (known) {
+      KVPAGE_DCHECK(kv->RequestHandle(r.id) == r.kv_handle && t >= 0);
+      append.AppendKnown(static_cast<uint32_t>(r.kv_handle), t);
     } else {
       const absl::Status appended = append.Append(r.id, r.kv_handle, t);
       KVPAGE_DCHECK(appended.ok());  // running, and shorter than max_model_len (checked above)

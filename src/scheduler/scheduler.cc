@@ -224,6 +224,8 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.num_tokens = len;
   r.prompt_len = len;
   r.max_new_tokens = spec.max_new_tokens;
+  // (len <= max_model_len, which is at most kMaxSchedulerModelLen: the limit fits 32 bits.)
+  r.length_limit = static_cast<int32_t>(std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens));
   r.stop_token_ids = std::move(spec.stop_token_ids);
   r.has_stop_tokens = !r.stop_token_ids.empty();
   r.priority = spec.priority;
@@ -457,7 +459,9 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
     if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
                                  r.stop_token_ids.end()) [[unlikely]] {
       finishing.push_back({q, FinishReason::kStop});
-    } else if (r.num_output >= r.max_new_tokens || r.num_tokens >= max_model_len) [[unlikely]] {
+    } else if (r.num_tokens >= r.length_limit) [[unlikely]] {
+      // num_output >= max_new_tokens or num_tokens >= max_model_len (num_output is
+      // num_tokens − prompt_len).
       finishing.push_back({q, r.num_output >= r.max_new_tokens ? FinishReason::kLength
                                                                : FinishReason::kMaxModelLen});
     } else if (known) {
@@ -652,6 +656,12 @@ absl::Status Scheduler::CheckInvariants() const {
         r.num_output > r.max_new_tokens) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,
                                               " of ", r.num_tokens, " tokens"));
+    }
+    if (r.num_output != r.num_tokens - r.prompt_len ||
+        r.length_limit != std::min<int64_t>(s.max_model_len, r.prompt_len + r.max_new_tokens)) {
+      return absl::InternalError(absl::StrCat(
+          "request ", r.id.value, " has ", r.num_output, " outputs of ", r.num_tokens,
+          " tokens, prompt ", r.prompt_len, ", and length limit ", r.length_limit));
     }
   }
   if (live != s.index_of.size() || live + s.free_indices.size() != s.reqs.size()) {

@@ -51,8 +51,10 @@ struct alignas(64) SchedRequest {
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
-  int32_t num_output = 0;
-  int32_t max_new_tokens = 0;
+  int32_t num_output = 0;       // num_tokens − prompt_len (CheckInvariants)
+  // The token count at which the request finishes by length: min(prompt_len + max_new_tokens,
+  // max_model_len), one bound for the two limits.
+  int32_t length_limit = 0;
   RequestStatus status = RequestStatus::kFree;
   bool has_stop_tokens = false;
   bool fresh = false;           // admitted or resumed and not yet reported as new
@@ -81,6 +83,7 @@ struct alignas(64) SchedRequest {
   // request (it moves in at admission and is copied back out at preemption).
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
+  int32_t max_new_tokens = 0;
   int32_t priority = 0;
   int32_t num_preemptions = 0;
   double arrival_time = 0;

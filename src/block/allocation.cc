@@ -437,19 +437,17 @@ void KvCacheManager::Impl::PrefetchStepTables(const RequestState& st, int64_t co
   }
 }
 
-void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t computed,
-                                             bool hinted) const {
+void KvCacheManager::Impl::PrefetchStepPools(const RequestState& st, int64_t computed) const {
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   const bool cache =
       config.enable_prefix_caching && st.cached_blocks < static_cast<int64_t>(hashes.size());
   const bool release = computed >= st.next_release;
   if (!cache && !release) return;
-  const bool bucket = cache && !(hinted && hashes[st.cached_blocks] == cache_hash_hint[st.handle]);
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;
     const GroupState& gs = st.groups[g.id.value];
     if (cache) {
-      if (bucket) pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
+      pools[g.pool]->PrefetchCacheSlot(hashes[st.cached_blocks], g.id);
       if (st.cached_blocks < static_cast<int64_t>(gs.blocks.size())) {
         pools[g.pool]->PrefetchCacheRecords(gs.blocks[st.cached_blocks]);
       }

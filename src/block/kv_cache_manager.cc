@@ -483,11 +483,21 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     }
   };
   // A pure crossing caches nothing; it reads a pool record only for a due window release.
+  // A pure cache step (one pool per group) reads the records of the block each group caches;
+  // the first pass fetched the map's bucket from the hint.
   auto pools = [&](size_t j) {
     const RequestState& st = *states[j];
+    if (kinds[j] == Impl::kPureCache) {
+      const int64_t i = st.cached_blocks;
+      for (size_t g = 0; g < m.pools.size(); ++g) {
+        const std::vector<BlockId>& blocks = st.groups[g].blocks;
+        if (i < static_cast<int64_t>(blocks.size())) m.pools[g]->PrefetchCacheRecords(blocks[i]);
+      }
+      return;
+    }
     const int64_t c = computed[j];
     if (kinds[j] != Impl::kPureCross || c >= st.next_release) {
-      m.PrefetchStepPools(st, c, /*hinted=*/kinds[j] == Impl::kPureCache);
+      m.PrefetchStepPools(st, c);
     }
   };
   // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.

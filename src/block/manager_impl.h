@@ -150,9 +150,7 @@ class KvCacheManager::Impl {
   void PrefetchStepTables(const internal::RequestState& st, int64_t computed) const;
   // What it then reads from the pools: the prefix-cache slot of the next block to cache and
   // the record of the block a due window release frees.
-  // `hinted`: the first pass already fetched the bucket for cache_hash_hint[st.handle], so
-  // it is fetched here only when the hint is not the hash to cache.
-  void PrefetchStepPools(const internal::RequestState& st, int64_t computed, bool hinted) const;
+  void PrefetchStepPools(const internal::RequestState& st, int64_t computed) const;
 
   // ---- Allocation (allocation.cc) ----
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);

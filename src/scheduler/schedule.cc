@@ -1,6 +1,10 @@
 // Scheduler::Schedule: one token budget, running requests first, then waiting ones.
 #include <algorithm>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "internal/status_macros.h"
 #include "kvpage/prefetch.h"
 #include "kvpage/scheduler.h"
@@ -151,6 +155,15 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
 }
 
 namespace {
+
+// std::fill for int32, four at a time with SSE2 (at -O2 the compiler stores one by one).
+void FillInt32(int32_t* first, int32_t* last, int32_t value) {
+#if defined(__SSE2__)
+  const __m128i v = _mm_set1_epi32(value);
+  for (; last - first >= 4; first += 4) _mm_storeu_si128(reinterpret_cast<__m128i*>(first), v);
+#endif
+  for (; first != last; ++first) *first = value;
+}
 
 // Starts loading the lines the running pass reads of the request 8 places ahead (the
 // running list's order need not be the requests' order in memory): the first, and the
@@ -515,8 +528,8 @@ void Scheduler::Impl::FinishSteadyOutput() {
   // Steady rows add no blocks: their new-block offsets repeat the count so far.
   auto fill_offsets = [&](size_t from, size_t to) {
     for (AttentionBatch& batch : o.attention) {
-      std::fill(batch.new_block_offsets.begin() + static_cast<ptrdiff_t>(from + 1),
-                batch.new_block_offsets.begin() + static_cast<ptrdiff_t>(to + 1),
+      int32_t* const offsets = batch.new_block_offsets.data();
+      FillInt32(offsets + from + 1, offsets + to + 1,
                 static_cast<int32_t>(batch.new_block_ids.size()));
     }
   };

@@ -435,39 +435,53 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   // the row owners (4 bytes a request) instead of the output's entries (32).
   const int32_t* owners = rows_match_output ? row_owner.data() : nullptr;
   finishing.clear();
-  // Tokens go to the KV cache from this loop; requests that stop are finished after it, as
-  // the appender must be the cache's only user until it finishes.
+  // Tokens go to the KV cache from these loops; requests that stop are finished after them,
+  // as the appender must be the cache's only user until it finishes.
   KvCacheManager::DecodeAppender append = kv->StartDecodeAppend();
-  // Each request's token is checked here (Update checked every token id); what is left of
-  // Append's checks holds by the scheduler's own state: a running request's kv_handle is its
-  // handle in the cache (CheckInvariants), the cache holds the request's num_tokens − 1 tokens,
-  // fewer than max_model_len (no larger than the cache's) after the check below, and a request
-  // samples once. So where every append can be inline, AppendKnown skips those checks.
-  const bool known = owners != nullptr && append.AllInline();
-  for (size_t i = 0; i < n; ++i) {
-    int32_t q;
-    if (owners != nullptr) {
-      q = owners[i];
-    } else {
-      q = ScheduledIndexOf(srs[i]);
-      if (q < 0 || !StillScheduled(rq[q], srs[i])) continue;
-    }
-    SchedRequest& r = rq[q];
-    const int32_t t = sampled[i];
+  // Counts request q's sampled token t; true when the token goes to the cache, false when it
+  // ends the request.
+  auto count_sample = [&](SchedRequest& r, int32_t q, int32_t t) {
     ++r.num_output;
     ++r.num_tokens;
     if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
                                  r.stop_token_ids.end()) [[unlikely]] {
       finishing.push_back({q, FinishReason::kStop});
-    } else if (r.num_tokens >= r.length_limit) [[unlikely]] {
+      return false;
+    }
+    if (r.num_tokens >= r.length_limit) [[unlikely]] {
       // num_output >= max_new_tokens or num_tokens >= max_model_len (num_output is
       // num_tokens − prompt_len).
       finishing.push_back({q, r.num_output >= r.max_new_tokens ? FinishReason::kLength
                                                                : FinishReason::kMaxModelLen});
-    } else if (known) {
+      return false;
+    }
+    return true;
+  };
+  if (owners != nullptr && append.AllInline()) {
+    // What is left of Append's checks holds by the scheduler's own state: a running request's
+    // kv_handle is its handle in the cache (CheckInvariants), Update checked every token id,
+    // the cache holds the request's num_tokens − 1 tokens, fewer than max_model_len (no larger
+    // than the cache's) after count_sample, and a request samples once. So AppendKnown.
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t q = owners[i];
+      SchedRequest& r = rq[q];
+      const int32_t t = sampled[i];
+      if (!count_sample(r, q, t)) continue;
       KVPAGE_DCHECK(kv->RequestHandle(r.id) == r.kv_handle && t >= 0);
       append.AppendKnown(static_cast<uint32_t>(r.kv_handle), t);
-    } else {
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      int32_t q;
+      if (owners != nullptr) {
+        q = owners[i];
+      } else {
+        q = ScheduledIndexOf(srs[i]);
+        if (q < 0 || !StillScheduled(rq[q], srs[i])) continue;
+      }
+      SchedRequest& r = rq[q];
+      const int32_t t = sampled[i];
+      if (!count_sample(r, q, t)) continue;
       const absl::Status appended = append.Append(r.id, r.kv_handle, t);
       KVPAGE_DCHECK(appended.ok());  // running, and shorter than max_model_len (checked above)
       (void)appended;

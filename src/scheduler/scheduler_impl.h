@@ -119,9 +119,11 @@ struct alignas(64) SchedRequest {
   }
   // After quiet_* or sync_* change. (Every bound past max_model_len acts alike.)
   void RefreshSteadyUntil() {
+    // (Pairwise: std::min of an initializer list is a loop over it.)
+    const int64_t quiet = std::min(quiet_tokens, quiet_release);
+    const int64_t sync = std::min(sync_tokens, sync_release);
     steady_until = static_cast<int32_t>(
-        std::min({quiet_tokens, quiet_release, sync_tokens, sync_release,
-                  int64_t{std::numeric_limits<int32_t>::max()}}));
+        std::min(std::min(quiet, sync), int64_t{std::numeric_limits<int32_t>::max()}));
   }
   // slot_delta0 or slot_delta1.
   int64_t& SlotDelta(size_t a) { return a == 0 ? slot_delta0 : slot_delta1; }

@@ -103,6 +103,15 @@ class BlockPool {
   }
   // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
   int64_t AllocatableNow() const;
+  // n <= AllocatableNow(), without its division when the free blocks or one chunk suffice.
+  bool CanAllocateNow(int64_t n) const {
+    const int64_t short_by = n - num_free_blocks();
+    if (short_by <= 0) return true;
+    if (short_by <= bpc_) {
+      return num_unmapped_chunks() > 0 && chunk_bytes() <= budget_->free_bytes();
+    }
+    return n <= AllocatableNow();
+  }
 
   // Takes one reference on each block (a prefix hit). A cached-free block leaves the LRU list.
   // REQUIRES: every id is used or cached-free (not clean, not null).

@@ -267,7 +267,7 @@ class KvCacheManager::Impl {
   // (there is no other pool to make room or keep room for).
   bool HasBlocksAtHand(int32_t p, int64_t n) const {
     return n <= pools[p]->num_free_blocks() ||
-           (pools.size() == 1 && n <= pools[p]->AllocatableNow());
+           (pools.size() == 1 && pools[p]->CanAllocateNow(n));
   }
   // The smallest processed count at which one of the request's windows frees a block.
   int64_t NextRelease(const internal::RequestState& st) const;

@@ -435,6 +435,29 @@ struct FourChunks {
       &budget, &events};
 };
 
+// CanAllocateNow(n) is n <= AllocatableNow() (it skips the division when free blocks or one
+// chunk suffice): checked for every n at every fill of a pool whose budget maps 3 of 4 chunks.
+TEST(BlockPoolChunkTest, CanAllocateNowAgreesWithAllocatableNow) {
+  FourChunks f;
+  BlockPool& pool = f.pool;
+  std::vector<int64_t> allocatable;
+  for (int taken = 0; taken <= 12; ++taken) {
+    const int64_t now = pool.AllocatableNow();
+    allocatable.push_back(now);
+    for (int64_t n = 0; n <= 17; ++n) {
+      EXPECT_EQ(pool.CanAllocateNow(n), n <= now) << "taken " << taken << ", n " << n;
+    }
+    if (taken < 12) Take(pool, 1);
+    ASSERT_POOL_OK(pool);
+  }
+  EXPECT_THAT(allocatable, ElementsAre(12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+  // Freed blocks count as free: 2 blocks back, so 2 fit and 3 do not (no chunk is left).
+  pool.Free(Blocks({12, 11}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_TRUE(pool.CanAllocateNow(2));
+  EXPECT_FALSE(pool.CanAllocateNow(3));
+}
+
 TEST(BlockPoolChunkTest, ChunksAreMappedLazilyAndFullestChunkFirst) {
   RecordingBacking backing;
   FourChunks f(&backing);

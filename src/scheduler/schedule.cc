@@ -339,7 +339,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       spec.prompt_tokens = std::move(r.tokens);
       // (In 64 bits, and no more than max_model_len: max_new_tokens may be as large as int32.)
       spec.prompt_tokens.reserve(static_cast<size_t>(std::min<int64_t>(
-          max_model_len, int64_t{r.num_tokens} + r.max_new_tokens - r.num_output)));
+          max_model_len, r.prompt_len + r.max_new_tokens)));
       r.tokens = {};
       spec.extras.lora_id = r.lora_id;
       spec.extras.cache_salt = r.cache_salt;

@@ -419,7 +419,7 @@ absl::Status Scheduler::Impl::CheckSampleCounts(const SchedulerOutput& output,
 
 void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {
   SchedRequest& r = reqs[q];
-  update.finished.push_back({r.id, reason, r.num_output});
+  update.finished.push_back({r.id, reason, static_cast<int32_t>(r.NumOutput())});
   pending_finished.push_back(r.id);
   LeaveRunning(q);
   Release(q);
@@ -441,7 +441,6 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   // Counts request q's sampled token t; true when the token goes to the cache, false when it
   // ends the request.
   auto count_sample = [&](SchedRequest& r, int32_t q, int32_t t) {
-    ++r.num_output;
     ++r.num_tokens;
     if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
                                  r.stop_token_ids.end()) [[unlikely]] {
@@ -449,10 +448,9 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
       return false;
     }
     if (r.num_tokens >= r.length_limit) [[unlikely]] {
-      // num_output >= max_new_tokens or num_tokens >= max_model_len (num_output is
-      // num_tokens − prompt_len).
-      finishing.push_back({q, r.num_output >= r.max_new_tokens ? FinishReason::kLength
-                                                               : FinishReason::kMaxModelLen});
+      // NumOutput() >= max_new_tokens or num_tokens >= max_model_len.
+      finishing.push_back({q, r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
+                                                                : FinishReason::kMaxModelLen});
       return false;
     }
     return true;
@@ -517,12 +515,11 @@ size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelO
     FinishReason reason = FinishReason::kStop;
     while (keep < k && !finished) {
       const int32_t t = sampled[keep++];
-      ++r.num_output;
       if (r.has_stop_tokens &&
           std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
         finished = true;
         reason = FinishReason::kStop;
-      } else if (r.num_output >= r.max_new_tokens) {
+      } else if (r.NumOutput() + keep >= r.max_new_tokens) {
         finished = true;
         reason = FinishReason::kLength;
       } else if (r.num_tokens + keep >= max_model_len) {
@@ -667,15 +664,14 @@ absl::Status Scheduler::CheckInvariants() const {
     }
     if (r.num_computed > r.num_tokens + r.num_drafts +
                              s.config.num_speculative_tokens ||
-        r.num_output > r.max_new_tokens) {
+        r.NumOutput() > r.max_new_tokens) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,
                                               " of ", r.num_tokens, " tokens"));
     }
-    if (r.num_output != r.num_tokens - r.prompt_len ||
-        r.length_limit != std::min<int64_t>(s.max_model_len, r.prompt_len + r.max_new_tokens)) {
-      return absl::InternalError(absl::StrCat(
-          "request ", r.id.value, " has ", r.num_output, " outputs of ", r.num_tokens,
-          " tokens, prompt ", r.prompt_len, ", and length limit ", r.length_limit));
+    if (r.length_limit != std::min<int64_t>(s.max_model_len, r.prompt_len + r.max_new_tokens)) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " has length limit ",
+                                              r.length_limit, " for a prompt of ", r.prompt_len,
+                                              " and ", r.max_new_tokens, " new tokens"));
     }
   }
   if (live != s.index_of.size() || live + s.free_indices.size() != s.reqs.size()) {

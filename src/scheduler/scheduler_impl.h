@@ -51,7 +51,6 @@ struct alignas(64) SchedRequest {
   int32_t row = -1;             // its row in the batch tables (-1 when not running)
   int32_t num_scheduled = 0;    // this step's tokens (num_computed before it: the difference)
   int32_t kv_handle = -1;       // KvCacheManager::RequestHandle while in_manager
-  int32_t num_output = 0;       // num_tokens − prompt_len (CheckInvariants)
   // The token count at which the request finishes by length: min(prompt_len + max_new_tokens,
   // max_model_len), one bound for the two limits.
   int32_t length_limit = 0;
@@ -94,6 +93,8 @@ struct alignas(64) SchedRequest {
   absl::InlinedVector<int32_t, 2> synced_blocks;    // manager blocks copied
   absl::InlinedVector<int32_t, 2> synced_released;  // leading null blocks copied
 
+  // Output tokens so far (prompt_len is in the cold part: not for the hot loops).
+  int64_t NumOutput() const { return num_tokens - prompt_len; }
   // A plain decode step: one known token, no drafts.
   bool PlainDecode() const { return num_tokens - num_computed == 1 && num_drafts == 0; }
   // Its step is within the KV cache's quiet decode horizon: the cache need not hear of it.

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kvpage::internal {
@@ -84,6 +85,17 @@ class ArenaAllocator {
   T* allocate(size_t n) { return static_cast<T*>(arena_->Allocate(n * sizeof(T))); }
   void deallocate(T* p, size_t n) noexcept { arena_->Deallocate(p, n * sizeof(T)); }
   HugePageArena* arena() const { return arena_; }
+  // Value-less construction default-initializes: a vector's resize(n) then leaves the new
+  // elements of a trivial type unwritten (the manager copies its tokens in right after)
+  // instead of zeroing them first.
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
 
   template <typename U>
   bool operator==(const ArenaAllocator<U>& other) const {

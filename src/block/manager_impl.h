@@ -109,7 +109,8 @@ class KvCacheManager::Impl {
     const int64_t offset = TailOffset(from);
     KVPAGE_DCHECK(offset + (n - from) <= block_size);
     const int32_t* src = token_tails.data() + static_cast<size_t>(h) * block_size + offset;
-    // resize + copy: the vector's general range insert costs a hundred instructions more.
+    // resize + copy: the vector's general range insert costs a hundred instructions more, and
+    // resize does not zero the new tokens first (ArenaAllocator default-initializes).
     st.tokens.resize(static_cast<size_t>(n));
     std::memcpy(st.tokens.data() + from, src, static_cast<size_t>(n - from) * sizeof(int32_t));
   }

@@ -85,6 +85,9 @@ class BlockHasher {
   // REQUIRES: block_start >= 0; extras.mm_items sorted by offset.
   BlockHash HashBlock(BlockHash parent, absl::Span<const int32_t> tokens,
                       const BlockHashExtras& extras, int64_t block_start) const;
+  // HashBlock for a request with no extra keys (any block_start gives the same hash), with
+  // less work around the hash itself: a request's decode blocks take this path.
+  BlockHash HashPlainBlock(BlockHash parent, absl::Span<const int32_t> tokens) const;
 
  private:
   HashAlgorithm algorithm_;

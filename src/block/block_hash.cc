@@ -272,6 +272,27 @@ BlockHash HashBlockWith(BlockHash parent, absl::Span<const int32_t> tokens,
   return Stream::OneShot(buffer, size);
 }
 
+// HashBlockWith with no extra keys: the encoding is the parent and the tokens.
+template <typename Stream>
+BlockHash HashPlainBlockWith(BlockHash parent, absl::Span<const int32_t> tokens) {
+  constexpr size_t kParentBytes = 2 * sizeof(uint64_t);
+  constexpr size_t kBlockOf16 = 16 * sizeof(int32_t);
+  const size_t token_bytes = tokens.size() * sizeof(int32_t);
+  if (std::endian::native != std::endian::little || kParentBytes + token_bytes > kInlineBytes) {
+    return HashBlockWith<Stream>(parent, tokens, BlockHashExtras{}, 0);
+  }
+  unsigned char buffer[kInlineBytes];
+  StoreLittleEndian(parent.lo, buffer);
+  StoreLittleEndian(parent.hi, buffer + sizeof(uint64_t));
+  // Blocks of 16 tokens (the default) copy a size known here, without a call.
+  if (token_bytes == kBlockOf16) {
+    std::memcpy(buffer + kParentBytes, tokens.data(), kBlockOf16);
+  } else {
+    std::memcpy(buffer + kParentBytes, tokens.data(), token_bytes);
+  }
+  return Stream::OneShot(buffer, kParentBytes + token_bytes);
+}
+
 BlockHash RootHash(HashAlgorithm algorithm, uint64_t seed) {
   unsigned char bytes[sizeof(seed)];
   StoreLittleEndian(seed, bytes);
@@ -329,6 +350,14 @@ BlockHash BlockHasher::HashBlock(BlockHash parent, absl::Span<const int32_t> tok
   return BlockHash{};
 }
 
+BlockHash BlockHasher::HashPlainBlock(BlockHash parent, absl::Span<const int32_t> tokens) const {
+  switch (algorithm_) {
+    case HashAlgorithm::kXxh3_128: return HashPlainBlockWith<Xxh3Stream>(parent, tokens);
+    case HashAlgorithm::kSha256: return HashPlainBlockWith<Sha256Stream>(parent, tokens);
+  }
+  return BlockHash{};
+}
+
 RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extras)
     : block_size_(block_size),
       has_extras_(extras.lora_id != 0 || !extras.cache_salt.empty() || !extras.mm_items.empty()),
@@ -345,14 +374,13 @@ void RequestBlockHashes::Update(const BlockHasher& hasher, absl::Span<const int3
   const size_t block_size = static_cast<size_t>(block_size_);
   const size_t num_full_blocks = tokens.size() / block_size;
   if (num_full_blocks <= hashes_.size()) return;
-  // Without extra keys, extras_ (past the hot bytes) is not read: an empty set hashes alike.
-  static const BlockHashExtras kNoExtras;
-  const BlockHashExtras& extras = has_extras_ ? extras_ : kNoExtras;
   BlockHash parent = hashes_.empty() ? hasher.root() : hashes_.back();
   for (size_t i = hashes_.size(); i < num_full_blocks; ++i) {
     const size_t start = i * block_size;
-    parent = hasher.HashBlock(parent, tokens.subspan(start, block_size), extras,
-                              static_cast<int64_t>(start));
+    const absl::Span<const int32_t> block = tokens.subspan(start, block_size);
+    // Without extra keys, extras_ (past the hot bytes) is not read.
+    parent = has_extras_ ? hasher.HashBlock(parent, block, extras_, static_cast<int64_t>(start))
+                         : hasher.HashPlainBlock(parent, block);
     hashes_.push_back(parent);
   }
 }

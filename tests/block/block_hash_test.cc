@@ -214,6 +214,22 @@ TEST(EncodingTest, PlainBlockIsParentThenTokens) {
   }
 }
 
+// HashPlainBlock hashes the same encoding as HashBlock with no extra keys, for the fixed-size
+// copy of 16-token blocks, other sizes and the streaming path past 1 KiB.
+TEST(EncodingTest, PlainBlockHashIsTheSameEncoding) {
+  const BlockHash parent{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+  for (HashAlgorithm algorithm : kAllAlgorithms) {
+    const BlockHasher hasher(algorithm, kSeed);
+    for (int64_t size : {1, 15, 16, 17, 64, 252, 253, 300}) {
+      std::vector<int32_t> tokens = Tokens(size);
+      tokens[0] = -7;
+      EXPECT_EQ(hasher.HashPlainBlock(parent, tokens),
+                ReferenceHash(algorithm, Encoding().Parent(parent).Tokens(tokens).bytes()))
+          << HashAlgorithmName(algorithm) << ", " << size << " tokens";
+    }
+  }
+}
+
 TEST(EncodingTest, ExtraKeysFollowInTagOrder) {
   const BlockHash parent{7, 9};
   const std::vector<int32_t> tokens = Tokens(16);

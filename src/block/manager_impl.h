@@ -66,6 +66,8 @@ class KvCacheManager::Impl {
   void DeferCompletion(int32_t h, std::vector<int32_t>& completed) {
     completed.push_back(h);
     completion_due[h] = 1;
+    // What CompleteBlock reads first, fetched now: the batch's other appends run before it.
+    PrefetchFlush(h);
   }
   // AppendToTail for a batch whose completions are deferred: a block still due from the
   // handle's earlier append in the batch is completed first (its tail slots are about to be

@@ -129,7 +129,7 @@ class KvCacheManager::Impl {
     if (!pure_cross) Prefetch(&st->tokens);
   }
   // What CompleteBlock(h) reads first: the state's second line (the token vector's header, the
-  // hasher, the hashes' header).
+  // block size, the hashes' header).
   void PrefetchFlush(int32_t h) const {
     const internal::RequestState* st = by_handle[h];  // only addresses: nothing is read
     Prefetch(&st->tokens);

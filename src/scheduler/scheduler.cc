@@ -225,7 +225,8 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.prompt_len = len;
   r.max_new_tokens = spec.max_new_tokens;
   // (len <= max_model_len, which is at most kMaxSchedulerModelLen: the limit fits 32 bits.)
-  r.length_limit = static_cast<int32_t>(std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens));
+  r.length_limit =
+      static_cast<int32_t>(std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens));
   r.stop_token_ids = std::move(spec.stop_token_ids);
   r.has_stop_tokens = !r.stop_token_ids.empty();
   r.priority = spec.priority;

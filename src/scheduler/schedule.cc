@@ -187,13 +187,11 @@ template <bool kTwoGroups>
                                                 size_t end, uint64_t step,
                                                 const internal::PlainRows& targets) {
   const internal::PlainRows rows = targets;
-  for (; j < end; ++j) {
-    const int32_t q = run[j];
-    // One group's step reads the first line alone (SchedRequest), two groups' the second too.
-    PrefetchRequestAhead(rq, run, j, end, /*first_only=*/!kTwoGroups);
+  // Takes request q's step if it is a quiet steady one.
+  auto take = [&](int32_t q) {
     SchedRequest& r = rq[q];
     const int32_t c = r.num_computed;
-    if (!r.QuietSteadyDecode()) break;
+    if (!r.QuietSteadyDecode()) return false;
     rows.WriteSteadyFor<kTwoGroups>(r, c);
     // Scheduler::Impl::MarkScheduled(r, 1, 0); num_scheduled_drafts stays 0 (no speculative
     // decoding when rows are steady), so that the second line is not written.
@@ -201,6 +199,19 @@ template <bool kTwoGroups>
     r.num_scheduled = 1;
     r.num_computed = c + 1;
     r.scheduled_step = step;
+    return true;
+  };
+  // One group's step reads the first line alone (SchedRequest), two groups' the second too:
+  // those of the request 8 places ahead are fetched while this one is taken (two loops, so
+  // that the main one does not test for the end of the run before each prefetch).
+  for (; j + 8 < end; ++j) {
+    const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
+    Prefetch(ahead);
+    if constexpr (kTwoGroups) Prefetch(ahead + 64);
+    if (!take(run[j])) return j;
+  }
+  for (; j < end; ++j) {
+    if (!take(run[j])) return j;
   }
   return j;
 }

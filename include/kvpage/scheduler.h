@@ -152,6 +152,9 @@ struct SchedulerOutput {
   std::vector<std::pair<int32_t, int32_t>> row_moves;  // (from, to)
   std::vector<RequestId> finished_ids;    // finished or aborted since the last step
   std::vector<RequestId> preempted_ids;   // preempted in this step
+  // Every scheduled request samples exactly one token (each has samples = true and no
+  // drafts), as in a step of plain decoding: ModelOutput::sampled_offsets may be left empty.
+  bool one_sample_each = false;
 };
 
 // What the forward pass produced, aligned with SchedulerOutput::requests.
@@ -159,7 +162,10 @@ struct ModelOutput {
   // Sampled tokens of request i: sampled_token_ids[offsets[i] .. offsets[i + 1]). A request
   // with samples = false gets none; otherwise 1 + the number of accepted drafts.
   std::vector<int32_t> sampled_token_ids;
-  std::vector<int32_t> sampled_offsets;  // [num_scheduled + 1]
+  // [num_scheduled + 1]. May be empty when no request samples, or when the output's
+  // one_sample_each is set and sampled_token_ids holds one token per request, in order (the
+  // offsets would be 0, 1, …, n: a server need not write them, nor Update check them).
+  std::vector<int32_t> sampled_offsets;
   // Drafts proposed for the next step (speculative decoding), same CSR layout; may be empty.
   std::vector<int32_t> draft_token_ids;
   std::vector<int32_t> draft_offsets;

@@ -501,6 +501,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   }
   // With speculative decoding, Update also takes the drafts for the next step.
   one_sample_each = one_each && config.num_speculative_tokens == 0;
+  o.one_sample_each = one_sample_each;
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
@@ -573,6 +574,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   o.query_start_loc[rows] = static_cast<int32_t>(rows);
   o.total_num_scheduled_tokens = static_cast<int64_t>(rows);
   one_sample_each = one_each;  // fast_rows: no speculative decoding
+  o.one_sample_each = one_sample_each;
   rows_match_output = true;
 }
 

@@ -564,18 +564,27 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   const bool has_offsets = !result.sampled_offsets.empty();
   const int32_t* offsets = result.sampled_offsets.data();
   const size_t num_sampled = result.sampled_token_ids.size();
-  if (has_offsets ? result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
-                        static_cast<size_t>(offsets[n]) != num_sampled
-                  : num_sampled != 0) {
+  if (has_offsets && (result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
+                      static_cast<size_t>(offsets[n]) != num_sampled)) {
     return absl::InvalidArgumentError(absl::StrCat("sampled offsets must have ", n + 1,
                                                    " entries from 0 to ", num_sampled, ", got ",
                                                    result.sampled_offsets.size(), " entries"));
   }
-  // In a plain decode step every request samples one token: offsets 0, 1, …, n, checked in
-  // one vectorizable pass. Otherwise each request's count is checked against its schedule.
+  // Empty offsets: nothing sampled, or one token per request where every request samples one.
+  if (!has_offsets && num_sampled != 0 && !(s.one_sample_each && num_sampled == n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampled offsets are empty with ", num_sampled, " sampled tokens for ", n,
+        " scheduled requests: they may be left out only when every request samples one token "
+        "(SchedulerOutput::one_sample_each)"));
+  }
+  // In a plain decode step every request samples one token: offsets 0, 1, …, n (if given),
+  // checked in one vectorizable pass. Otherwise each request's count is checked against its
+  // schedule.
   const bool one_each = s.one_sample_each && num_sampled == n;
   if (one_each) {
-    if (!IsIota(result.sampled_offsets)) KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
+    if (has_offsets && !IsIota(result.sampled_offsets)) {
+      KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
+    }
   } else {
     KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
   }

@@ -447,6 +447,72 @@ TEST(SchedulerTest, SpeculativeDraftsAndRollback) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// A server may leave sampled_offsets empty when the output says every request samples one
+// token: the same steps as with the offsets 0, 1, …, n. Where a request does not sample (a
+// prompt chunk), empty offsets are rejected, naming the counts, and nothing changes.
+TEST(SchedulerTest, SampledOffsetsMayBeLeftOutWhenEveryRequestSamplesOne) {
+  SchedulerConfig c = TinyConfig(200, 64);
+  auto with = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  auto without = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  for (Scheduler* s : {with.get(), without.get()}) {
+    ASSERT_TRUE(s->AddRequest(Req(0, Tokens(20, 0), 40)).ok());
+    ASSERT_TRUE(s->AddRequest(Req(1, Tokens(100, 500), 40)).ok());  // chunked: 44, then 56
+  }
+  // Step 1: request 1's first chunk does not sample.
+  const SchedulerOutput& first = without->Schedule();
+  ASSERT_EQ(first.requests.size(), 2u);
+  EXPECT_FALSE(first.requests[1].samples);
+  EXPECT_FALSE(first.one_sample_each);
+  ModelOutput two_tokens;
+  two_tokens.sampled_token_ids = {5, 5};
+  const absl::StatusOr<UpdateResult> rejected = without->Update(first, two_tokens);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rejected.status().message(),
+              ::testing::HasSubstr("sampled offsets are empty with 2 sampled tokens for 2"));
+  ASSERT_TRUE(without->Update(first, SampleAll(first)).ok());
+  Step(*with);
+  int steps = 0;
+  int steps_without_offsets = 0;
+  std::vector<std::pair<int64_t, int32_t>> finished_with, finished_without;  // (id, outputs)
+  while (with->HasUnfinishedRequests() && steps < 100) {
+    const SchedulerOutput& a = with->Schedule();
+    const SchedulerOutput& b = without->Schedule();
+    ASSERT_EQ(a.requests.size(), b.requests.size());
+    ASSERT_EQ(a.one_sample_each, b.one_sample_each);
+    for (size_t g = 0; g < a.attention.size(); ++g) {
+      EXPECT_EQ(a.attention[g].slot_mapping, b.attention[g].slot_mapping) << "step " << steps;
+    }
+    const int32_t token = 7 + steps;
+    ModelOutput m = SampleAll(b, token);
+    if (b.one_sample_each) {
+      m.sampled_offsets.clear();
+      ++steps_without_offsets;
+    }
+    const absl::StatusOr<UpdateResult> ua = with->Update(a, SampleAll(a, token));
+    const absl::StatusOr<UpdateResult> ub = without->Update(b, m);
+    ASSERT_TRUE(ua.ok()) << ua.status();
+    ASSERT_TRUE(ub.ok()) << ub.status();
+    for (const FinishedRequest& f : ua->finished) {
+      finished_with.push_back({f.id.value, f.num_output_tokens});
+    }
+    for (const FinishedRequest& f : ub->finished) {
+      finished_without.push_back({f.id.value, f.num_output_tokens});
+    }
+    EXPECT_SCHED_INVARIANTS(*with);
+    EXPECT_SCHED_INVARIANTS(*without);
+    ++steps;
+  }
+  // After the first step, both requests sample every step until each has its 40 tokens:
+  // request 0 one at step 1 and 39 more, request 1 its 40 from step 2 on.
+  EXPECT_EQ(steps, 40);
+  EXPECT_EQ(steps_without_offsets, 40);
+  EXPECT_THAT(finished_with, ElementsAre(std::pair<int64_t, int32_t>{0, 40},
+                                         std::pair<int64_t, int32_t>{1, 40}));
+  EXPECT_EQ(finished_without, finished_with);
+  EXPECT_FALSE(without->HasUnfinishedRequests());
+}
+
+
 TEST(SchedulerTest, BadInputIsRejected) {
   auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
   ASSERT_TRUE(s->AddRequest(Req(0, Tokens(20, 0))).ok());

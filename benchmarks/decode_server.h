@@ -98,6 +98,13 @@ class DecodeServer {
   bool Apply(const SchedulerOutput& out) {
     const size_t n = out.requests.size();
     result_.sampled_token_ids.resize(n);
+    if (out.one_sample_each) {
+      // One token per request, in order: no offsets to write (ModelOutput::sampled_offsets).
+      int32_t* tokens = result_.sampled_token_ids.data();
+      for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(i & 1023);
+      result_.sampled_offsets.clear();
+      return Update(out);
+    }
     result_.sampled_offsets.resize(n + 1);
     int32_t* tokens = result_.sampled_token_ids.data();
     int32_t* offsets = result_.sampled_offsets.data();
@@ -110,6 +117,13 @@ class DecodeServer {
       offsets[i + 1] = count;
     }
     result_.sampled_token_ids.resize(static_cast<size_t>(count));
+    return Update(out);
+  }
+
+ private:
+  static int64_t PromptLen(int32_t i) { return 1000 + i % 1024; }
+
+  bool Update(const SchedulerOutput& out) {
     auto update = scheduler_->Update(out, result_);
     if (!update.ok()) {
       error_ = std::string(update.status().message());
@@ -118,9 +132,6 @@ class DecodeServer {
     --steps_left_;
     return true;
   }
-
- private:
-  static int64_t PromptLen(int32_t i) { return 1000 + i % 1024; }
 
   int32_t num_requests_;
   kvpage::ModelSpec model_;

@@ -152,8 +152,9 @@ struct SchedulerOutput {
   std::vector<std::pair<int32_t, int32_t>> row_moves;  // (from, to)
   std::vector<RequestId> finished_ids;    // finished or aborted since the last step
   std::vector<RequestId> preempted_ids;   // preempted in this step
-  // Every scheduled request samples exactly one token (each has samples = true and no
-  // drafts), as in a step of plain decoding: ModelOutput::sampled_offsets may be left empty.
+  // Every scheduled request samples exactly one token (each has samples = true, and
+  // speculative decoding is off), as in a step of plain decoding: ModelOutput::sampled_offsets
+  // may be left empty.
   bool one_sample_each = false;
 };
 

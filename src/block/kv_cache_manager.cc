@@ -275,18 +275,16 @@ absl::Status KvCacheManager::Impl::AppendDecodeTokensInTwoPasses(
 
 void KvCacheManager::Impl::CompleteBlocks(absl::Span<const int32_t> completed) {
   // Only a token that completes a block needs the request's state, to move the block into
-  // the token vector and hash it: one token in block_size. Those completions go through a
-  // software pipeline of two prefetch stages: while block j is completed, the state lines of
-  // completion j + 2D are on their way, then (from them) the ends of its vectors, for j + D.
-  // Its distance counts completions, each of which waits on misses, so the prefetches have
+  // the token vector and hash it: one token in block_size. The state line those completions
+  // read first was fetched when each was deferred (DeferCompletion, which every completion
+  // here went through); from it, the ends of the vectors are fetched D completions ahead.
+  // The distance counts completions, each of which waits on misses, so the prefetches have
   // time to land; counted in tokens, they would not.
   KVPAGE_STEP_PHASE(StepPhase::kCompleteBlocks);
   constexpr size_t kD = 4;
   const size_t c = completed.size();
-  for (size_t j = 0; j < std::min(c, 2 * kD); ++j) PrefetchFlush(completed[j]);
   for (size_t j = 0; j < std::min(c, kD); ++j) PrefetchFlushEnds(completed[j]);
   for (size_t j = 0; j < c; ++j) {
-    if (j + 2 * kD < c) PrefetchFlush(completed[j + 2 * kD]);
     if (j + kD < c) PrefetchFlushEnds(completed[j + kD]);
     CompleteBlock(completed[j]);
     completion_due[completed[j]] = 0;

@@ -175,8 +175,7 @@ absl::Status Scheduler::Impl::CheckTables() const {
       return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
                                               " whose row is ", r.row));
     }
-    if (r.steady_until != std::min({r.quiet_tokens, r.quiet_release, r.sync_tokens, r.sync_release,
-                                    int64_t{std::numeric_limits<int32_t>::max()}})) {
+    if (r.steady_until != r.SteadyBound()) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " keeps steady_until ",
                                               r.steady_until, ", not the least of its bounds"));
     }

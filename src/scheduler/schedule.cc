@@ -165,15 +165,14 @@ void FillInt32(int32_t* first, int32_t* last, int32_t value) {
   for (; first != last; ++first) *first = value;
 }
 
-// Starts loading the lines the running pass reads of the request 8 places ahead (the
-// running list's order need not be the requests' order in memory): the first, and the
-// second unless `first_only`.
+// Starts loading the two lines the running pass reads of the request 8 places ahead (the
+// running list's order need not be the requests' order in memory).
 inline void PrefetchRequestAhead(const SchedRequest* rq, const int32_t* run, size_t j,
-                                 size_t end, bool first_only = false) {
+                                 size_t end) {
   if (j + 8 < end) {
     const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
     Prefetch(ahead);
-    if (!first_only) Prefetch(ahead + 64);
+    Prefetch(ahead + 64);
   }
 }
 
@@ -500,8 +499,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     ++k;
   }
   // With speculative decoding, Update also takes the drafts for the next step.
-  one_sample_each = one_each && config.num_speculative_tokens == 0;
-  o.one_sample_each = one_sample_each;
+  o.one_sample_each = one_each && config.num_speculative_tokens == 0;
   KVPAGE_DCHECK(k == num_scheduled && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
@@ -573,8 +571,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   fill_offsets(next, rows);
   o.query_start_loc[rows] = static_cast<int32_t>(rows);
   o.total_num_scheduled_tokens = static_cast<int64_t>(rows);
-  one_sample_each = one_each;  // fast_rows: no speculative decoding
-  o.one_sample_each = one_sample_each;
+  o.one_sample_each = one_each;  // fast_rows: no speculative decoding
   rows_match_output = true;
 }
 

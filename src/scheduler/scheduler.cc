@@ -571,7 +571,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
                                                    result.sampled_offsets.size(), " entries"));
   }
   // Empty offsets: nothing sampled, or one token per request where every request samples one.
-  if (!has_offsets && num_sampled != 0 && !(s.one_sample_each && num_sampled == n)) {
+  if (!has_offsets && num_sampled != 0 && !(output.one_sample_each && num_sampled == n)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sampled offsets are empty with ", num_sampled, " sampled tokens for ", n,
         " scheduled requests: they may be left out only when every request samples one token "
@@ -580,7 +580,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   // In a plain decode step every request samples one token: offsets 0, 1, …, n (if given),
   // checked in one vectorizable pass. Otherwise each request's count is checked against its
   // schedule.
-  const bool one_each = s.one_sample_each && num_sampled == n;
+  const bool one_each = output.one_sample_each && num_sampled == n;
   if (one_each) {
     if (has_offsets && !IsIota(result.sampled_offsets)) {
       KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));

@@ -118,14 +118,17 @@ struct alignas(64) SchedRequest {
     quiet_release = h.release;
     RefreshSteadyUntil();
   }
-  // After quiet_* or sync_* change. (Every bound past max_model_len acts alike.)
-  void RefreshSteadyUntil() {
-    // (Pairwise: std::min of an initializer list is a loop over it.)
+  // What steady_until must be: the least of the quiet and sync bounds, capped to 32 bits
+  // (every bound past max_model_len acts alike). Pairwise: std::min of an initializer list
+  // is a loop over it.
+  int32_t SteadyBound() const {
     const int64_t quiet = std::min(quiet_tokens, quiet_release);
     const int64_t sync = std::min(sync_tokens, sync_release);
-    steady_until = static_cast<int32_t>(
+    return static_cast<int32_t>(
         std::min(std::min(quiet, sync), int64_t{std::numeric_limits<int32_t>::max()}));
   }
+  // After quiet_* or sync_* change.
+  void RefreshSteadyUntil() { steady_until = SteadyBound(); }
   // slot_delta0 or slot_delta1.
   int64_t& SlotDelta(size_t a) { return a == 0 ? slot_delta0 : slot_delta1; }
 };
@@ -264,7 +267,7 @@ class Scheduler::Impl {
   // Every request's sampled-token count against what it was scheduled for.
   absl::Status CheckSampleCounts(const SchedulerOutput& output, const ModelOutput& result) const;
   // Apply a step's checked samples to its requests, finishing those that stop. For a step
-  // where every request sampled one token and none had drafts (one_sample_each), the tokens
+  // where every request sampled one token and none had drafts (out.one_sample_each), the tokens
   // go to the KV cache in the same pass. ApplySamples, for any step, leaves the single tokens
   // to append in append_tokens and returns how many.
   void ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
@@ -359,9 +362,6 @@ class Scheduler::Impl {
   // The latest output is a steady one (its k-th request is row k's owner) and no row has
   // changed since: Update finds each request through row_owner.
   bool rows_match_output = false;
-  // The latest output's requests all sample exactly one token (no drafts, no prompt chunk),
-  // and no drafts are proposed for the next step (no speculative decoding).
-  bool one_sample_each = false;
   std::vector<DecodeToken> append_tokens;  // scratch for Update's batched token append
   std::vector<std::pair<int32_t, FinishReason>> finishing;  // scratch of ApplyOneSampleEach
   SchedulerStats stats;

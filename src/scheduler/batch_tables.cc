@@ -51,6 +51,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
 
 void Scheduler::Impl::FreeRow(int32_t q) {
   rows_match_output = false;
+  static_rows = false;
   SchedRequest& r = reqs[q];
   const int32_t row = r.row;
   const int32_t last = static_cast<int32_t>(row_owner.size()) - 1;

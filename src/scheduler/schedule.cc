@@ -21,6 +21,8 @@ const SchedulerOutput& Scheduler::Schedule() {
   ++s.step;
   s.applied = false;
   s.rows_match_output = false;
+  s.static_this_step = s.static_rows;
+  s.static_rows = false;
   s.preempted_this_step = false;
   s.scheduled.clear();
   s.out.preempted_ids.clear();
@@ -180,8 +182,9 @@ inline void PrefetchRequestAhead(const SchedRequest* rq, const int32_t* run, siz
 // within its quiet horizon whose row is steady (the common case of steady decode): marks the
 // step scheduled and writes the steady row. Returns the index of the first request it did
 // not take. A loop of its own (not inlined), with the output addresses in a local copy, so
-// that its few values stay in registers; kTwoGroups: rows.slots1 is not null.
-template <bool kTwoGroups>
+// that its few values stay in registers; kTwoGroups: rows.slots1 is not null; kStatic: the
+// output's entries hold all but the positions already (Scheduler::Impl::static_rows).
+template <bool kTwoGroups, bool kStatic>
 [[gnu::noinline]] size_t ScheduleQuietSteadyRun(SchedRequest* rq, const int32_t* run, size_t j,
                                                 size_t end, uint64_t step,
                                                 const internal::PlainRows& targets) {
@@ -191,7 +194,7 @@ template <bool kTwoGroups>
     SchedRequest& r = rq[q];
     const int32_t c = r.num_computed;
     if (!r.QuietSteadyDecode()) return false;
-    rows.WriteSteadyFor<kTwoGroups>(r, c);
+    rows.WriteSteadyFor<kTwoGroups, kStatic>(r, c);
     // Scheduler::Impl::MarkScheduled(r, 1, 0); num_scheduled_drafts stays 0 (no speculative
     // decoding when rows are steady), so that the second line is not written.
     KVPAGE_DCHECK(r.num_drafts == 0 && r.num_scheduled_drafts == 0);
@@ -242,12 +245,20 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       const int32_t* const run = running.data();
       const uint64_t this_step = step;
       const bool write_steady = steady_output;
+      const bool write_static = write_steady && static_this_step;
+      KVPAGE_DCHECK(!write_static || out.requests.size() == running.size());
       size_t j = i;
       for (; j < end; ++j) {
         if (write_steady) {
-          j = steady.slots1 != nullptr
-                  ? ScheduleQuietSteadyRun<true>(rq, run, j, end, this_step, steady)
-                  : ScheduleQuietSteadyRun<false>(rq, run, j, end, this_step, steady);
+          if (steady.slots1 != nullptr) {
+            j = write_static
+                    ? ScheduleQuietSteadyRun<true, true>(rq, run, j, end, this_step, steady)
+                    : ScheduleQuietSteadyRun<true, false>(rq, run, j, end, this_step, steady);
+          } else {
+            j = write_static
+                    ? ScheduleQuietSteadyRun<false, true>(rq, run, j, end, this_step, steady)
+                    : ScheduleQuietSteadyRun<false, false>(rq, run, j, end, this_step, steady);
+          }
           if (j == end) break;
         }
         const int32_t q = run[j];
@@ -548,6 +559,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   // takes those.
   const internal::PlainRows plain = PlainRowTargets();
   bool one_each = true;
+  bool all_steady = true;  // no entry went through WriteRow
   size_t next = 0;  // rows [next, d) before the next deferred row d are steady
   for (const int32_t d : deferred_rows) {
     const size_t row = static_cast<size_t>(d);
@@ -565,6 +577,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
       o.query_start_loc[row] = d;
       WriteRow(q, row, row, d);
       one_each &= o.requests[row].samples;
+      all_steady = false;  // rare (see above): the next step writes whole entries
     }
     next = row + 1;
   }
@@ -573,6 +586,7 @@ void Scheduler::Impl::FinishSteadyOutput() {
   o.total_num_scheduled_tokens = static_cast<int64_t>(rows);
   o.one_sample_each = one_each;  // fast_rows: no speculative decoding
   rows_match_output = true;
+  static_rows = all_steady;
 }
 
 int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens) {

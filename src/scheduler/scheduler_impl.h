@@ -149,7 +149,9 @@ struct PlainRows {
   // Row r.row for request r's plain decode step (one token, no drafts) at position c, as the
   // k-th scheduled request, its token the t-th of the slot mappings. REQUIRES:
   // r.SteadyRowAt(c), and kTwoGroups == (slots1 != nullptr) (Write decides at run time).
-  template <bool kTwoGroups>
+  // kStatic: the entry and query start hold what a steady step writes but for the position
+  // (Scheduler::Impl::static_rows), so only what moves with the position is written.
+  template <bool kTwoGroups, bool kStatic = false>
   void WriteFor(const SchedRequest& r, int64_t c, size_t k, int32_t t,
                 bool samples) const {
     // Everything is read before anything is written (the stores could alias the request).
@@ -158,20 +160,26 @@ struct PlainRows {
     const int64_t slot0 = c + r.slot_delta0;
     const int64_t slot1 = kTwoGroups ? c + r.slot_delta1 : 0;
     ScheduledRequest& sr = requests[k];
-    sr.id = id;
-    sr.row = row;
-    sr.is_new = false;
-    sr.resumed = false;
+    if constexpr (kStatic) {
+      KVPAGE_DCHECK(sr.id == id && sr.row == row && !sr.is_new && !sr.resumed &&
+                    sr.num_scheduled_tokens == 1 && sr.num_draft_tokens == 0 &&
+                    sr.samples == samples && query_start[row] == t);
+    } else {
+      sr.id = id;
+      sr.row = row;
+      sr.is_new = false;
+      sr.resumed = false;
+      sr.num_scheduled_tokens = 1;
+      sr.num_draft_tokens = 0;
+      sr.samples = samples;
+    }
     sr.num_computed_tokens = c;
-    sr.num_scheduled_tokens = 1;
-    sr.num_draft_tokens = 0;
-    sr.samples = samples;
     // A token's slot is its cache block times the cache block size plus its offset, whatever
     // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
     slots0[t] = slot0;
     if constexpr (kTwoGroups) slots1[t] = slot1;
     seq_lens[row] = static_cast<int32_t>(c + 1);
-    query_start[row] = t;
+    if constexpr (!kStatic) query_start[row] = t;
   }
   void Write(const SchedRequest& r, int64_t c, size_t k, int32_t t,
              bool samples) const {
@@ -182,9 +190,9 @@ struct PlainRows {
     }
   }
   // The same in a steady decode step: the row-th request and token, which samples.
-  template <bool kTwoGroups>
+  template <bool kTwoGroups, bool kStatic = false>
   void WriteSteadyFor(const SchedRequest& r, int64_t c) const {
-    WriteFor<kTwoGroups>(r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
+    WriteFor<kTwoGroups, kStatic>(r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
   }
   void WriteSteady(const SchedRequest& r, int64_t c) const {
     Write(r, c, static_cast<size_t>(r.row), r.row, /*samples=*/true);
@@ -362,6 +370,14 @@ class Scheduler::Impl {
   // The latest output is a steady one (its k-th request is row k's owner) and no row has
   // changed since: Update finds each request through row_owner.
   bool rows_match_output = false;
+  // The latest output is a steady one whose every entry a steady step wrote (none through
+  // WriteRow), and no row has changed since: entry k is row k's owner, not new, one token,
+  // no drafts, sampling, and query_start_loc[k] == k. A steady step then writes only what
+  // moves with the position (PlainRows::WriteFor<…, kStatic>). Schedule takes it into
+  // static_this_step and clears it (rows are taken only within Schedule); FinishSteadyOutput
+  // sets it; FreeRow clears it.
+  bool static_rows = false;
+  bool static_this_step = false;
   std::vector<DecodeToken> append_tokens;  // scratch for Update's batched token append
   std::vector<std::pair<int32_t, FinishReason>> finishing;  // scratch of ApplyOneSampleEach
   SchedulerStats stats;

@@ -653,6 +653,104 @@ TEST(SchedulerTest, AbortInASteadyStepKeepsEachTokenWithItsRequest) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// Steady decode steps write only the positions of entries that a steady step wrote before
+// (Scheduler::Impl::static_rows); every row change must make the next step write whole
+// entries again. Requests finish at different steps (the last row moves into each hole),
+// one is aborted and two are admitted meanwhile; every entry of every step is checked against
+// what the test tracks on its own: the row each request holds (from row_moves), its token
+// count, whether it is new.
+// One attention group, and two (full attention and a sliding window, whose releases send
+// rows through WriteRow).
+void CheckSteadyStepsAsRowsMove(const char* model) {
+  SchedulerConfig c = TinyConfig(400);
+  c.kv.chunk_bytes = 4096;  // chunks for each pool of the hybrid
+  auto s = MakeScheduler(TinyModel(model), c);
+  ASSERT_NE(s, nullptr);
+  std::map<int64_t, int32_t> tokens;  // id -> tokens held (prompt + sampled)
+  std::map<int64_t, int32_t> row_of;  // id -> row
+  std::vector<int64_t> owner;         // row -> id
+  std::set<int64_t> reported;         // ids reported once (no longer new)
+  auto add = [&](int64_t id, int32_t max_new) {
+    ASSERT_TRUE(s->AddRequest(Req(id, Tokens(20, static_cast<int32_t>(100 * id)), max_new)).ok());
+    tokens[id] = 20;
+  };
+  const int32_t max_new[] = {3, 5, 8, 13, 21, 34};
+  for (int64_t id = 0; id < 6; ++id) add(id, max_new[id]);
+  int32_t steady_steps = 0;
+  for (int32_t step = 0; step < 60 && s->HasUnfinishedRequests(); ++step) {
+    if (step == 10) add(6, 12);
+    if (step == 16) add(7, 4);
+    const SchedulerOutput& out = s->Schedule();
+    EXPECT_SCHED_INVARIANTS(*s);
+    for (const auto& [from, to] : out.row_moves) {  // in order: a move may free `from`
+      ASSERT_LT(static_cast<size_t>(from), owner.size());
+      const int64_t mover = owner[static_cast<size_t>(from)];
+      row_of[mover] = to;
+      owner[static_cast<size_t>(to)] = mover;
+      owner[static_cast<size_t>(from)] = -1;
+    }
+    owner.assign(static_cast<size_t>(out.num_rows), -1);
+    for (const auto& [id, row] : row_of) {
+      if (row < out.num_rows) owner[static_cast<size_t>(row)] = id;
+    }
+    const bool steady = out.total_num_scheduled_tokens == out.num_rows;
+    steady_steps += steady;
+    for (size_t k = 0; k < out.requests.size(); ++k) {
+      const ScheduledRequest& r = out.requests[k];
+      const int64_t id = r.id.value;
+      ASSERT_TRUE(tokens.count(id)) << "step " << step << " entry " << k;
+      if (!row_of.count(id)) {  // admitted this step: the next free row
+        EXPECT_FALSE(reported.count(id));
+        row_of[id] = r.row;
+        ASSERT_LT(r.row, out.num_rows);
+        owner[static_cast<size_t>(r.row)] = id;
+      }
+      EXPECT_EQ(r.row, row_of[id]) << "step " << step << " request " << id;
+      EXPECT_EQ(owner[static_cast<size_t>(r.row)], id) << "step " << step << " row " << r.row;
+      EXPECT_EQ(r.is_new, !reported.count(id)) << "step " << step << " request " << id;
+      EXPECT_FALSE(r.resumed);
+      EXPECT_EQ(r.num_draft_tokens, 0);
+      EXPECT_EQ(r.num_computed_tokens + r.num_scheduled_tokens, tokens[id])
+          << "step " << step << " request " << id;
+      EXPECT_TRUE(r.samples);
+      if (steady) {
+        EXPECT_EQ(k, static_cast<size_t>(r.row));
+        EXPECT_EQ(r.num_scheduled_tokens, 1);
+        EXPECT_EQ(out.query_start_loc[k], static_cast<int32_t>(k));
+        EXPECT_EQ(out.seq_lens[k], tokens[id]);
+      }
+      reported.insert(id);
+    }
+    // Request 4 is aborted between Schedule and Update at step 12: its row goes to the last.
+    if (step == 12) {
+      ASSERT_TRUE(s->Abort(RequestId(4)).ok());
+    }
+    auto u = s->Update(out, SampleAll(out));
+    ASSERT_TRUE(u.ok()) << u.status();
+    for (const ScheduledRequest& r : out.requests) {
+      if (r.id.value != 4 || step != 12) ++tokens[r.id.value];
+    }
+    if (step == 12) {
+      tokens.erase(4);
+      row_of.erase(4);
+    }
+    for (const FinishedRequest& f : u->finished) {
+      tokens.erase(f.id.value);
+      row_of.erase(f.id.value);
+    }
+    EXPECT_SCHED_INVARIANTS(*s);
+  }
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  EXPECT_GE(steady_steps, 30);
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+}
+TEST(SchedulerTest, SteadyStepsReportEachRowsRequestAsRowsMove) {
+  CheckSteadyStepsAsRowsMove(testing::kTinyFull);
+}
+TEST(SchedulerTest, SteadyStepsReportEachRowsRequestAsRowsMoveWithAWindow) {
+  CheckSteadyStepsAsRowsMove(testing::kTinyHybridSwa);
+}
+
 // A fake forward pass: checks every slot the step writes is inside a block of the request's
 // own row, that no two tokens of the step write one slot, and samples random tokens.
 class FakeModel {

@@ -348,7 +348,7 @@ class KvCacheManager::DecodeAppender {
 
  private:
   friend class KvCacheManager;
-  friend class Scheduler;  // AppendKnown
+  friend class Scheduler;  // AppendKnown, Known, Completed
   // For the scheduler, whose own state guarantees what Append checks: every append may take
   // the inline path (block size a power of two).
   bool AllInline() const { return num_handles_ > 0; }
@@ -356,12 +356,36 @@ class KvCacheManager::DecodeAppender {
   // token >= 0; the request holds fewer than max_model_len tokens and was not appended to since
   // StartDecodeAppend.
   void AppendKnown(uint32_t h, int32_t token) {
-    int64_t& count = counts_[h];
-    const int64_t offset = count & tail_mask_;
-    tails_[size_t{h} * tail_stride_ + static_cast<size_t>(offset)] = token;
-    ++count;
-    if (offset == tail_mask_) Completed(h);
+    if (Known().Append(h, token)) Completed(h);
   }
+  // AppendKnown's arrays, for a loop over many appends: a copy of them whose address does not
+  // escape (the appender's does), so that the loop's stores do not make the compiler reload
+  // them from the appender for every token.
+  struct KnownTails {
+    int64_t* counts;
+    int32_t* tails;
+    size_t stride;
+    int64_t mask;
+    // AppendKnown but for the completion: true when the token completed a block, for which
+    // the caller then calls Completed(h).
+    bool Append(uint32_t h, int32_t token) const {
+      int64_t& count = counts[h];
+      const int64_t offset = count & mask;
+      tails[size_t{h} * stride + static_cast<size_t>(offset)] = token;
+      ++count;
+      return offset == mask;
+    }
+    // Append when the token does not complete a block; false (nothing appended) when it would.
+    bool AppendWithinBlock(uint32_t h, int32_t token) const {
+      int64_t& count = counts[h];
+      const int64_t offset = count & mask;
+      if (offset == mask) return false;
+      tails[size_t{h} * stride + static_cast<size_t>(offset)] = token;
+      count = count + 1;
+      return true;
+    }
+  };
+  KnownTails Known() const { return {counts_, tails_, tail_stride_, tail_mask_}; }
   DecodeAppender(const DecodeAppender&) = default;
   explicit DecodeAppender(Impl* impl);
   void Completed(uint32_t h);

@@ -461,7 +461,10 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
     // kv_handle is its handle in the cache (CheckInvariants), Update checked every token id,
     // the cache holds the request's num_tokens − 1 tokens, fewer than max_model_len (no larger
     // than the cache's) after count_sample, and a request samples once. So AppendKnown.
+    const KvCacheManager::DecodeAppender::KnownTails known = append.Known();
     for (size_t i = 0; i < n; ++i) {
+      i = TakePlainSamples(rq, owners, sampled, i, n, known);
+      if (i == n) break;
       const int32_t q = owners[i];
       SchedRequest& r = rq[q];
       const int32_t t = sampled[i];
@@ -488,6 +491,21 @@ void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const in
   }
   append.Finish();
   for (const auto& [q, reason] : finishing) Finish(q, reason, update);
+}
+
+size_t Scheduler::Impl::TakePlainSamples(SchedRequest* rq, const int32_t* owners,
+                                         const int32_t* sampled, size_t i, size_t n,
+                                         const KvCacheManager::DecodeAppender::KnownTails& known) {
+  const KvCacheManager::DecodeAppender::KnownTails tails = known;  // in registers
+  for (; i < n; ++i) {
+    SchedRequest& r = rq[owners[i]];
+    const int32_t num_tokens = r.num_tokens + 1;
+    if (r.has_stop_tokens || num_tokens >= r.length_limit) return i;
+    KVPAGE_DCHECK(sampled[i] >= 0);
+    if (!tails.AppendWithinBlock(static_cast<uint32_t>(r.kv_handle), sampled[i])) return i;
+    r.num_tokens = num_tokens;
+  }
+  return n;
 }
 
 size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,

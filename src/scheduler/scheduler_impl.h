@@ -282,6 +282,14 @@ class Scheduler::Impl {
                           UpdateResult& update);
   size_t ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
                       UpdateResult& update);
+  // ApplyOneSampleEach's common case over requests owners[i], owners[i + 1], … (row order):
+  // a sample that neither ends its request nor completes a block (no stop tokens to look for,
+  // below the length limit, not the block's last slot) is counted and appended. Returns the
+  // index of the first request it did not take, or n. A loop of its own with no call in it,
+  // so that its values stay in registers.
+  [[gnu::noinline]] static size_t TakePlainSamples(
+      internal::SchedRequest* rq, const int32_t* owners, const int32_t* sampled, size_t i,
+      size_t n, const KvCacheManager::DecodeAppender::KnownTails& known);
   // The index of the request scheduled as sr, or -1 when it is gone: its row's owner, unless
   // rows moved since the output was built (an abort in between), then by its id.
   int32_t ScheduledIndexOf(const ScheduledRequest& sr) const {

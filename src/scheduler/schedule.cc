@@ -178,44 +178,76 @@ inline void PrefetchRequestAhead(const SchedRequest* rq, const int32_t* run, siz
   }
 }
 
-// The running pass over requests run[j], run[j + 1], … while each is a plain decode step
-// within its quiet horizon whose row is steady (the common case of steady decode): marks the
-// step scheduled and writes the steady row. Returns the index of the first request it did
-// not take. A loop of its own (not inlined), with the output addresses in a local copy, so
-// that its few values stay in registers; kTwoGroups: rows.slots1 is not null; kStatic: the
-// output's entries hold all but the positions already (Scheduler::Impl::static_rows).
+// Where the running pass puts the plain decode steps the KV cache must hear of (the
+// AllocateDecodeStep batch and each entry's index in the running list): arrays sized for every
+// running request, `size` entries so far.
+struct DecodeBatchTargets {
+  DecodeStep* steps;
+  int32_t* index;
+  size_t size;
+};
+// Where ScheduleSteadyRun stopped: the first request it did not take, and the batch's size.
+struct SteadyRunEnd {
+  size_t next;
+  size_t batch_size;
+};
+
+// The running pass over requests run[j], run[j + 1], … while each is a plain decode step (one
+// token, no drafts), the common case of steady decode: one within its quiet horizon whose row
+// is steady is marked scheduled and its steady row written; any other goes to `batch` (its
+// row is written once the cache has served it). Returns the index of the first request it did
+// not take. A loop of its own (not inlined) with no call in it, the output addresses in a
+// local copy, so that its values stay in registers; kTwoGroups: rows.slots1 is not null;
+// kStatic: the output's entries hold all but the positions already
+// (Scheduler::Impl::static_rows).
 template <bool kTwoGroups, bool kStatic>
-[[gnu::noinline]] size_t ScheduleQuietSteadyRun(SchedRequest* rq, const int32_t* run, size_t j,
-                                                size_t end, uint64_t step,
-                                                const internal::PlainRows& targets) {
+[[gnu::noinline]] SteadyRunEnd ScheduleSteadyRun(SchedRequest* rq, const int32_t* run, size_t j,
+                                                 size_t end, uint64_t step,
+                                                 const internal::PlainRows& targets,
+                                                 const DecodeBatchTargets& batch) {
   const internal::PlainRows rows = targets;
-  // Takes request q's step if it is a quiet steady one.
-  auto take = [&](int32_t q) {
-    SchedRequest& r = rq[q];
+  DecodeStep* const steps = batch.steps;
+  int32_t* const index = batch.index;
+  size_t nb = batch.size;
+  // Takes request run[at]'s step if it is a plain decode step. The rows are steady, so there
+  // is no speculative decoding: num_drafts and num_scheduled_drafts are 0.
+  auto take = [&](size_t at) __attribute__((always_inline)) {
+    SchedRequest& r = rq[run[at]];
     const int32_t c = r.num_computed;
-    if (!r.QuietSteadyDecode()) return false;
-    rows.WriteSteadyFor<kTwoGroups, kStatic>(r, c);
-    // Scheduler::Impl::MarkScheduled(r, 1, 0); num_scheduled_drafts stays 0 (no speculative
-    // decoding when rows are steady), so that the second line is not written.
     KVPAGE_DCHECK(r.num_drafts == 0 && r.num_scheduled_drafts == 0);
+    if (r.QuietSteadyDecode()) [[likely]] {
+      // The second line is neither read nor written.
+      rows.WriteSteadyFor<kTwoGroups, kStatic>(r, c);
+    } else {
+      // Not a plain decode step, or one the cache need not hear of whose row is not steady:
+      // the caller's general path.
+      if (r.num_tokens != c + 1 || r.InQuietHorizon()) return false;
+      steps[nb] = {r.id, c, 1, r.kv_handle};
+      index[nb] = static_cast<int32_t>(at);
+      ++nb;
+    }
+    // Scheduler::Impl::MarkScheduled(r, 1, 0).
     r.num_scheduled = 1;
     r.num_computed = c + 1;
     r.scheduled_step = step;
     return true;
   };
-  // One group's step reads the first line alone (SchedRequest), two groups' the second too:
-  // those of the request 8 places ahead are fetched while this one is taken (two loops, so
-  // that the main one does not test for the end of the run before each prefetch).
-  for (; j + 8 < end; ++j) {
+  // One group's quiet step reads the first line alone (SchedRequest), two groups' the second
+  // too: those of the request 8 places ahead are fetched while this one is taken (two loops,
+  // so that the main one does not test for the end of the run before each prefetch).
+  const size_t prefetch_end = end > 8 ? end - 8 : 0;  // one bound: j + 8 is an address offset
+  for (; j < prefetch_end; ++j) {
     const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
     Prefetch(ahead);
     if constexpr (kTwoGroups) Prefetch(ahead + 64);
-    if (!take(run[j])) return j;
+    if (!take(j)) break;
   }
-  for (; j < end; ++j) {
-    if (!take(run[j])) return j;
+  if (j >= prefetch_end) {
+    for (; j < end; ++j) {
+      if (!take(j)) break;
+    }
   }
-  return j;
+  return {j, nb};
 }
 
 }  // namespace
@@ -233,10 +265,14 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   internal::PlainRows steady;
   if (steady_output) steady = PrepareSteadyOutput();
   size_t i = 0;
+  // Written by index (no capacity checks per entry): at most one entry per running request.
+  if (decode_batch.size() < running.size()) {
+    decode_batch.resize(running.size());
+    decode_batch_index.resize(running.size());
+  }
   while (i < running.size() && budget > 0) {
     if (batchable) {
-      decode_batch.clear();
-      decode_batch_index.clear();
+      DecodeBatchTargets batch{decode_batch.data(), decode_batch_index.data(), 0};
       const size_t end = i + static_cast<size_t>(std::min<int64_t>(
                                  budget, static_cast<int64_t>(running.size() - i)));
       // Locals, not members: the loop's stores could alias the members, which the compiler
@@ -250,15 +286,18 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       size_t j = i;
       for (; j < end; ++j) {
         if (write_steady) {
+          SteadyRunEnd e;
           if (steady.slots1 != nullptr) {
-            j = write_static
-                    ? ScheduleQuietSteadyRun<true, true>(rq, run, j, end, this_step, steady)
-                    : ScheduleQuietSteadyRun<true, false>(rq, run, j, end, this_step, steady);
+            e = write_static
+                    ? ScheduleSteadyRun<true, true>(rq, run, j, end, this_step, steady, batch)
+                    : ScheduleSteadyRun<true, false>(rq, run, j, end, this_step, steady, batch);
           } else {
-            j = write_static
-                    ? ScheduleQuietSteadyRun<false, true>(rq, run, j, end, this_step, steady)
-                    : ScheduleQuietSteadyRun<false, false>(rq, run, j, end, this_step, steady);
+            e = write_static
+                    ? ScheduleSteadyRun<false, true>(rq, run, j, end, this_step, steady, batch)
+                    : ScheduleSteadyRun<false, false>(rq, run, j, end, this_step, steady, batch);
           }
+          j = e.next;
+          batch.size = e.batch_size;
           if (j == end) break;
         }
         const int32_t q = run[j];
@@ -267,8 +306,9 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
         if (!r.PlainDecode()) break;
         const int64_t c = r.num_computed;
         if (!r.InQuietHorizon()) {
-          decode_batch.push_back({r.id, c, 1, r.kv_handle});
-          decode_batch_index.push_back(static_cast<int32_t>(j));
+          decode_batch[batch.size] = {r.id, c, 1, r.kv_handle};
+          decode_batch_index[batch.size] = static_cast<int32_t>(j);
+          ++batch.size;
         } else if (write_steady) {
           if (r.SteadyRowAt(c)) {
             steady.WriteSteady(r, c);
@@ -281,10 +321,10 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
       scheduled.insert(scheduled.end(), running.begin() + static_cast<ptrdiff_t>(i),
                        running.begin() + static_cast<ptrdiff_t>(j));
       budget -= static_cast<int64_t>(j - i);
-      if (!decode_batch.empty()) {
-        decode_horizons.resize(decode_batch.size());
-        const absl::StatusOr<int64_t> served =
-            kv->AllocateDecodeStep(decode_batch, absl::MakeSpan(decode_horizons));
+      if (batch.size > 0) {
+        decode_horizons.resize(batch.size);
+        const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(
+            absl::MakeConstSpan(decode_batch.data(), batch.size), absl::MakeSpan(decode_horizons));
         KVPAGE_DCHECK(served.ok());
         const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
         for (size_t t = 0; t < k; ++t) {
@@ -300,7 +340,7 @@ void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
             deferred_rows.push_back(r.row);
           }
         }
-        if (k < decode_batch.size()) {
+        if (k < batch.size) {
           steady_output = false;
           // The request at position p did not fit. The run's steps from p on are undone (the
           // quiet ones among them touched nothing in the cache, the others were not served)

@@ -375,6 +375,12 @@ RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extra
 
 void RequestBlockHashes::Update(const BlockHasher& hasher, absl::Span<const int32_t> tokens) {
   const size_t block_size = static_cast<size_t>(block_size_);
+  // A decode step's completed block: one more block, no extra keys. No divide.
+  if (!has_extras_ && tokens.size() == (hashes_.size() + 1) * block_size) {
+    const BlockHash parent = hashes_.empty() ? hasher.root() : hashes_.back();
+    hashes_.push_back(hasher.HashPlainBlock(parent, tokens.last(block_size)));
+    return;
+  }
   const size_t num_full_blocks = tokens.size() / block_size;
   if (num_full_blocks <= hashes_.size()) return;
   BlockHash parent = hashes_.empty() ? hasher.root() : hashes_.back();

@@ -464,14 +464,15 @@ bool KvCacheManager::Impl::CacheNextBlock(RequestState& st, int64_t computed) {
   // changed it since.
   if (!SummaryPureCache(summaries[st.handle], token_counts[st.handle], computed, 1)) return false;
   const int64_t i = st.cached_blocks;
+  GroupState* const records = st.groups.data();  // once: inline or not is a test
   for (const GroupLayout& g : groups) {
-    if (st.groups[g.id.value].num_cached_blocks != i) return false;
+    if (records[g.id.value].num_cached_blocks != i) return false;
   }
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
   KVPAGE_DCHECK(i < static_cast<int64_t>(hashes.size()));
   const BlockHash parent = i > 0 ? hashes[i - 1] : hasher->root();
   for (const GroupLayout& g : groups) {
-    GroupState& gs = st.groups[g.id.value];
+    GroupState& gs = records[g.id.value];
     if (gs.blocks[i] != kNullBlock) pools[g.pool]->CacheBlock(gs.blocks[i], hashes[i], g.id, parent);
     gs.num_cached_blocks = i + 1;
   }

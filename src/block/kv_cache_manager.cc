@@ -454,7 +454,8 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     ++w;
   }
   // Then the rest through a software pipeline of four prefetch stages, each reading only
-  // what the stage before loaded kD requests earlier: (1) the state; (2) its group records;
+  // what the stage before loaded kD requests earlier: (1) the state, with the records of its
+  // first two groups; (2) the records of any further groups (a model with more than two);
   // (3) its table ends, next block hash and, when a sliding window is due to release a block,
   // that table entry; (4) the prefix-cache slot the next full block takes and the pool
   // record of the block to release. Request j is served while request j + 4·kD is being
@@ -462,8 +463,12 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // A pure crossing reads only each group's table header and end (it pushes one block).
   constexpr size_t kD = 4;
   const size_t group_bytes = m.groups.size() * sizeof(GroupState);
-  auto state = [&](size_t j) { Impl::PrefetchState(states[j], kinds[j] == Impl::kPureCross); };
+  auto state = [&](size_t j) { m.PrefetchState(states[j], kinds[j] == Impl::kPureCross); };
+  // The first two groups' records are inside the state (RequestState::groups): PrefetchState
+  // fetched them.
+  const bool records_apart = m.groups.size() > 2;
   auto group_records = [&](size_t j) {
+    if (!records_apart) return;
     const char* g = reinterpret_cast<const char*>(states[j]->groups.data());
     if (kinds[j] == Impl::kPureCross) {
       for (size_t off = 0; off < group_bytes; off += sizeof(GroupState)) Prefetch(g + off);
@@ -487,8 +492,9 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const RequestState& st = *states[j];
     if (kinds[j] == Impl::kPureCache) {
       const int64_t i = st.cached_blocks;
+      const GroupState* const records = st.groups.data();
       for (size_t g = 0; g < m.pools.size(); ++g) {
-        const std::vector<BlockId>& blocks = st.groups[g].blocks;
+        const std::vector<BlockId>& blocks = records[g].blocks;
         if (i < static_cast<int64_t>(blocks.size())) m.pools[g]->PrefetchCacheRecords(blocks[i]);
       }
       return;

@@ -121,12 +121,17 @@ class KvCacheManager::Impl {
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
-  // The lines of the request's state a decode step reads: the first (summary fields and the
-  // group records' header) and, unless the step only crosses into new blocks, the second
+  // The lines of the request's state a decode step reads: the first (summary fields), the
+  // groups' lines (the vector's header and the first two groups' records, whose addresses
+  // follow from the state's) and, unless the step only crosses into new blocks, the second
   // (the hashes' header).
-  static void PrefetchState(const internal::RequestState* st, bool pure_cross) {
+  void PrefetchState(const internal::RequestState* st, bool pure_cross) const {
     Prefetch(st);
     if (!pure_cross) Prefetch(&st->tokens);
+    // The groups' header and the first two groups' records (RequestState::groups).
+    const char* records = reinterpret_cast<const char*>(&st->groups);
+    Prefetch(records);
+    if (groups.size() > 1) Prefetch(records + 64);
   }
   // What CompleteBlock(h) reads first: the state's second line (the token vector's header, the
   // block size, the hashes' header).
@@ -239,15 +244,16 @@ class KvCacheManager::Impl {
     // Every table must end exactly at `computed` (the summary said so before the step began;
     // a batch naming the request twice has changed it since). Freeing first (as
     // GrowFromFreeBlocks does) can only add free blocks, so checking before it is enough.
+    internal::GroupState* const records = st.groups.data();  // once: inline or not is a test
     for (const internal::GroupLayout& g : groups) {
-      if (static_cast<int64_t>(st.groups[g.id.value].blocks.size()) * block_size != computed ||
+      if (static_cast<int64_t>(records[g.id.value].blocks.size()) * block_size != computed ||
           !HasBlocksAtHand(g.pool, 1)) {
         return false;
       }
     }
     if (computed >= st.next_release) ReleaseSkipped(st, computed);
     for (const internal::GroupLayout& g : groups) {
-      pools[g.pool]->AllocateOne(&st.groups[g.id.value].blocks);
+      pools[g.pool]->AllocateOne(&records[g.id.value].blocks);
     }
     st.covered_tokens += block_size;
     summaries[st.handle].covered_tokens = st.covered_tokens;

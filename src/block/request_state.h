@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "block/huge_page_arena.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/model_spec.h"
@@ -66,9 +67,7 @@ struct alignas(64) RequestState {
   int64_t covered_tokens = 0;  // min over attention groups of table length × block size
   int64_t cached_blocks = 0;   // min over attention groups of num_cached_blocks
   int64_t next_release = 0;    // smallest processed count at which a window frees a block
-  std::vector<GroupState> groups;  // by group id
-  // ---- End of the first line: a decode step that only crosses into new blocks reads no
-  // other line of the state.
+  // ---- End of the first line.
 
   // ---- The second line: all that completing a decode block reads of the state (moving the
   // tail into `tokens` and hashing the block) when the request has no extra hash keys.
@@ -78,16 +77,32 @@ struct alignas(64) RequestState {
   // (KvCacheManager::Impl::token_tails) and move here when the block completes. The count of
   // all tokens is the manager's token_counts[handle]. In the manager's arena (huge pages): a
   // decode step appends to a few dozen of these vectors, each far from the others.
-  std::vector<int32_t, ArenaAllocator<int32_t>> tokens;
+  alignas(64) std::vector<int32_t, ArenaAllocator<int32_t>> tokens;
   RequestBlockHashes hashes;  // its first RequestBlockHashes::kHotBytes in this line
 
   int64_t prompt_len = 0;
+
+  // By group id. Up to two groups (plain full attention; full attention with a sliding
+  // window or with linear attention) keep their records here, in lines whose addresses are
+  // known from the state's: a decode step fetches them with the first line, not after it.
+  alignas(64) absl::InlinedVector<GroupState, 2> groups;
 };
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"  // GCC lays out this struct as written
 static_assert(offsetof(RequestState, tokens) == 64 &&
               offsetof(RequestState, hashes) + RequestBlockHashes::kHotBytes <= 128,
               "completing a block reads the second line of the state only");
+// The vector's header, then its inline records: the first record's table header is in the
+// groups' first line, the second's in the second (KvCacheManager::Impl::PrefetchState).
+constexpr size_t kGroupsHeaderBytes =
+    sizeof(absl::InlinedVector<GroupState, 2>) - 2 * sizeof(GroupState);
+static_assert(offsetof(RequestState, groups) % 64 == 0 &&
+                  kGroupsHeaderBytes + offsetof(GroupState, blocks) +
+                          sizeof(std::vector<BlockId>) <= 64 &&
+                  kGroupsHeaderBytes + sizeof(GroupState) + offsetof(GroupState, blocks) >= 64 &&
+                  kGroupsHeaderBytes + sizeof(GroupState) + offsetof(GroupState, blocks) +
+                          sizeof(std::vector<BlockId>) <= 128,
+              "inline group records' table headers are in the groups' first two lines");
 #pragma GCC diagnostic pop
 
 }  // namespace kvpage::internal

@@ -377,11 +377,8 @@ class KvCacheManager::DecodeAppender {
     }
     // Append when the token does not complete a block; false (nothing appended) when it would.
     bool AppendWithinBlock(uint32_t h, int32_t token) const {
-      int64_t& count = counts[h];
-      const int64_t offset = count & mask;
-      if (offset == mask) return false;
-      tails[size_t{h} * stride + static_cast<size_t>(offset)] = token;
-      count = count + 1;
+      if ((counts[h] & mask) == mask) return false;
+      Append(h, token);
       return true;
     }
   };

@@ -128,10 +128,11 @@ class KvCacheManager::Impl {
   void PrefetchState(const internal::RequestState* st, bool pure_cross) const {
     Prefetch(st);
     if (!pure_cross) Prefetch(&st->tokens);
-    // The groups' header and the first two groups' records (RequestState::groups).
+    // The groups' header with the first record, and the second record when there are two
+    // (RequestState::groups; with more, the records are apart and only the header is here).
     const char* records = reinterpret_cast<const char*>(&st->groups);
     Prefetch(records);
-    if (groups.size() > 1) Prefetch(records + 64);
+    if (groups.size() == 2) Prefetch(records + 64);
   }
   // What CompleteBlock(h) reads first: the state's second line (the token vector's header, the
   // block size, the hashes' header).

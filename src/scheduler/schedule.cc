@@ -240,12 +240,10 @@ template <bool kTwoGroups, bool kStatic>
     const char* ahead = reinterpret_cast<const char*>(rq + run[j + 8]);
     Prefetch(ahead);
     if constexpr (kTwoGroups) Prefetch(ahead + 64);
-    if (!take(j)) break;
+    if (!take(j)) return {j, nb};
   }
-  if (j >= prefetch_end) {
-    for (; j < end; ++j) {
-      if (!take(j)) break;
-    }
+  for (; j < end; ++j) {
+    if (!take(j)) return {j, nb};
   }
   return {j, nb};
 }

@@ -28,6 +28,8 @@
 #ifndef KVPAGE_BLOCK_POOL_H_
 #define KVPAGE_BLOCK_POOL_H_
 
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -58,6 +60,9 @@ struct BlockPoolConfig {
 };
 
 class BlockPool {
+  struct Chunk;  // defined with the other private members below
+  struct Block;
+
  public:
   // REQUIRES: config.Validate().ok(); budget outlives the pool.
   BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEventLog* events);
@@ -101,6 +106,63 @@ class BlockPool {
     }
     Allocate(1, out);
   }
+  // AllocateOne's common case for a batch of crossings: successive takes from a pool of
+  // one-block chunks, with the clean list's end in a local and the pool's counts written back
+  // once, by Finish(). In a loop that does nothing else to the pool these stay in registers;
+  // AllocateOne reloads them from the pool after every store it makes. Take() hands out the
+  // block AllocateOne would (TakeSingleBlockChunk's), so a run of takes leaves the pool as
+  // the same number of AllocateOne calls do. Between construction and Finish() the pool may
+  // only cache blocks (CacheBlock and the prefetches for it, which read no free structure):
+  // nothing else may read or change it.
+  class OneBlockTakes {
+   public:
+    OneBlockTakes() = default;
+    // REQUIRES: pool.blocks_per_chunk() == 1.
+    explicit OneBlockTakes(BlockPool& pool)
+        : pool_(&pool),
+          begin_(pool.buckets_[0].data()),
+          end_(begin_ + pool.buckets_[0].size()),
+          start_end_(end_),
+          chunks_(pool.chunks_.data()),
+          blocks_(pool.blocks_.data()) {
+      assert(pool.bpc_ == 1 && pool.buckets_[0].size() == static_cast<size_t>(pool.num_clean_));
+    }
+    // No clean block left: AllocateOne would map a chunk or evict a cached block.
+    bool empty() const { return end_ == begin_; }
+    // REQUIRES: !empty().
+    int32_t Take() {
+      const int32_t c = *--end_;
+      if (end_ - begin_ >= static_cast<ptrdiff_t>(kPrefetchDistance)) {
+        const int32_t ahead = end_[-static_cast<ptrdiff_t>(kPrefetchDistance)];
+        PrefetchForWrite(&chunks_[ahead]);
+        PrefetchForWrite(&blocks_[1 + ahead]);
+      }
+      Chunk& ch = chunks_[c];
+      ch.used = 1;
+      ch.clean = 0;
+      ch.clean_top = -1;
+      ch.bucket_pos = -1;
+      blocks_[1 + c].ref = 1;
+      return 1 + c;
+    }
+    // Writes the takes back into the pool, which may then be used again.
+    void Finish() {
+      const int32_t taken = static_cast<int32_t>(start_end_ - end_);
+      pool_->buckets_[0].resize(static_cast<size_t>(end_ - begin_));
+      pool_->num_idle_chunks_ -= taken;
+      pool_->num_clean_ -= taken;
+      pool_->num_used_ += taken;
+      start_end_ = end_;
+    }
+
+   private:
+    BlockPool* pool_ = nullptr;
+    int32_t* begin_ = nullptr;      // bucket 0: the chunks with their one block clean
+    int32_t* end_ = nullptr;        // its end after the takes so far
+    int32_t* start_end_ = nullptr;  // its end at the last Finish
+    Chunk* chunks_ = nullptr;
+    Block* blocks_ = nullptr;
+  };
   // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
   int64_t AllocatableNow() const;
   // n <= AllocatableNow(), without its division when the free blocks or one chunk suffice.

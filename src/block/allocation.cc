@@ -359,7 +359,7 @@ int64_t KvCacheManager::Impl::NextRelease(const RequestState& st) const {
 
 KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const RequestState& st) const {
   DecodeSummary s;
-  s.covered_tokens = st.covered_tokens;
+  s.covered_tokens = CoveredTokens(st);
   s.cache_limit = config.enable_prefix_caching ? (st.cached_blocks + 1) * block_size
                                                : std::numeric_limits<int64_t>::max();
   s.next_release = st.next_release;
@@ -367,16 +367,22 @@ KvCacheManager::Impl::DecodeSummary KvCacheManager::Impl::MakeSummary(const Requ
   return s;
 }
 
-void KvCacheManager::Impl::RefreshSummary(RequestState& st) {
+int64_t KvCacheManager::Impl::CoveredTokens(const RequestState& st) const {
   int64_t covered = std::numeric_limits<int64_t>::max();
+  for (const GroupLayout& g : groups) {
+    if (!g.IsAttention()) continue;
+    covered = std::min<int64_t>(
+        covered, static_cast<int64_t>(st.groups[g.id.value].blocks.size()) * g.block_size);
+  }
+  return covered == std::numeric_limits<int64_t>::max() ? 0 : covered;
+}
+
+void KvCacheManager::Impl::RefreshSummary(RequestState& st) {
   int64_t cached = std::numeric_limits<int64_t>::max();
   for (const GroupLayout& g : groups) {
     if (!g.IsAttention()) continue;
-    const GroupState& gs = st.groups[g.id.value];
-    covered = std::min<int64_t>(covered, static_cast<int64_t>(gs.blocks.size()) * g.block_size);
-    cached = std::min(cached, gs.num_cached_blocks);
+    cached = std::min(cached, st.groups[g.id.value].num_cached_blocks);
   }
-  st.covered_tokens = covered == std::numeric_limits<int64_t>::max() ? 0 : covered;
   st.cached_blocks = cached == std::numeric_limits<int64_t>::max() ? 0 : cached;
   st.next_release = NextRelease(st);
   summaries[st.handle] = MakeSummary(st);
@@ -485,7 +491,7 @@ bool KvCacheManager::Impl::GrowFromFreeBlocks(RequestState& st, const Allocation
   // Only in kvpage mode (a pool per group), for a step that OnFastPath accepts and whose
   // computed tokens the request holds blocks for.
   if (pools.size() != groups.size() || !OnFastPath(st, req) ||
-      req.num_computed_tokens > st.covered_tokens) {
+      req.num_computed_tokens > summaries[st.handle].covered_tokens) {
     return false;
   }
   const int64_t total = req.num_computed_tokens + req.num_new_tokens;

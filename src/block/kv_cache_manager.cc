@@ -1,6 +1,8 @@
 #include "kvpage/kv_cache_manager.h"
 
 #include <algorithm>
+#include <array>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
@@ -410,19 +412,24 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // decode all but the few that fill or cross a block. Skipping them early changes nothing:
   // their steps would leave every table as it is.
   const size_t n = steps.size();
-  std::vector<int32_t>& work = m.scratch_indices;  // steps that need the manager
-  std::vector<RequestState*>& states = m.scratch_states;
-  std::vector<uint8_t>& kinds = m.scratch_flags;  // Impl::DecodeStepKind
-  std::vector<int64_t>& computed = m.scratch_computed;  // the steps' num_computed_tokens
-  // Written by index into arrays sized for every step (no capacity checks per entry).
-  work.resize(n);
-  states.resize(n);
-  kinds.resize(n);
-  computed.resize(n);
+  // Written by index into arrays sized for every step (no capacity checks per entry), through
+  // raw pointers held in locals: a vector's own pointer would be reloaded after each store the
+  // loops make to memory it could alias.
+  m.scratch_indices.resize(n);
+  m.scratch_states.resize(n);
+  m.scratch_handles.resize(n);
+  m.scratch_kinds.resize(n);
+  m.scratch_computed.resize(n);
+  int32_t* const work = m.scratch_indices.data();  // steps that need the manager
+  RequestState** const states = m.scratch_states.data();
+  int32_t* const handles = m.scratch_handles.data();
+  Impl::DecodeStepKind* const kinds = m.scratch_kinds.data();
+  int64_t* const computed = m.scratch_computed.data();  // the steps' num_computed_tokens
   size_t w = 0;
   // Raw pointers in the loops: Span's operator[] checks bounds (hardened Abseil).
   const DecodeStep* const step_at = steps.data();
   DecodeHorizon* const horizon_at = horizons.data();
+  const Impl::DecodeLimits limits = m.decode_limits();
   for (size_t i = 0; i < n; ++i) {
     const DecodeStep& step = step_at[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
@@ -432,101 +439,168 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const int64_t c = step.num_computed_tokens;
     // One comparison tells the cases apart: a step that ends within the tables has nothing
     // to do or caches a block; one that ends past them crosses into a new block.
-    uint8_t kind;
+    Impl::DecodeStepKind kind;
     if (c + step.num_new_tokens <= s.covered_tokens) {
-      if (m.SummaryNothingToDo(s, num_tokens, c, step.num_new_tokens, /*processed=*/c)) {
-        if (want_horizons) horizon_at[i] = m.HorizonOf(s);
+      if (Impl::SummaryNothingToDo(limits, s, num_tokens, c, step.num_new_tokens,
+                                   /*processed=*/c)) {
+        if (want_horizons) horizon_at[i] = Impl::HorizonOf(limits, s);
         continue;
       }
       kind = Impl::kGeneralStep;
-      if (m.SummaryPureCache(s, num_tokens, c, step.num_new_tokens)) {
+      if (Impl::SummaryPureCache(limits, s, num_tokens, c, step.num_new_tokens)) {
         kind = Impl::kPureCache;
         m.PrefetchHintedCacheSlots(h);
       }
     } else {
-      kind = m.SummaryPureCross(s, num_tokens, c, step.num_new_tokens) ? Impl::kPureCross
-                                                                        : Impl::kGeneralStep;
+      kind = Impl::SummaryPureCross(limits, s, num_tokens, c, step.num_new_tokens)
+                 ? Impl::kPureCross
+                 : Impl::kGeneralStep;
     }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];
+    handles[w] = h;
     kinds[w] = kind;
     computed[w] = c;
     ++w;
   }
-  // Then the rest through a software pipeline of four prefetch stages, each reading only
-  // what the stage before loaded kD requests earlier: (1) the state, with the records of its
-  // first two groups; (2) the records of any further groups (a model with more than two);
-  // (3) its table ends, next block hash and, when a sliding window is due to release a block,
-  // that table entry; (4) the prefix-cache slot the next full block takes and the pool
-  // record of the block to release. Request j is served while request j + 4·kD is being
-  // fetched, so the misses of consecutive requests overlap.
-  // A pure crossing reads only each group's table header and end (it pushes one block).
+  // Then the rest, in order, through a software pipeline of four prefetch stages, each
+  // reading only what the stage before loaded kD requests earlier: (1) the state, with the
+  // records of its first two groups; (2) the records of any further groups (a model with more
+  // than two); (3) its table ends, next block hash and, when a sliding window is due to
+  // release a block, that table entry; (4) the prefix-cache slot the next full block takes
+  // and the pool record of the block to release. Request j is served while request j + 4·kD
+  // is being fetched, so the misses of consecutive requests overlap. A pure crossing reads
+  // only each group's table header and end (it pushes one block) and, when it goes through
+  // TakeCrossingBlocks (G = 0 below), the state's first line.
+  //
+  // With one_block_takes, G is the number of groups (one or two; 0 = any other model), and
+  // pure crossings take their blocks through OneBlockTakes, one per pool, opened at the first
+  // crossing and finished before a step that takes or frees blocks any other way (pure cache
+  // steps leave them open: caching a block reads no free structure).
   constexpr size_t kD = 4;
-  const size_t group_bytes = m.groups.size() * sizeof(GroupState);
-  auto state = [&](size_t j) { m.PrefetchState(states[j], kinds[j] == Impl::kPureCross); };
-  // The first two groups' records are inside the state (RequestState::groups): PrefetchState
-  // fetched them.
-  const bool records_apart = m.groups.size() > 2;
-  auto group_records = [&](size_t j) {
-    if (!records_apart) return;
-    const char* g = reinterpret_cast<const char*>(states[j]->groups.data());
-    if (kinds[j] == Impl::kPureCross) {
-      for (size_t off = 0; off < group_bytes; off += sizeof(GroupState)) Prefetch(g + off);
-    } else {
-      for (size_t off = 0; off < group_bytes; off += 64) Prefetch(g + off);
-    }
-  };
-  auto tables = [&](size_t j) {
-    if (kinds[j] == Impl::kPureCross) {
-      for (const GroupState& gs : states[j]->groups) {
-        PrefetchForWrite(gs.blocks.data() + gs.blocks.size());
+  auto serve = [&](auto num_groups) -> absl::StatusOr<int64_t> {
+    constexpr size_t G = decltype(num_groups)::value;
+    const size_t groups = G > 0 ? G : m.groups.size();
+    // A crossing through OneBlockTakes does not read the state's first line; one through
+    // TakeCrossingBlocks does, and so do all of them while a pool has no clean block.
+    bool crossings_read_state = G == 0;
+    for (size_t g = 0; g < G; ++g) crossings_read_state |= m.pools[g]->num_clean_blocks() == 0;
+    auto state = [&](size_t j) __attribute__((always_inline)) {
+      m.PrefetchState(states[j], kinds[j] == Impl::kPureCross, crossings_read_state, groups);
+    };
+    // The first two groups' records are inside the state (RequestState::groups): PrefetchState
+    // fetched them.
+    auto group_records = [&](size_t j) __attribute__((always_inline)) {
+      if (G > 0 || groups <= 2) return;
+      const char* g = reinterpret_cast<const char*>(states[j]->groups.data());
+      const size_t group_bytes = groups * sizeof(GroupState);
+      if (kinds[j] == Impl::kPureCross) {
+        for (size_t off = 0; off < group_bytes; off += sizeof(GroupState)) Prefetch(g + off);
+      } else {
+        for (size_t off = 0; off < group_bytes; off += 64) Prefetch(g + off);
       }
-    } else {
-      m.PrefetchStepTables(*states[j], computed[j]);
-    }
-  };
-  // A pure crossing caches nothing; it reads a pool record only for a due window release.
-  // A pure cache step (one pool per group) reads the records of the block each group caches;
-  // the first pass fetched the map's bucket from the hint.
-  auto pools = [&](size_t j) {
-    const RequestState& st = *states[j];
-    if (kinds[j] == Impl::kPureCache) {
-      const int64_t i = st.cached_blocks;
-      const GroupState* const records = st.groups.data();
-      for (size_t g = 0; g < m.pools.size(); ++g) {
-        const std::vector<BlockId>& blocks = records[g].blocks;
-        if (i < static_cast<int64_t>(blocks.size())) m.pools[g]->PrefetchCacheRecords(blocks[i]);
+    };
+    auto tables = [&](size_t j) __attribute__((always_inline)) {
+      if (kinds[j] == Impl::kPureCross) {
+        const GroupState* const records = states[j]->groups.data();
+        for (size_t g = 0; g < groups; ++g) {
+          PrefetchForWrite(records[g].blocks.data() + records[g].blocks.size());
+        }
+      } else {
+        m.PrefetchStepTables(*states[j], computed[j]);
       }
-      return;
+    };
+    // A pure crossing caches nothing; it reads a pool record only for a due window release.
+    // A pure cache step (one pool per group) reads the records of the block each group
+    // caches; the first pass fetched the map's bucket from the hint.
+    bool windows = false;
+    for (const GroupLayout& g : m.groups) windows |= g.kind == LayerKind::kSlidingWindow;
+    auto pools = [&](size_t j) __attribute__((always_inline)) {
+      if (kinds[j] == Impl::kPureCross) {
+        if (windows && computed[j] >= m.summaries[handles[j]].next_release) {
+          m.PrefetchStepPools(*states[j], computed[j]);
+        }
+        return;
+      }
+      const RequestState& st = *states[j];
+      if (kinds[j] == Impl::kPureCache) {
+        const int64_t i = st.cached_blocks;
+        const GroupState* const records = st.groups.data();
+        for (size_t g = 0; g < m.pools.size(); ++g) {
+          const std::vector<BlockId>& blocks = records[g].blocks;
+          if (i < static_cast<int64_t>(blocks.size())) {
+            m.pools[g]->PrefetchCacheRecords(blocks[i]);
+          }
+        }
+        return;
+      }
+      m.PrefetchStepPools(st, computed[j]);
+    };
+    // Prime the pipeline: request j has been through the stages below level L when
+    // j < (5−L)·kD.
+    for (size_t j = 0; j < std::min(w, 4 * kD); ++j) state(j);
+    for (size_t j = 0; j < std::min(w, 3 * kD); ++j) group_records(j);
+    for (size_t j = 0; j < std::min(w, 2 * kD); ++j) tables(j);
+    for (size_t j = 0; j < std::min(w, kD); ++j) pools(j);
+    std::array<BlockPool::OneBlockTakes, G> takes;
+    bool taking = false;
+    auto finish_takes = [&] {
+      if (!taking) return;
+      for (BlockPool::OneBlockTakes& t : takes) t.Finish();
+      taking = false;
+    };
+    for (size_t j = 0; j < w; ++j) {
+      if (j + 4 * kD < w) state(j + 4 * kD);
+      if (j + 3 * kD < w) group_records(j + 3 * kD);
+      if (j + 2 * kD < w) tables(j + 2 * kD);
+      if (j + kD < w) pools(j + kD);
+      RequestState& st = *states[j];
+      const int64_t c = computed[j];
+      bool fast;
+      if (kinds[j] == Impl::kPureCross) {
+        if constexpr (G > 0) {
+          // Open only when every pool has a clean block: a pool that grows (maps a chunk for
+          // each block) has none, and its crossings go straight to TakeCrossingBlocks.
+          if (!taking) {
+            bool clean = true;
+            for (size_t g = 0; g < G; ++g) clean &= m.pools[g]->num_clean_blocks() > 0;
+            if (clean) {
+              for (size_t g = 0; g < G; ++g) takes[g] = BlockPool::OneBlockTakes(*m.pools[g]);
+              taking = true;
+            }
+          }
+          if (taking) {
+            if (m.TakeCrossingBlocksFrom<G>(st, handles[j], c, takes)) {
+              if (want_horizons) {
+                horizon_at[work[j]] = Impl::HorizonOf(limits, m.summaries[handles[j]]);
+              }
+              continue;
+            }
+            finish_takes();
+          }
+        }
+        fast = m.TakeCrossingBlocks(st, c);
+      } else {
+        // Caching a block reads none of a pool's free structures: open takes may stay open.
+        fast = kinds[j] == Impl::kPureCache && m.CacheNextBlock(st, c);
+      }
+      if (!fast) {
+        finish_takes();
+        const AllocationRequest req{.num_computed_tokens = c,
+                                    .num_new_tokens = step_at[work[j]].num_new_tokens};
+        KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
+        if (!ok) return static_cast<int64_t>(work[j]);
+      }
+      if (want_horizons) horizon_at[work[j]] = Impl::HorizonOf(limits, m.summaries[handles[j]]);
     }
-    const int64_t c = computed[j];
-    if (kinds[j] != Impl::kPureCross || c >= st.next_release) {
-      m.PrefetchStepPools(st, c);
-    }
+    finish_takes();
+    return static_cast<int64_t>(n);
   };
-  // Prime the pipeline: request j has been through the stages below level L when j < (5−L)·kD.
-  for (size_t j = 0; j < std::min(w, 4 * kD); ++j) state(j);
-  for (size_t j = 0; j < std::min(w, 3 * kD); ++j) group_records(j);
-  for (size_t j = 0; j < std::min(w, 2 * kD); ++j) tables(j);
-  for (size_t j = 0; j < std::min(w, kD); ++j) pools(j);
-  for (size_t j = 0; j < w; ++j) {
-    if (j + 4 * kD < w) state(j + 4 * kD);
-    if (j + 3 * kD < w) group_records(j + 3 * kD);
-    if (j + 2 * kD < w) tables(j + 2 * kD);
-    if (j + kD < w) pools(j + kD);
-    RequestState& st = *states[j];
-    const int64_t c = computed[j];
-    const bool fast = (kinds[j] == Impl::kPureCross && m.TakeCrossingBlocks(st, c)) ||
-                      (kinds[j] == Impl::kPureCache && m.CacheNextBlock(st, c));
-    if (!fast) {
-      const AllocationRequest req{.num_computed_tokens = c,
-                                  .num_new_tokens = step_at[work[j]].num_new_tokens};
-      KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
-      if (!ok) return static_cast<int64_t>(work[j]);
-    }
-    if (want_horizons) horizon_at[work[j]] = m.HorizonOf(m.summaries[st.handle]);
+  if (m.one_block_takes) {
+    if (m.groups.size() == 1) return serve(std::integral_constant<size_t, 1>());
+    return serve(std::integral_constant<size_t, 2>());
   }
-  return static_cast<int64_t>(n);
+  return serve(std::integral_constant<size_t, 0>());
 }
 
 absl::StatusOr<DecodeHorizon> KvCacheManager::QuietDecodeHorizon(RequestId id,

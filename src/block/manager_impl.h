@@ -7,6 +7,8 @@
 #ifndef KVPAGE_BLOCK_MANAGER_IMPL_H_
 #define KVPAGE_BLOCK_MANAGER_IMPL_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -121,18 +123,20 @@ class KvCacheManager::Impl {
   }
 
   // ---- Prefetches for the batched decode calls (no effect on state) ----
-  // The lines of the request's state a decode step reads: the first (summary fields), the
-  // groups' lines (the vector's header and the first two groups' records, whose addresses
-  // follow from the state's) and, unless the step only crosses into new blocks, the second
-  // (the hashes' header).
-  void PrefetchState(const internal::RequestState* st, bool pure_cross) const {
-    Prefetch(st);
+  // The lines of the request's state a decode step reads: the groups' lines (the vector's
+  // header and the first two groups' records, whose addresses follow from the state's) and,
+  // unless the step only crosses into new blocks, the first (summary fields) and the second
+  // (the hashes' header); `first_line` asks for the first line in any case.
+  // `num_groups` is groups.size(), passed by a caller that knows it at compile time.
+  void PrefetchState(const internal::RequestState* st, bool pure_cross, bool first_line,
+                     size_t num_groups) const {
+    if (!pure_cross || first_line) Prefetch(st);
     if (!pure_cross) Prefetch(&st->tokens);
     // The groups' header with the first record, and the second record when there are two
     // (RequestState::groups; with more, the records are apart and only the header is here).
     const char* records = reinterpret_cast<const char*>(&st->groups);
     Prefetch(records);
-    if (groups.size() == 2) Prefetch(records + 64);
+    if (num_groups == 2) Prefetch(records + 64);
   }
   // What CompleteBlock(h) reads first: the state's second line (the token vector's header, the
   // block size, the hashes' header).
@@ -183,6 +187,9 @@ class KvCacheManager::Impl {
   void FreeRequestBlocks(internal::RequestState& st);
   // Recomputes RequestState's summary fields from its group tables, and its DecodeSummary.
   void RefreshSummary(internal::RequestState& st);
+  // The tokens every attention table covers: min over them of length × block size (0 with
+  // none). Kept in DecodeSummary::covered_tokens.
+  int64_t CoveredTokens(const internal::RequestState& st) const;
   // Valid arguments for a running request's plain step (no hit, no lookahead, no reserve, no
   // state groups); a window release may be due. The precondition of GrowFromFreeBlocks.
   bool OnFastPath(const internal::RequestState& st, const AllocationRequest& req) const;
@@ -195,7 +202,7 @@ class KvCacheManager::Impl {
   // handle: in steady decode nearly every request needs nothing, and a step over the batch
   // then streams through this array instead of visiting every request's own memory.
   struct DecodeSummary {
-    int64_t covered_tokens = 0;  // RequestState::covered_tokens
+    int64_t covered_tokens = 0;  // CoveredTokens(state), kept only here
     int64_t cache_limit = 0;     // a block is due for the prefix cache once this many tokens
                                  // are computed (max when caching is off)
     int64_t next_release = 0;    // RequestState::next_release
@@ -207,22 +214,36 @@ class KvCacheManager::Impl {
   // plain step of n tokens after c with `processed` tokens done on the device: valid
   // arguments, no window release due, tables covering the step, and no block full beyond
   // those already cached (a multiply: no divide on this path).
-  bool SummaryNothingToDo(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n,
-                          int64_t processed) const {
+  // The predicates take the members they read as DecodeLimits, which a loop over a batch
+  // copies into a local: it stores to memory that could alias a member, so the compiler
+  // would reload a member after every such store.
+  struct DecodeLimits {
+    int64_t max_model_len = 0;
+    bool one_pool_per_group = false;
+  };
+  DecodeLimits decode_limits() const { return {max_model_len, one_pool_per_group}; }
+  static bool SummaryNothingToDo(const DecodeLimits& l, const DecodeSummary& s,
+                                 int64_t num_tokens, int64_t c, int64_t n, int64_t processed) {
     const int64_t total = c + n;
-    return s.plain && n > 0 && c >= 0 && c <= num_tokens && total <= max_model_len &&
+    return s.plain && n > 0 && c >= 0 && c <= num_tokens && total <= l.max_model_len &&
            processed >= 0 && processed <= c && processed < s.next_release &&
            total <= s.covered_tokens && std::min(total, num_tokens) < s.cache_limit;
+  }
+  bool SummaryNothingToDo(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n,
+                          int64_t processed) const {
+    return SummaryNothingToDo(decode_limits(), s, num_tokens, c, n, processed);
   }
   // QuietDecodeHorizon from the request's summary: SummaryNothingToDo(s, c, 1, c) for
   // c + 1 <= num_tokens, solved for c. The step must end within the tables, before the next
   // block due for the prefix cache and within max_model_len, and start before the next
   // window release.
-  DecodeHorizon HorizonOf(const DecodeSummary& s) const {
+  static DecodeHorizon HorizonOf(const DecodeLimits& l, const DecodeSummary& s) {
     if (!s.plain) return DecodeHorizon{};
-    return DecodeHorizon{.tokens = std::min({s.covered_tokens, s.cache_limit - 1, max_model_len}),
-                         .release = s.next_release};
+    return DecodeHorizon{
+        .tokens = std::min({s.covered_tokens, s.cache_limit - 1, l.max_model_len}),
+        .release = s.next_release};
   }
+  DecodeHorizon HorizonOf(const DecodeSummary& s) const { return HorizonOf(decode_limits(), s); }
   // The decode path that crosses a block boundary (and may release a window block): when
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
   // takes them directly. False = not handled, no change.
@@ -233,9 +254,10 @@ class KvCacheManager::Impl {
   // pool has a block at hand, and recomputes nothing: a due window release, one block per
   // group, the covered count moves by a block. It frees and hands out the very blocks
   // GrowFromFreeBlocks would.
-  bool SummaryPureCross(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
-    return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
-           c <= num_tokens && c + 1 <= max_model_len &&
+  static bool SummaryPureCross(const DecodeLimits& l, const DecodeSummary& s,
+                               int64_t num_tokens, int64_t c, int64_t n) {
+    return l.one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
+           c <= num_tokens && c + 1 <= l.max_model_len &&
            std::min(c + 1, num_tokens) < s.cache_limit;
   }
   // False (no change) when a pool has no block at hand (HasBlocksAtHand).
@@ -256,17 +278,44 @@ class KvCacheManager::Impl {
     for (const internal::GroupLayout& g : groups) {
       pools[g.pool]->AllocateOne(&records[g.id.value].blocks);
     }
-    st.covered_tokens += block_size;
-    summaries[st.handle].covered_tokens = st.covered_tokens;
+    summaries[st.handle].covered_tokens += block_size;
+    return true;
+  }
+  // TakeCrossingBlocks for the request with handle h in a model of G groups whose pools all
+  // hand out one-block chunks (one_block_takes), with group g's blocks taken from takes[g], a
+  // run open on pool g. False (no change) where TakeCrossingBlocks must decide: a table that
+  // no longer ends at `computed`, a pool out of clean blocks, or a due window release (which
+  // frees blocks into the pools, so the run must be finished first). Otherwise it hands out
+  // the blocks TakeCrossingBlocks would. Of the request's state it reads only the group
+  // records (its first line not at all: the summary has what it needs).
+  template <size_t G>
+  [[gnu::always_inline]] bool TakeCrossingBlocksFrom(internal::RequestState& st, int32_t h,
+                                                     int64_t computed,
+                                                     std::array<BlockPool::OneBlockTakes, G>& takes) {
+    internal::GroupState* const records = st.groups.data();
+    for (size_t g = 0; g < G; ++g) {
+      if (static_cast<int64_t>(records[g].blocks.size()) * block_size != computed ||
+          takes[g].empty()) {
+        return false;
+      }
+    }
+    DecodeSummary& s = summaries[h];
+    if (computed >= s.next_release) return false;
+    for (size_t g = 0; g < G; ++g) records[g].blocks.push_back(BlockId(takes[g].Take()));
+    s.covered_tokens += block_size;
     return true;
   }
   // The other common decode step, decided from the summary alone: one token that fills the
   // next block to cache (no new block, no window release), in kvpage mode. CacheNextBlock
   // then offers that block of every group to the prefix cache, as CacheFullBlocks would.
-  bool SummaryPureCache(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
-    return one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
+  static bool SummaryPureCache(const DecodeLimits& l, const DecodeSummary& s,
+                               int64_t num_tokens, int64_t c, int64_t n) {
+    return l.one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
            c + 1 <= num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
-           c + 1 <= max_model_len;
+           c + 1 <= l.max_model_len;
+  }
+  bool SummaryPureCache(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
+    return SummaryPureCache(decode_limits(), s, num_tokens, c, n);
   }
   // False (no change) when that no longer holds for a step after `computed` tokens, or the
   // groups disagree on how many blocks they have cached.
@@ -339,8 +388,12 @@ class KvCacheManager::Impl {
   // kvpage mode with attention groups only, all of the hash block size: pool p serves
   // group p, and a block boundary is one for every group.
   bool one_pool_per_group = false;
+  // one_pool_per_group with one or two groups whose pools all hold one block per chunk: the
+  // decode step's crossings take their blocks through BlockPool::OneBlockTakes.
+  bool one_block_takes = false;
   std::vector<BlockId> scratch_blocks;  // reused by Allocate, never holds state between calls
   std::vector<internal::RequestState*> scratch_states;  // reused by AllocateDecodeStep
+  std::vector<int32_t> scratch_handles;                 // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_indices;                 // reused by AllocateDecodeStep
   std::vector<int32_t> scratch_completed;               // reused by AppendDecodeTokens
   // By handle (grown with the other per-handle arrays), scratch of AppendDecodeTokens, all 0
@@ -348,9 +401,11 @@ class KvCacheManager::Impl {
   // names the request for.
   std::vector<uint8_t> completion_due;
   std::vector<int32_t> append_counts;
-  std::vector<uint8_t> scratch_flags;                   // reused by AllocateDecodeStep
-  std::vector<int64_t> scratch_computed;                // reused by AllocateDecodeStep
+  // Not uint8_t: a store through a character type may alias any object, so the compiler
+  // would reload every member a loop reads after each store of a kind.
   enum DecodeStepKind : uint8_t { kGeneralStep, kPureCross, kPureCache };
+  std::vector<DecodeStepKind> scratch_kinds;            // reused by AllocateDecodeStep
+  std::vector<int64_t> scratch_computed;                // reused by AllocateDecodeStep
   // The request a step names: by its handle when that handle is the id's, else by id.
   int32_t HandleOf(RequestId id, int32_t handle) const {
     if (static_cast<uint32_t>(handle) < handle_ids.size() && handle_ids[handle] == id) [[likely]] {

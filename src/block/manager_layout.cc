@@ -169,6 +169,8 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   for (const GroupLayout& g : m->groups) {
     m->one_pool_per_group &= g.IsAttention() && g.block_size == m->block_size;
   }
+  m->one_block_takes = m->one_pool_per_group && m->groups.size() <= 2;
+  for (const auto& pool : m->pools) m->one_block_takes &= pool->blocks_per_chunk() == 1;
   if (config.mode == AccountingMode::kKvpage) {
     int64_t headroom = 0;
     for (const auto& pool : m->pools) headroom += pool->chunk_bytes();

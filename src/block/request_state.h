@@ -63,8 +63,9 @@ struct alignas(64) RequestState {
   bool allocated = false;  // has been through AllocateSlots
   bool skip_prefix_cache_read = false;
   // Summaries of `groups` that let a decode step that needs nothing new return at once
-  // (KvCacheManager::Impl::RefreshSummary keeps them current).
-  int64_t covered_tokens = 0;  // min over attention groups of table length × block size
+  // (KvCacheManager::Impl::RefreshSummary keeps them current). How many tokens the tables
+  // cover is kept only in the manager's flat DecodeSummary, so that a step crossing into a
+  // new block does not touch this line at all.
   int64_t cached_blocks = 0;   // min over attention groups of num_cached_blocks
   int64_t next_release = 0;    // smallest processed count at which a window frees a block
   // ---- End of the first line.

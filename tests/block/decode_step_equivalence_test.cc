@@ -37,6 +37,9 @@ struct Case {
   // Request steps the third manager skipped: in steady decode all but the one in 16 that
   // crosses into a block and, with caching, the one that fills a block (about 14 in 16).
   int64_t quiet_steps;
+  // Chunks of one block each (blocks of 2 MiB and more on real models): the batch call's
+  // crossings then take their blocks through BlockPool::OneBlockTakes.
+  bool one_block_chunks = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -58,7 +61,8 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
   config.hash_seed = 11;
   config.enable_prefix_caching = c.caching;
   config.kv_budget_bytes = int64_t{c.budget_blocks} * 16 * 32 * 3;
-  config.chunk_bytes = 4 * 16 * 32;  // small chunks: pools trade memory through the budget
+  // Small chunks: pools trade memory through the budget. One byte: every chunk holds one block.
+  config.chunk_bytes = c.one_block_chunks ? 1 : 4 * 16 * 32;
   auto made_a = KvCacheManager::Create(model, config);
   auto made_b = KvCacheManager::Create(model, config);
   auto made_q = KvCacheManager::Create(model, config);
@@ -234,6 +238,16 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
   EXPECT_EQ(quiet_steps, c.quiet_steps);
 }
 
+// kTinyHybridSwa with a window of 33 tokens: a block leaves the window when a step starts a
+// new block (p = (f + 1)·16 + 32), so crossings are also due a release. With a window that is
+// a multiple of the block size (every model in data/models) releases fall one token earlier.
+const std::string kTinySwa33 = [] {
+  std::string json = testing::kTinyHybridSwa;
+  const std::string from = "\"sliding_window\": 32";
+  json.replace(json.find(from), from.size(), "\"sliding_window\": 33");
+  return json;
+}();
+
 INSTANTIATE_TEST_SUITE_P(
     Models, DecodeStepEquivalenceTest,
     ::testing::Values(Case{"full", testing::kTinyFull, true, 600, 160, 0, 3664, 3365},
@@ -242,7 +256,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"swa", testing::kTinyHybridSwa, true, 600, 160, 0, 3664, 3319},
                       Case{"swa_tight", testing::kTinyHybridSwa, true, 40, 72, 88, 8688, 1462},
                       Case{"swa_no_caching", testing::kTinyHybridSwa, false, 600, 160, 0, 0, 3313},
-                      Case{"gdn", testing::kTinyGdn, true, 600, 160, 0, 0, 0}),
+                      Case{"gdn", testing::kTinyGdn, true, 600, 160, 0, 0, 0},
+                      Case{"full_one_block", testing::kTinyFull, true, 600, 160, 0, 3664, 3365,
+                           true},
+                      Case{"full_one_block_tight", testing::kTinyFull, true, 24, 92, 68, 5760, 2527,
+                           true},
+                      Case{"full_one_block_no_caching", testing::kTinyFull, false, 600, 160, 0, 0,
+                           3604, true},
+                      Case{"swa_one_block", testing::kTinyHybridSwa, true, 600, 160, 0, 3664, 3319,
+                           true},
+                      Case{"swa_one_block_tight", testing::kTinyHybridSwa, true, 40, 115, 45, 3744,
+                           1438, true},
+                      Case{"swa33", kTinySwa33.c_str(), true, 600, 160, 0, 3664, 3319},
+                      Case{"swa33_one_block", kTinySwa33.c_str(), true, 600, 160, 0, 3664, 3319,
+                           true},
+                      Case{"swa33_one_block_tight", kTinySwa33.c_str(), true, 40, 104, 56, 5312,
+                           1558, true}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
 
 }  // namespace

@@ -430,6 +430,13 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   const DecodeStep* const step_at = steps.data();
   DecodeHorizon* const horizon_at = horizons.data();
   const Impl::DecodeLimits limits = m.decode_limits();
+  // The pool records each crossing's block takes, fetched into L2 as the crossing is found:
+  // the serve loop's own prefetch, a few takes ahead, is too late for them (see PrefetchTake).
+  // (Two named prefetchers, not an array indexed in the loop: they stay in registers.)
+  const size_t prefetch_pools = m.one_block_takes ? m.pools.size() : 0;  // at most 2
+  BlockPool::TakePrefetcher take_prefetch0, take_prefetch1;
+  if (prefetch_pools > 0) take_prefetch0 = BlockPool::TakePrefetcher(*m.pools[0]);
+  if (prefetch_pools > 1) take_prefetch1 = BlockPool::TakePrefetcher(*m.pools[1]);
   for (size_t i = 0; i < n; ++i) {
     const DecodeStep& step = step_at[i];
     const int32_t h = m.HandleOf(step.id, step.handle);
@@ -455,6 +462,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
       kind = Impl::SummaryPureCross(limits, s, num_tokens, c, step.num_new_tokens)
                  ? Impl::kPureCross
                  : Impl::kGeneralStep;
+      if (kind == Impl::kPureCross) {
+        take_prefetch0.PrefetchNext();  // nothing for a prefetcher of no pool
+        take_prefetch1.PrefetchNext();
+      }
     }
     work[w] = static_cast<int32_t>(i);
     states[w] = m.by_handle[h];

@@ -429,9 +429,9 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   // Raw pointers in the loops: Span's operator[] checks bounds (hardened Abseil).
   const DecodeStep* const step_at = steps.data();
   DecodeHorizon* const horizon_at = horizons.data();
-  const Impl::DecodeLimits limits = m.decode_limits();
   // The pool records each crossing's block takes, fetched into L2 as the crossing is found:
-  // the serve loop's own prefetch, a few takes ahead, is too late for them (see PrefetchTake).
+  // the serve loop's own prefetch, a few takes ahead, is too late for them
+  // (BlockPool::TakePrefetcher).
   // (Two named prefetchers, not an array indexed in the loop: they stay in registers.)
   const size_t prefetch_pools = m.one_block_takes ? m.pools.size() : 0;  // at most 2
   BlockPool::TakePrefetcher take_prefetch0, take_prefetch1;
@@ -448,20 +448,18 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     // to do or caches a block; one that ends past them crosses into a new block.
     Impl::DecodeStepKind kind;
     if (c + step.num_new_tokens <= s.covered_tokens) {
-      if (Impl::SummaryNothingToDo(limits, s, num_tokens, c, step.num_new_tokens,
-                                   /*processed=*/c)) {
-        if (want_horizons) horizon_at[i] = Impl::HorizonOf(limits, s);
+      if (m.SummaryNothingToDo(s, num_tokens, c, step.num_new_tokens, /*processed=*/c)) {
+        if (want_horizons) horizon_at[i] = m.HorizonOf(s);
         continue;
       }
       kind = Impl::kGeneralStep;
-      if (Impl::SummaryPureCache(limits, s, num_tokens, c, step.num_new_tokens)) {
+      if (m.SummaryPureCache(s, num_tokens, c, step.num_new_tokens)) {
         kind = Impl::kPureCache;
         m.PrefetchHintedCacheSlots(h);
       }
     } else {
-      kind = Impl::SummaryPureCross(limits, s, num_tokens, c, step.num_new_tokens)
-                 ? Impl::kPureCross
-                 : Impl::kGeneralStep;
+      kind = m.SummaryPureCross(s, num_tokens, c, step.num_new_tokens) ? Impl::kPureCross
+                                                                        : Impl::kGeneralStep;
       if (kind == Impl::kPureCross) {
         take_prefetch0.PrefetchNext();  // nothing for a prefetcher of no pool
         take_prefetch1.PrefetchNext();
@@ -583,7 +581,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
           if (taking) {
             if (m.TakeCrossingBlocksFrom<G>(st, handles[j], c, takes)) {
               if (want_horizons) {
-                horizon_at[work[j]] = Impl::HorizonOf(limits, m.summaries[handles[j]]);
+                horizon_at[work[j]] = m.HorizonOf(m.summaries[handles[j]]);
               }
               continue;
             }
@@ -602,7 +600,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
         KVPAGE_ASSIGN_OR_RETURN(bool ok, m.Allocate(st, req));
         if (!ok) return static_cast<int64_t>(work[j]);
       }
-      if (want_horizons) horizon_at[work[j]] = Impl::HorizonOf(limits, m.summaries[handles[j]]);
+      if (want_horizons) horizon_at[work[j]] = m.HorizonOf(m.summaries[handles[j]]);
     }
     finish_takes();
     return static_cast<int64_t>(n);

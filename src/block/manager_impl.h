@@ -214,36 +214,22 @@ class KvCacheManager::Impl {
   // plain step of n tokens after c with `processed` tokens done on the device: valid
   // arguments, no window release due, tables covering the step, and no block full beyond
   // those already cached (a multiply: no divide on this path).
-  // The predicates take the members they read as DecodeLimits, which a loop over a batch
-  // copies into a local: it stores to memory that could alias a member, so the compiler
-  // would reload a member after every such store.
-  struct DecodeLimits {
-    int64_t max_model_len = 0;
-    bool one_pool_per_group = false;
-  };
-  DecodeLimits decode_limits() const { return {max_model_len, one_pool_per_group}; }
-  static bool SummaryNothingToDo(const DecodeLimits& l, const DecodeSummary& s,
-                                 int64_t num_tokens, int64_t c, int64_t n, int64_t processed) {
-    const int64_t total = c + n;
-    return s.plain && n > 0 && c >= 0 && c <= num_tokens && total <= l.max_model_len &&
-           processed >= 0 && processed <= c && processed < s.next_release &&
-           total <= s.covered_tokens && std::min(total, num_tokens) < s.cache_limit;
-  }
   bool SummaryNothingToDo(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n,
                           int64_t processed) const {
-    return SummaryNothingToDo(decode_limits(), s, num_tokens, c, n, processed);
+    const int64_t total = c + n;
+    return s.plain && n > 0 && c >= 0 && c <= num_tokens && total <= max_model_len &&
+           processed >= 0 && processed <= c && processed < s.next_release &&
+           total <= s.covered_tokens && std::min(total, num_tokens) < s.cache_limit;
   }
   // QuietDecodeHorizon from the request's summary: SummaryNothingToDo(s, c, 1, c) for
   // c + 1 <= num_tokens, solved for c. The step must end within the tables, before the next
   // block due for the prefix cache and within max_model_len, and start before the next
   // window release.
-  static DecodeHorizon HorizonOf(const DecodeLimits& l, const DecodeSummary& s) {
+  DecodeHorizon HorizonOf(const DecodeSummary& s) const {
     if (!s.plain) return DecodeHorizon{};
-    return DecodeHorizon{
-        .tokens = std::min({s.covered_tokens, s.cache_limit - 1, l.max_model_len}),
-        .release = s.next_release};
+    return DecodeHorizon{.tokens = std::min({s.covered_tokens, s.cache_limit - 1, max_model_len}),
+                         .release = s.next_release};
   }
-  DecodeHorizon HorizonOf(const DecodeSummary& s) const { return HorizonOf(decode_limits(), s); }
   // The decode path that crosses a block boundary (and may release a window block): when
   // every pool has the free blocks at hand (clean or evictable) and nothing else is involved,
   // takes them directly. False = not handled, no change.
@@ -254,10 +240,9 @@ class KvCacheManager::Impl {
   // pool has a block at hand, and recomputes nothing: a due window release, one block per
   // group, the covered count moves by a block. It frees and hands out the very blocks
   // GrowFromFreeBlocks would.
-  static bool SummaryPureCross(const DecodeLimits& l, const DecodeSummary& s,
-                               int64_t num_tokens, int64_t c, int64_t n) {
-    return l.one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
-           c <= num_tokens && c + 1 <= l.max_model_len &&
+  bool SummaryPureCross(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
+    return one_pool_per_group && s.plain && n == 1 && c == s.covered_tokens && c >= 0 &&
+           c <= num_tokens && c + 1 <= max_model_len &&
            std::min(c + 1, num_tokens) < s.cache_limit;
   }
   // False (no change) when a pool has no block at hand (HasBlocksAtHand).
@@ -308,14 +293,10 @@ class KvCacheManager::Impl {
   // The other common decode step, decided from the summary alone: one token that fills the
   // next block to cache (no new block, no window release), in kvpage mode. CacheNextBlock
   // then offers that block of every group to the prefix cache, as CacheFullBlocks would.
-  static bool SummaryPureCache(const DecodeLimits& l, const DecodeSummary& s,
-                               int64_t num_tokens, int64_t c, int64_t n) {
-    return l.one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
-           c + 1 <= num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
-           c + 1 <= l.max_model_len;
-  }
   bool SummaryPureCache(const DecodeSummary& s, int64_t num_tokens, int64_t c, int64_t n) const {
-    return SummaryPureCache(decode_limits(), s, num_tokens, c, n);
+    return one_pool_per_group && s.plain && n == 1 && c >= 0 && c + 1 == s.cache_limit &&
+           c + 1 <= num_tokens && c + 1 <= s.covered_tokens && c < s.next_release &&
+           c + 1 <= max_model_len;
   }
   // False (no change) when that no longer holds for a step after `computed` tokens, or the
   // groups disagree on how many blocks they have cached.

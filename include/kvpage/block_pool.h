@@ -165,10 +165,11 @@ class BlockPool {
   };
   // Starts loading into the L2 cache, one take at a time, the records that the coming
   // one-block takes (OneBlockTakes::Take or AllocateOne) of a pool of one-block chunks will
-  // write, in the order they will be taken; nothing once no clean block is left. The clean
-  // blocks taken next are usually the ones freed longest ago, so their records are far from
-  // the CPU: a batch that knows its crossings well before it serves them fetches them this
-  // way, long in advance. No effect on the pool, which must not change while this is used.
+  // write, in the order they will be taken; nothing once no clean block is left. Nothing has
+  // touched the records of the clean blocks taken next since they were freed or mapped, so
+  // they are usually far from the CPU: a batch that knows its crossings well before it serves
+  // them fetches them this way, long in advance. No effect on the pool, which must not change
+  // while this is used.
   class TakePrefetcher {
    public:
     TakePrefetcher() = default;

@@ -1,4 +1,5 @@
-// HugePageArena: size classes, reuse of freed memory, slabs, and the allocator adaptor.
+// HugePageArena: size classes, reuse of freed memory, slabs, and the allocator adaptor; and
+// HugePageAllocator's alignment.
 #include "block/huge_page_arena.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,8 @@
 #include <cstring>
 #include <set>
 #include <vector>
+
+#include "kvpage/huge_page_allocator.h"
 
 namespace kvpage::internal {
 namespace {
@@ -98,6 +101,20 @@ TEST(HugePageArenaTest, VectorsGrowShrinkAndMoveOverTheArena) {
   EXPECT_EQ(arena.live_bytes(), HugePageArena::ClassBytes(10 * sizeof(int32_t)));
   w = Vec(ArenaAllocator<int32_t>(&arena));
   EXPECT_EQ(arena.live_bytes(), 0u);
+}
+
+// A 32-byte-aligned record (as BlockPool's chunk records are) in vectors of every size:
+// below 2 MiB the allocator takes operator new's aligned form, above it the huge-page path.
+TEST(HugePageAllocatorTest, OverAlignedRecordsAreAligned) {
+  struct alignas(32) Record {
+    int32_t value[8];
+  };
+  for (const size_t n : {size_t{1}, size_t{3}, size_t{1000}, (size_t{2} << 20) / 32 + 1}) {
+    std::vector<Record, HugePageAllocator<Record>> records(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(records.data()) % 32, 0u) << n << " records";
+    records.back().value[7] = 7;
+    EXPECT_EQ(records.back().value[7], 7);
+  }
 }
 
 }  // namespace

@@ -101,19 +101,23 @@ class BlockPool {
   // are mapped. The same block and the same state as Allocate(1, out).
   void AllocateOne(std::vector<BlockId>* out) {
     if (bpc_ == 1 && num_clean_ > 0) {
-      out->push_back(BlockId(TakeSingleBlockChunk()));
+      OneBlockTakes takes(*this);
+      out->push_back(BlockId(takes.Take()));
+      takes.Finish();
       return;
     }
     Allocate(1, out);
   }
-  // AllocateOne's common case for a batch of crossings: successive takes from a pool of
-  // one-block chunks, with the clean list's end in a local and the pool's counts written back
-  // once, by Finish(). In a loop that does nothing else to the pool these stay in registers;
-  // AllocateOne reloads them from the pool after every store it makes. Take() hands out the
-  // block AllocateOne would (TakeSingleBlockChunk's), so a run of takes leaves the pool as
-  // the same number of AllocateOne calls do. Between construction and Finish() the pool may
-  // only cache blocks (CacheBlock and the prefetches for it, which read no free structure):
-  // nothing else may read or change it.
+  // How a pool of one-block chunks (blocks of 2 MiB and more: every model of 8B parameters
+  // and up) hands out its clean blocks, one or a run at a time (AllocateOne, Allocate, and a
+  // batch of crossings). A chunk with a clean block is then wholly clean and idle, so its
+  // record is known without reading it: the next one comes straight off bucket 0 and its
+  // record is only written (the lines of the chunk a few takes ahead are prefetched). The
+  // clean list's end is kept in a local and the pool's counts are written back once, by
+  // Finish(): in a loop that does nothing else to the pool these stay in registers, where
+  // updating the pool per take would have the compiler reload them after every store.
+  // Between construction and Finish() the pool may only cache blocks (CacheBlock and the
+  // prefetches for it, which read no free structure): nothing else may read or change it.
   class OneBlockTakes {
    public:
     OneBlockTakes() = default;
@@ -274,31 +278,9 @@ class BlockPool {
   int32_t ChunkOf(int32_t block) const {
     return chunk_shift_ >= 0 ? (block - 1) >> chunk_shift_ : (block - 1) / bpc_;
   }
-  // One-block chunks (blocks of 2 MiB and more: every model of 8B parameters and up). A chunk
-  // with a clean block is then wholly clean and idle, so its record is known without reading
-  // it: the next one comes straight off bucket 0 and its record is only written (the lines of
-  // the chunk a few takes ahead are prefetched). Returns the block, now used.
-  // REQUIRES: bpc_ == 1 and num_clean_ > 0.
-  int32_t TakeSingleBlockChunk() {
-    std::vector<int32_t>& bucket = buckets_[0];
-    const int32_t c = bucket.back();
-    bucket.pop_back();
-    if (bucket.size() >= kPrefetchDistance) {  // the lines a later take will write
-      const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-      PrefetchForWrite(&chunks_[ahead]);
-      PrefetchForWrite(&blocks_[1 + ahead]);
-    }
-    Chunk& ch = chunks_[c];
-    ch.used = 1;
-    ch.clean = 0;
-    ch.clean_top = -1;
-    ch.bucket_pos = -1;
-    blocks_[1 + c].ref = 1;
-    --num_idle_chunks_;
-    --num_clean_;
-    ++num_used_;
-    return 1 + c;
-  }
+  // k blocks through OneBlockTakes (Allocate's run for a pool of one-block chunks).
+  // REQUIRES: bpc_ == 1 and k <= num_clean_.
+  [[gnu::noinline]] void TakeOneBlockChunks(int32_t k, std::vector<BlockId>* out);
   // A fresh record for an unmapped chunk, now counted as mapped (its idle-stack listing is
   // kept: the stack may still hold it).
   Chunk& MarkMapped(int32_t chunk);

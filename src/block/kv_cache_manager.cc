@@ -522,8 +522,7 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     // A pure crossing caches nothing; it reads a pool record only for a due window release.
     // A pure cache step (one pool per group) reads the records of the block each group
     // caches; the first pass fetched the map's bucket from the hint.
-    bool windows = false;
-    for (const GroupLayout& g : m.groups) windows |= g.kind == LayerKind::kSlidingWindow;
+    const bool windows = m.has_windows;
     auto pools = [&](size_t j) __attribute__((always_inline)) {
       if (kinds[j] == Impl::kPureCross) {
         if (windows && computed[j] >= m.summaries[handles[j]].next_release) {

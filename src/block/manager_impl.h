@@ -366,6 +366,7 @@ class KvCacheManager::Impl {
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
   bool has_state_groups = false;        // any linear-attention group
+  bool has_windows = false;             // any sliding-window group
   // kvpage mode with attention groups only, all of the hash block size: pool p serves
   // group p, and a block boundary is one for every group.
   bool one_pool_per_group = false;

@@ -163,7 +163,10 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   } else {
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
   }
-  for (const GroupLayout& g : m->groups) m->has_state_groups |= !g.IsAttention();
+  for (const GroupLayout& g : m->groups) {
+    m->has_state_groups |= !g.IsAttention();
+    m->has_windows |= g.kind == LayerKind::kSlidingWindow;
+  }
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
   m->one_pool_per_group = m->pools.size() == m->groups.size();
   for (const GroupLayout& g : m->groups) {

@@ -8,8 +8,10 @@
 # subtracted. Exact and repeatable to a few tenths of
 # an instruction (the number of calls depends on how long the benchmark runs under valgrind).
 #
-#   scripts/count_crossings.sh [benchmark=qwen3_8b] [requests=1024]
+#   scripts/count_crossings.sh [benchmark=qwen3_8b] [requests=1024] [cross=1]
 #   BUILD_DIR=other-build scripts/count_crossings.sh gemma3_4b
+#
+# With cross = 0 it counts the step in which no request crosses a block (per request).
 #
 # Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
@@ -17,6 +19,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 MODEL=${1:-qwen3_8b}
 REQUESTS=${2:-1024}
+CROSS=${3:-1}
+[ "$CROSS" = 0 ] || [ "$CROSS" = 1 ] || { echo "count_crossings.sh: cross must be 0 or 1, not $CROSS" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "count_crossings.sh: valgrind is not installed" >&2; exit 2; }
 BIN="$BUILD_DIR/bin/kvpage_benchmarks"
 [ -x "$BIN" ] || cmake --build "$BUILD_DIR" --target kvpage_benchmarks
@@ -24,7 +28,7 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 valgrind --tool=callgrind --cache-sim=yes \
   --toggle-collect='kvpage::KvCacheManager::AllocateDecodeStep*' --callgrind-out-file="$OUT/cg" \
-  "$BIN" --benchmark_filter="BM_AllocateDecodeStep/$MODEL/requests:$REQUESTS/cross:1\$" \
+  "$BIN" --benchmark_filter="BM_AllocateDecodeStep/$MODEL/requests:$REQUESTS/cross:$CROSS\$" \
   --benchmark_min_time=0.01 >/dev/null 2>&1
 calls=$(callgrind_annotate --tree=calling --inclusive=yes "$OUT/cg" 2>/dev/null |
   grep "kv_cache_manager.cc:kvpage::KvCacheManager::AllocateDecodeStep" |
@@ -33,6 +37,7 @@ callgrind_annotate --inclusive=yes --show=Ir,D1mr,D1mw "$OUT/cg" 2>/dev/null |
   python3 -c '
 import re, sys
 calls, requests = int(sys.argv[1]), int(sys.argv[2])
+what = "crossing" if sys.argv[3] == "1" else "request (none crossing)"
 total, growth = None, [0, 0, 0]
 for line in sys.stdin:
     nums = [int(x.replace(",", "")) for x in re.findall(r"([\d,]+) \(", line)]
@@ -42,6 +47,7 @@ for line in sys.stdin:
                               "vector.tcc" in line) or "memset" in line):
         growth = [a + b for a, b in zip(growth, nums)]
 n = calls * requests
-print("%d calls of %d crossings: %.1f instructions, %.2f L1 data misses per crossing" % (
-    calls, requests, (total[0] - growth[0]) / n, (total[1] + total[2] - growth[1] - growth[2]) / n))
-' "$calls" "$REQUESTS"
+print("%d calls of %d requests: %.1f instructions, %.2f L1 data misses per %s" % (
+    calls, requests, (total[0] - growth[0]) / n, (total[1] + total[2] - growth[1] - growth[2]) / n,
+    what))
+' "$calls" "$REQUESTS" "$CROSS"

@@ -244,7 +244,7 @@ class DecodeBatch {
   bool ok() const { return error_.empty(); }
   int32_t num_requests() const { return num_requests_; }
   KvCacheManager& manager() { return *manager_; }
-  RequestId id(int32_t i) const { return RequestId(i); }
+  kvpage::RequestHandle id(int32_t i) const { return handles_[static_cast<size_t>(i)]; }
   // Tokens request i has computed (its K/V is in the cache) before the next step.
   int64_t computed(int32_t i) const { return computed_[static_cast<size_t>(i)]; }
   int32_t NextToken(int32_t i) const {
@@ -255,16 +255,19 @@ class DecodeBatch {
   // first decode token can reach, as after a real prefill step.
   void Prefill() {
     computed_.assign(static_cast<size_t>(num_requests_), 0);
+    handles_.assign(static_cast<size_t>(num_requests_), kvpage::RequestHandle());
     for (int32_t i = 0; i < num_requests_ && ok(); ++i) {
       const int64_t len = prompt_len_[static_cast<size_t>(i)];
       KvRequestSpec spec;
-      spec.id = id(i);
+      spec.id = RequestId(i);
       // AddRequest moves the vector in, capacity included: room for every token this batch
       // will append, so no timed AppendTokens regrows it (copying the whole prompt).
       spec.prompt_tokens.reserve(static_cast<size_t>(len + kBlockSize * (kGrowthSteps + 2)));
       const std::vector<int32_t>& prompt = prompts_[static_cast<size_t>(i)];
       spec.prompt_tokens.assign(prompt.begin(), prompt.end());
-      Check(manager_->AddRequest(std::move(spec)));
+      auto added = manager_->AddRequest(std::move(spec));
+      Check(added.status());
+      if (added.ok()) handles_[static_cast<size_t>(i)] = *added;
       CheckAllocated(manager_->AllocateSlots(id(i), {.num_computed_tokens = 0, .num_new_tokens = len}));
       Check(manager_->RemoveSkippedBlocks(id(i), len));
       computed_[static_cast<size_t>(i)] = len;
@@ -319,6 +322,7 @@ class DecodeBatch {
   std::vector<int64_t> prompt_len_;
   std::vector<std::vector<int32_t>> prompts_;
   std::vector<int64_t> computed_;
+  std::vector<kvpage::RequestHandle> handles_;  // by request index, set by Prefill
   int32_t steps_since_prefill_ = 0;
 };
 
@@ -422,10 +426,9 @@ void RunDecodeStep(benchmark::State& state, const char* model_name, bool prefix_
   KvCacheManager& manager = batch.manager();
   const int32_t n = batch.num_requests();
   std::vector<kvpage::DecodeStep> steps(n);
-  // With each request's handle, as a scheduler passes them (no id lookups).
   auto fill_steps = [&] {
     for (int32_t i = 0; i < n; ++i) {
-      steps[i] = {batch.id(i), batch.computed(i), 1, manager.RequestHandle(batch.id(i))};
+      steps[i] = {batch.id(i), batch.computed(i), 1};
     }
   };
   batch.AppendStepTokens();
@@ -503,17 +506,20 @@ void BM_PrefixHitLookup(benchmark::State& state, const char* model_name) {
   }
   KvCacheManager& manager = **created;
   const std::vector<int32_t> prompt = MakeTokens(7, prompt_len);
-  bool ok = manager.AddRequest({RequestId(0), prompt, {}}).ok();
-  auto allocated =
-      manager.AllocateSlots(RequestId(0), {.num_computed_tokens = 0, .num_new_tokens = prompt_len});
-  ok &= allocated.ok() && *allocated && manager.Free(RequestId(0)).ok();
-  ok &= manager.AddRequest({RequestId(1), prompt, {}}).ok();
+  auto first = manager.AddRequest({RequestId(0), prompt, {}});
+  bool ok = first.ok();
+  auto allocated = ok ? manager.AllocateSlots(
+                            *first, {.num_computed_tokens = 0, .num_new_tokens = prompt_len})
+                      : absl::StatusOr<bool>(false);
+  ok &= allocated.ok() && *allocated && manager.Free(*first).ok();
+  auto second = manager.AddRequest({RequestId(1), prompt, {}});
+  ok &= second.ok();
   if (!ok) {
     state.SkipWithError("setting up the cached prompt failed");
     return;
   }
   for (auto _ : state) {
-    auto hit = manager.GetComputedBlocks(RequestId(1));
+    auto hit = manager.GetComputedBlocks(*second);
     if (!hit.ok() || hit->num_tokens != kHitBlocks * kBlockSize) {
       state.SkipWithError("the prompt is not fully cached");
       return;

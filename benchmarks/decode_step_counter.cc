@@ -15,7 +15,6 @@
 #include <string>
 
 #include "decode_server.h"
-#include "kvpage/step_phases.h"
 
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
@@ -44,7 +43,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", server.error().c_str());
     return 1;
   }
-  kvpage::ResetStepPhases();
   CALLGRIND_START_INSTRUMENTATION;
   for (int i = 0; i < steps; ++i) {
     const kvpage::SchedulerOutput& out = server.scheduler().Schedule();
@@ -57,20 +55,11 @@ int main(int argc, char** argv) {
   std::printf("%s: %d steady decode steps of %d requests (prefix caching %s)\n", model, steps,
               requests, caching ? "on" : "off");
   // How much of the process sits in transparent huge pages (kvpage asks for them for its
-  // large arrays, include/kvpage/huge_page_allocator.h); Linux only.
+  // large arrays); Linux only.
   std::ifstream smaps("/proc/self/smaps_rollup");
   for (std::string line; std::getline(smaps, line);) {
     if (line.rfind("Rss:", 0) == 0 || line.rfind("AnonHugePages:", 0) == 0) {
       std::printf("memory %s\n", line.c_str());
-    }
-  }
-  if (kvpage::StepPhasesEnabled()) {
-    // Built with KVPAGE_STEP_PHASES: wall time per step of each phase.
-    const kvpage::StepPhaseTotals totals = kvpage::ReadStepPhases();
-    for (int p = 0; p < kvpage::kNumStepPhases; ++p) {
-      const std::string name(kvpage::StepPhaseName(static_cast<kvpage::StepPhase>(p)));
-      std::printf("phase %-26s %8.2f us per step\n", name.c_str(),
-                  static_cast<double>(totals.nanos[p]) / 1e3 / steps);
     }
   }
   return 0;

@@ -1,21 +1,31 @@
 // KvCacheManager: where every token's K/V and every request's recurrent state lives.
 //
-// The manager owns one pool per layer group of a model (kvpage mode) — growing pages for full
-// attention and MLA, window-bounded pages for sliding-window attention, fixed state slots for
-// linear attention — all drawing chunks from one byte budget. It tracks each request's tokens
-// and block hashes, serves prefix-cache hits across all groups at once, hands out slots for the
-// tokens of a step all-or-nothing, and frees what a request no longer needs.
+// The manager keeps one pool per layer group of a model (kvpage accounting): growing pages for
+// full attention and MLA, window-bounded pages for sliding-window attention, fixed state slots
+// for linear attention. All pools draw chunks from one byte budget. Each layer kind is served
+// by its own group manager behind this class, which coordinates them: prefix-cache hits that
+// every group can serve, all-or-nothing allocation across the pools, and chunk moves between
+// pools through the shared budget.
 //
-// A server (or kvpage's scheduler) drives it once per step:
+// A server (or kvpage's Scheduler) drives it once per step:
 //
-//   manager.NewStep();                                  // commits last step's state snapshots
-//   manager.AddRequest({id, prompt, extras});           // once per request
-//   auto hit = manager.GetComputedBlocks(id);           // before the first allocation only
-//   bool ok = *manager.AllocateSlots(id, {.num_computed_tokens = hit->num_tokens,
-//                                         .num_new_tokens = n, .hit = &*hit});
+//   RequestHandle h = *manager.AddRequest({id, prompt, extras});   // once per request
+//   manager.NewStep();                                // commits last step's state snapshots
+//   CacheHit hit = *manager.GetComputedBlocks(h);     // before the first allocation only
+//   bool ok = *manager.AllocateSlots(h, {.num_computed_tokens = hit.num_tokens,
+//                                        .num_new_tokens = n, .hit = &hit});
 //   ... block tables, slot mappings and state slots for the kernels ...
-//   manager.AppendTokens(id, sampled);                  // after the step
-//   manager.Free(id);                                   // finished, aborted or preempted
+//   manager.AppendTokens(h, sampled);                 // after the step
+//   manager.Free(h);                                  // finished, aborted or preempted
+//
+// Requests are named by the RequestHandle that AddRequest returns; the caller's RequestId stays
+// for lookup (Find) and for error messages. A handle used after Free is detected (NotFound),
+// never mistaken for the request that reuses its place.
+//
+// Decode steps. NextEvent(h) is the first computed-token count at which the manager must hear
+// of the request again: a step of n tokens after c computed ones with c + n < NextEvent(h)
+// needs no block, caches none and frees none, so a caller may skip AllocateSlots for it (it
+// would return true and change nothing). AllocateDecodeStep applies that rule to a whole batch.
 //
 // Accounting modes:
 //   * kKvpage — per-group pools, nothing padded, chunks shared through one budget, sliding
@@ -25,10 +35,10 @@
 //     groups (padding layers and page padding included), hybrid block alignment, two state
 //     blocks per linear-attention group with prefix caching. For replaying one trace under both.
 //
-// Error handling: API misuse (unknown or duplicate request ids, tokens past max_model_len,
-// inconsistent token counts) returns an absl::Status naming the value and changes nothing. Not
-// having enough memory is not an error: AllocateSlots returns false and changes nothing.
-// Not thread-safe: one scheduler thread owns the manager.
+// Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
+// max_model_len, inconsistent token counts) returns an absl::Status naming the value and
+// changes nothing. Not having enough memory is not an error: AllocateSlots returns false and
+// changes nothing. Not thread-safe: one scheduler thread owns the manager.
 #ifndef KVPAGE_KV_CACHE_MANAGER_H_
 #define KVPAGE_KV_CACHE_MANAGER_H_
 
@@ -69,14 +79,30 @@ struct KvCacheConfig {
   // (cuMemMap), and small chunks strand little memory in one pool that another needs
   // (docs/simulator.md measures 64 MiB against 2 MiB on Gemma 3).
   int64_t chunk_bytes = int64_t{2} << 20;
-  // Recurrent groups with prefix caching: snapshot the state whenever a step ends on a
-  // multiple of this many blocks after the prompt (prefill chunks ending on any block boundary
-  // are always snapshotted). 0 = no snapshots during decode.
+  // Recurrent groups with prefix caching: snapshot the state whenever a step ends on a token
+  // count that is a multiple of this many blocks (counted from the first token, not from the
+  // end of the prompt). Prefill chunks ending on any block boundary within the prompt are
+  // always snapshotted. 0 = no snapshots during decode.
   int32_t decode_snapshot_interval_blocks = 32;
   bool enable_kv_events = false;
   MemoryBacking* backing = nullptr;  // GPU backing; null = CPU accounting only
 
   absl::Status Validate() const;
+};
+
+// Names a live request of one KvCacheManager, from AddRequest until Free. A copyable value;
+// a default-constructed handle names no request.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  bool valid() const { return slot_ >= 0; }
+  friend bool operator==(RequestHandle, RequestHandle) = default;
+
+ private:
+  friend class KvCacheManager;
+  RequestHandle(int32_t slot, uint32_t generation) : slot_(slot), generation_(generation) {}
+  int32_t slot_ = -1;        // the request's place in the manager, reused after Free
+  uint32_t generation_ = 0;  // how many requests held that place before
 };
 
 struct KvRequestSpec {
@@ -116,22 +142,14 @@ struct AllocationRequest {
 
 // One running request's share of a decode step (AllocateDecodeStep).
 struct DecodeStep {
-  RequestId id;
+  RequestHandle request;
   int64_t num_computed_tokens = 0;
   int64_t num_new_tokens = 1;
-  int32_t handle = -1;  // the id's RequestHandle, or -1: skips the id lookup when it matches
-};
-
-// How far a running request can decode without the manager (QuietDecodeHorizon).
-struct DecodeHorizon {
-  int64_t tokens = 0;   // a quiet step ends at no more than this many tokens
-  int64_t release = 0;  // and starts before this many computed tokens
 };
 
 // One sampled token of a decode step (AppendDecodeTokens).
 struct DecodeToken {
-  RequestId id;
-  int32_t handle = -1;  // as in DecodeStep
+  RequestHandle request;
   int32_t token = 0;
 };
 
@@ -187,101 +205,88 @@ class KvCacheManager {
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   // ---- Requests --------------------------------------------------------------------------
-  // AlreadyExists for a live id; InvalidArgument for an empty prompt or a negative token id;
-  // OutOfRange if the prompt exceeds max_model_len.
-  absl::Status AddRequest(KvRequestSpec spec);
-  // Appends sampled (accepted) tokens. OutOfRange past max_model_len; NotFound for an unknown id.
-  absl::Status AppendTokens(RequestId id, absl::Span<const int32_t> tokens);
-  // AppendTokens of one token for each of many requests (the sampled tokens of a decode
-  // step). All or nothing: errors as AppendTokens, for the first bad entry, before anything
-  // changes.
+  // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt or a
+  // negative token id; OutOfRange if the prompt exceeds max_model_len.
+  absl::StatusOr<RequestHandle> AddRequest(KvRequestSpec spec);
+  // The live request with this id, if any.
+  std::optional<RequestHandle> Find(RequestId id) const;
+  // The id the request was added with. NotFound for a stale handle.
+  absl::StatusOr<RequestId> Id(RequestHandle request) const;
+  // Appends sampled (accepted) tokens. OutOfRange past max_model_len.
+  absl::Status AppendTokens(RequestHandle request, absl::Span<const int32_t> tokens);
+  // AppendTokens of one token for each entry (the sampled tokens of a decode step; a request
+  // may appear more than once). All or nothing: errors as AppendTokens, for the first bad
+  // entry, before anything changes.
   absl::Status AppendDecodeTokens(absl::Span<const DecodeToken> tokens);
-  // The same appends from the caller's own loop over its batch (see DecodeAppender), for a
-  // scheduler that visits every request after a step anyway: no array of entries to build.
-  class DecodeAppender;
-  DecodeAppender StartDecodeAppend();
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
   // shared with another request, or when the model has linear-attention layers and the tokens
   // were computed (their state cannot be rewound).
-  absl::Status RollbackTokens(RequestId id, int64_t num_tokens);
-  // Frees every block and slot of the request, last block first. NotFound for an unknown id.
-  absl::Status Free(RequestId id);
-  bool HasRequest(RequestId id) const;
-  // A small integer naming a live request until it is freed (then reused), or -1 for an
-  // unknown id. Batch calls given it with the id skip the id lookup; a stale handle is
-  // detected (it no longer matches the id) and the id is looked up instead.
-  int32_t RequestHandle(RequestId id) const;
-  // The request's tokens: prompt, then appended tokens. NotFound for an unknown id.
-  absl::StatusOr<absl::Span<const int32_t>> Tokens(RequestId id) const;
+  absl::Status RollbackTokens(RequestHandle request, int64_t num_tokens);
+  // Frees every block and slot of the request, last block first; the handle is then stale.
+  absl::Status Free(RequestHandle request);
+  // The request's tokens: prompt, then appended tokens. Valid until the next call that
+  // changes the request.
+  absl::StatusOr<absl::Span<const int32_t>> Tokens(RequestHandle request) const;
   int64_t num_requests() const;
+  // Every per-request call returns NotFound, naming the handle, for a handle that names no
+  // live request (default-constructed, from another manager, or used after Free).
 
   // ---- Steps -------------------------------------------------------------------------------
   // Marks the start of a scheduling step: state snapshots written by the previous step become
   // visible to prefix-cache lookups.
   void NewStep();
   // The longest prefix every group can serve, capped so the last token is recomputed.
-  // FailedPrecondition once the request holds blocks; NotFound for an unknown id.
-  absl::StatusOr<CacheHit> GetComputedBlocks(RequestId id);
+  // FailedPrecondition once the request holds blocks.
+  absl::StatusOr<CacheHit> GetComputedBlocks(RequestHandle request);
   // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
   // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
-  absl::StatusOr<bool> AllocateSlots(RequestId id, const AllocationRequest& request);
+  absl::StatusOr<bool> AllocateSlots(RequestHandle request, const AllocationRequest& step);
   // AllocateSlots for many running requests at once, in order (no hits, no lookahead): the
-  // decode step of a continuous batch. Returns k, the number of requests served: requests
-  // [0, k) have their slots; request k did not fit and it and the ones after it are unchanged.
-  // Errors as AllocateSlots (NotFound for an unknown id before anything changes); requests
-  // before a failing one keep their slots. With `horizons` (one entry per step, else
-  // InvalidArgument), entry i of each served step receives QuietDecodeHorizon of its request
-  // right after the step, so a scheduler need not ask for it (entries of unserved steps are
-  // unspecified).
-  absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps,
-                                             absl::Span<DecodeHorizon> horizons = {});
-  // The request's quiet decode steps: a step of one token after c computed tokens, c >= 0 and
-  // c + 1 at most the request's token count, with c + 1 <= horizon.tokens and
-  // c < horizon.release needs no new block, caches none and frees none, so AllocateSlots (no
-  // hit, lookahead or reserve) would return true and change nothing; a scheduler may skip the
-  // call. In steady decode that is every step but the one in block_size that fills or crosses
-  // a block. The horizon holds until the request is next allocated, rolled back, has skipped
-  // blocks removed, or is freed; appending tokens does not move it. {0, 0} (no quiet step)
-  // before the first allocation and for models with linear-attention state, whose every step
-  // moves a state slot. `handle` as in DecodeStep. NotFound for an unknown id.
-  absl::StatusOr<DecodeHorizon> QuietDecodeHorizon(RequestId id, int32_t handle = -1) const;
+  // decode step of a continuous batch. Steps that end before their request's NextEvent are
+  // skipped; the others are allocated as AllocateSlots would. Returns k, the number of steps
+  // served: steps [0, k) have their slots; step k did not fit and it and the ones after it are
+  // unchanged. A stale handle anywhere is NotFound before anything changes; other errors as
+  // AllocateSlots (steps before a failing one keep their slots).
+  absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps);
+  // The first computed-token count at which the manager must hear of the request again (see
+  // the top of this file). At most max_model_len + 1; 0 before the first allocation and for
+  // models with linear-attention state, whose every step moves a state slot. Holds until the
+  // request is next allocated, rolled back, has skipped blocks removed, or is freed; appending
+  // tokens does not move it.
+  absl::StatusOr<int64_t> NextEvent(RequestHandle request) const;
   // Blocks (all pools together) AllocateSlots would need to take from the pools for this
-  // step. Same arguments; does not change anything.
-  absl::StatusOr<int64_t> BlocksNeeded(RequestId id, const AllocationRequest& request) const;
+  // step. Same arguments; changes nothing.
+  absl::StatusOr<int64_t> BlocksNeeded(RequestHandle request, const AllocationRequest& step) const;
   // Frees sliding-window blocks that no token from `num_processed_tokens` on can reach.
-  // `handle` is a hint as in DecodeStep.
-  absl::Status RemoveSkippedBlocks(RequestId id, int64_t num_processed_tokens,
-                                   int32_t handle = -1);
+  // InvalidArgument when the count is outside [0, the request's tokens].
+  absl::Status RemoveSkippedBlocks(RequestHandle request, int64_t num_processed_tokens);
 
   // ---- What the kernels read ---------------------------------------------------------------
   int32_t num_groups() const;
+  // REQUIRES for the group_* accessors: 0 <= group < num_groups().
   LayerKind group_kind(GroupId group) const;
+  // Tokens per block of an attention group; 0 for a linear-attention group, which holds one
+  // state slot per request instead of blocks of tokens.
   int32_t group_block_size(GroupId group) const;
   // Sliding-window length in tokens (0 for other kinds).
   int32_t group_window(GroupId group) const;
-  // The request's block table in an attention group (null blocks included). `handle` is a hint
-  // as in DecodeStep: when it is the id's RequestHandle, the request is found without a map
-  // lookup; otherwise (or -1) the id decides.
-  absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestId id, GroupId group,
-                                                       int32_t handle = -1) const;
-  // The same table for a caller that holds a valid (id, handle) pair and an attention group
-  // (a scheduler syncing its rows every step): no Status to build and check; an empty span
-  // when the request or the group is not valid, which BlockTable tells apart from a request
-  // that holds no block yet.
-  absl::Span<const BlockId> BlockTableOrEmpty(RequestId id, GroupId group, int32_t handle) const;
+  // The request's block table in an attention group (null blocks included). InvalidArgument
+  // for a group that is not an attention group.
+  absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestHandle request,
+                                                       GroupId group) const;
   // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b
   // expands to b·r … b·r + r − 1 with r = group_block_size / kernel_block_size.
   // InvalidArgument if kernel_block_size does not divide the block size or the row is short.
-  absl::Status FillBlockTableRow(RequestId id, GroupId group, int32_t kernel_block_size,
+  absl::Status FillBlockTableRow(RequestHandle request, GroupId group, int32_t kernel_block_size,
                                  absl::Span<int32_t> row) const;
   // slot = block_table[pos / bs] · bs + pos % bs for positions [start, start + out.size()).
   // InvalidArgument if a position has no block (or only the null block).
-  absl::Status FillSlotMapping(RequestId id, GroupId group, int64_t start,
+  absl::Status FillSlotMapping(RequestHandle request, GroupId group, int64_t start,
                                absl::Span<int64_t> out) const;
   // Read and write state slots of a linear-attention group for the current step.
-  absl::StatusOr<StateSlots> GetStateSlots(RequestId id, GroupId group) const;
+  absl::StatusOr<StateSlots> GetStateSlots(RequestHandle request, GroupId group) const;
   // State copies to run before the next forward pass, and newly allocated slots to zero.
   std::vector<StateCopy> TakeStateCopies();
   std::vector<SlotToZero> TakeSlotsToZero();
@@ -308,97 +313,6 @@ class KvCacheManager {
  private:
   explicit KvCacheManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-};
-
-// Appends one sampled token at a time to decoding requests: what AppendDecodeTokens does for
-// an array of DecodeToken, for a caller that visits each request in a loop of its own. The
-// common case (a valid handle, a block size that is a power of two, no block completed twice)
-// is inline and touches only the manager's per-handle arrays; a token that completes a block
-// has the block hashed at Finish (or destruction), the completions together.
-//
-// Each Append stands alone: it appends its token, or returns the error AppendTokens would
-// give (NotFound, InvalidArgument for a negative token, OutOfRange at max_model_len) and
-// changes nothing. A request may be named more than once.
-//
-// REQUIRES: no other call to the manager from StartDecodeAppend until Finish (the appender
-// holds pointers into the manager's arrays). Movable, not copyable.
-class KvCacheManager::DecodeAppender {
- public:
-  DecodeAppender(DecodeAppender&& other) noexcept : DecodeAppender(other) { other.impl_ = nullptr; }
-  DecodeAppender& operator=(DecodeAppender&&) = delete;
-  ~DecodeAppender() { Finish(); }
-
-  // `handle` as in DecodeToken: RequestHandle(id), or -1 (the id is then looked up).
-  absl::Status Append(RequestId id, int32_t handle, int32_t token) {
-    const uint32_t h = static_cast<uint32_t>(handle);
-    if (h < num_handles_ && ids_[h] == id && token >= 0 && due_[h] == 0) [[likely]] {
-      int64_t& count = counts_[h];
-      if (count < max_model_len_) [[likely]] {
-        const int64_t offset = count & tail_mask_;
-        tails_[size_t{h} * tail_stride_ + static_cast<size_t>(offset)] = token;
-        ++count;
-        if (offset == tail_mask_) Completed(h);
-        return absl::OkStatus();
-      }
-    }
-    return AppendSlow(id, handle, token);
-  }
-  // Hashes the blocks the appends completed. The manager may be used again afterwards.
-  void Finish();
-
- private:
-  friend class KvCacheManager;
-  friend class Scheduler;  // AppendKnown, Known, Completed
-  // For the scheduler, whose own state guarantees what Append checks: every append may take
-  // the inline path (block size a power of two).
-  bool AllInline() const { return num_handles_ > 0; }
-  // Append without its checks. REQUIRES: AllInline(); `handle` is the handle of a live request;
-  // token >= 0; the request holds fewer than max_model_len tokens and was not appended to since
-  // StartDecodeAppend.
-  void AppendKnown(uint32_t h, int32_t token) {
-    if (Known().Append(h, token)) Completed(h);
-  }
-  // AppendKnown's arrays, for a loop over many appends: a copy of them whose address does not
-  // escape (the appender's does), so that the loop's stores do not make the compiler reload
-  // them from the appender for every token.
-  struct KnownTails {
-    int64_t* counts;
-    int32_t* tails;
-    size_t stride;
-    int64_t mask;
-    // AppendKnown but for the completion: true when the token completed a block, for which
-    // the caller then calls Completed(h).
-    bool Append(uint32_t h, int32_t token) const {
-      int64_t& count = counts[h];
-      const int64_t offset = count & mask;
-      tails[size_t{h} * stride + static_cast<size_t>(offset)] = token;
-      ++count;
-      return offset == mask;
-    }
-    // Append when the token does not complete a block; false (nothing appended) when it would.
-    bool AppendWithinBlock(uint32_t h, int32_t token) const {
-      if ((counts[h] & mask) == mask) return false;
-      Append(h, token);
-      return true;
-    }
-  };
-  KnownTails Known() const { return {counts_, tails_, tail_stride_, tail_mask_}; }
-  DecodeAppender(const DecodeAppender&) = default;
-  explicit DecodeAppender(Impl* impl);
-  void Completed(uint32_t h);
-  absl::Status AppendSlow(RequestId id, int32_t handle, int32_t token);
-
-  Impl* impl_ = nullptr;
-  // The inline path's view of the manager's per-handle arrays. num_handles_ is 0 when the
-  // block size is not a power of two (every append then takes AppendSlow).
-  uint32_t num_handles_ = 0;
-  const RequestId* ids_ = nullptr;      // handle -> id
-  uint8_t* due_ = nullptr;              // handle -> a completed block not yet hashed
-  int64_t* counts_ = nullptr;           // handle -> token count
-  int32_t* tails_ = nullptr;            // tail_stride_ tokens per handle
-  size_t tail_stride_ = 0;
-  int64_t tail_mask_ = 0;               // block size − 1
-  int64_t max_model_len_ = 0;
 };
 
 }  // namespace kvpage

@@ -46,8 +46,8 @@ namespace kvpage {
 
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
 
-// The longest max_model_len a scheduler takes (2^30 tokens): it keeps positions in 32 bits,
-// so that a decode step reads one cache line per request.
+// The longest max_model_len a scheduler takes (2^30 tokens): the batch's sequence lengths and
+// query offsets are int32, as the kernels read them.
 inline constexpr int64_t kMaxSchedulerModelLen = int64_t{1} << 30;
 
 // Field names and defaults follow vLLM's engine arguments where the concept is the same.
@@ -236,7 +236,13 @@ class Scheduler {
   int32_t num_running() const;
   int32_t num_waiting() const;
   const SchedulerStats& stats() const;
+  // The KV cache, for reading (usage, tables, statistics). Its events are drained through
+  // DrainKvEvents, the one call that changes it from outside.
   const KvCacheManager& kv_cache() const;
+  // KvCacheManager::DrainEvents: the KV events since the last call, oldest first (empty
+  // unless config.kv.enable_kv_events). A server that enables events must drain them, or
+  // they accumulate.
+  std::vector<KvEvent> DrainKvEvents();
   const SchedulerConfig& config() const;
   int64_t max_model_len() const;  // in effect (see SchedulerConfig::max_model_len)
   // Every running request's table row matches the manager's, rows are dense, queues hold each

@@ -1,4 +1,6 @@
-// Groups and pools of a KvCacheManager, for kvpage and vllm accounting.
+// Groups and pools of a KvCacheManager, for kvpage and vllm accounting. vLLM's accounting is
+// a different layout (groups sharing one pool) and parameters of the groups
+// (GroupContext::mode), not a different code path.
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -13,6 +15,11 @@ namespace kvpage {
 namespace {
 
 using internal::GroupLayout;
+
+// The layouts are built first and the group managers once the pools exist.
+struct Layout {
+  std::vector<GroupLayout> groups;
+};
 
 // Largest id count a pool may have (ids are int32 and id 0 is the null block).
 constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
@@ -31,7 +38,8 @@ absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t block
 }
 
 // kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes.
-absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype) {
+absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
+                                 Layout& out) {
   const int64_t budget = m.config.kv_budget_bytes;
   m.block_size = m.config.block_size;
   for (size_t i = 0; i < model.groups.size(); ++i) {
@@ -42,7 +50,7 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
     g.num_layers = group.num_layers();
     g.window = group.spec.sliding_window;
     g.pool = static_cast<int32_t>(i);
-    if (g.IsAttention()) {
+    if (group.spec.IsAttention()) {
       g.block_size = m.block_size;
       KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
                               internal::AttentionTokenBytes(group.spec.attention, dtype));
@@ -63,14 +71,15 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
         target >= fits ? fits : static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(target)));
     const int64_t chunks = std::min(budget / (per_chunk * g.block_bytes), kMaxPoolBlocks / per_chunk);
     KVPAGE_RETURN_IF_ERROR(AddPool(m, g.block_bytes, per_chunk, chunks));
-    m.groups.push_back(g);
+    out.groups.push_back(g);
   }
   return absl::OkStatus();
 }
 
 // vllm: vLLM's equal-size groups sharing one block-id space; a block id costs
 // group_size × page whichever group holds it.
-absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype) {
+absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
+                               Layout& out) {
   KVPAGE_ASSIGN_OR_RETURN(internal::VllmLayout layout,
                           internal::BuildVllmLayout(model, m.config.block_size, dtype));
   const int64_t block_id_bytes = layout.uniform_single_group
@@ -94,7 +103,7 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
   }
   auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
     GroupLayout g;
-    g.id = GroupId(static_cast<int32_t>(m.groups.size()));
+    g.id = GroupId(static_cast<int32_t>(out.groups.size()));
     g.kind = spec.kind;
     g.num_layers = layers;
     g.padding_layers = padding;
@@ -102,7 +111,7 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
     g.window = spec.sliding_window;
     g.pool = 0;
     g.block_bytes = block_id_bytes;
-    m.groups.push_back(g);
+    out.groups.push_back(g);
   };
   if (layout.uniform_single_group) {
     add_group(model.groups[0].spec, model.num_layers(), 0);
@@ -158,22 +167,32 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   m->budget = std::make_unique<MemoryBudget>(config.kv_budget_bytes, config.backing);
   m->hasher = std::make_unique<BlockHasher>(config.hash_algorithm, config.hash_seed);
   const DType dtype = config.kv_cache_dtype.value_or(model.dtype);
+  Layout layout;
   if (config.mode == AccountingMode::kKvpage) {
-    KVPAGE_RETURN_IF_ERROR(BuildKvpageLayout(*m, model, dtype));
+    KVPAGE_RETURN_IF_ERROR(BuildKvpageLayout(*m, model, dtype, layout));
   } else {
-    KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype));
-  }
-  for (const GroupLayout& g : m->groups) {
-    m->has_state_groups |= !g.IsAttention();
-    m->has_windows |= g.kind == LayerKind::kSlidingWindow;
+    KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype, layout));
   }
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
-  m->one_pool_per_group = m->pools.size() == m->groups.size();
-  for (const GroupLayout& g : m->groups) {
-    m->one_pool_per_group &= g.IsAttention() && g.block_size == m->block_size;
+  m->context = internal::GroupContext{
+      .mode = config.mode,
+      .enable_prefix_caching = config.enable_prefix_caching,
+      .hash_block_size = m->block_size,
+      .max_model_len = m->max_model_len,
+      .max_num_batched_tokens = config.max_num_batched_tokens,
+      .async_scheduling = config.async_scheduling,
+      .decode_snapshot_interval_blocks = config.decode_snapshot_interval_blocks,
+      .events = &m->events};
+  for (const GroupLayout& g : layout.groups) {
+    m->groups.push_back(internal::MakeGroupManager(g, m->pools[g.pool].get(), &m->context));
+    m->hit_order.push_back(m->groups.back().get());
+    m->has_state_groups |= !m->groups.back()->is_attention();
   }
-  m->one_block_takes = m->one_pool_per_group && m->groups.size() <= 2;
-  for (const auto& pool : m->pools) m->one_block_takes &= pool->blocks_per_chunk() == 1;
+  std::stable_sort(m->hit_order.begin(), m->hit_order.end(),
+                   [](const internal::GroupManager* a, const internal::GroupManager* b) {
+                     return a->hit_rank() < b->hit_rank();
+                   });
+  m->own_pool_steps = m->pools.size() == m->groups.size() && !m->has_state_groups;
   if (config.mode == AccountingMode::kKvpage) {
     int64_t headroom = 0;
     for (const auto& pool : m->pools) headroom += pool->chunk_bytes();

@@ -66,9 +66,9 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
       run.peak_blocks[g] = std::max<int64_t>(run.peak_blocks[g], usage.pools[g].used_blocks);
     }
   };
-  const RequestId id(0);
   const int64_t prompt = std::max<int64_t>(1, context - 1);
-  KVPAGE_RETURN_IF_ERROR(manager->AddRequest({id, std::vector<int32_t>(prompt, 0)}));
+  KVPAGE_ASSIGN_OR_RETURN(const RequestHandle id,
+                          manager->AddRequest({RequestId(0), std::vector<int32_t>(prompt, 0)}));
   for (int64_t done = 0; done < prompt;) {
     const int64_t chunk = std::min<int64_t>(options.max_num_batched_tokens, prompt - done);
     KVPAGE_ASSIGN_OR_RETURN(bool ok, manager->AllocateSlots(

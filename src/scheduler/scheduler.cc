@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
-#include "profile/step_phases.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace kvpage {
@@ -125,19 +124,20 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
   spec.id = probe;
   spec.prompt_tokens.resize(static_cast<size_t>(len));
   for (int64_t i = 0; i < len; ++i) spec.prompt_tokens[i] = static_cast<int32_t>(i % 65536);
-  if (!kv->AddRequest(std::move(spec)).ok()) return false;
+  const absl::StatusOr<RequestHandle> h = kv->AddRequest(std::move(spec));
+  if (!h.ok()) return false;
   // Admitted as a waiting request is (the whole prompt reserved when the scheduler does so),
   // then computed chunk by chunk.
   bool fits = true;
   for (int64_t c = 0; c < len && fits;) {
     const int64_t n = std::min<int64_t>(config.max_num_batched_tokens, len - c);
     const int64_t reserve = c == 0 && config.reserve_full_prompt ? len - n : 0;
-    absl::StatusOr<bool> ok = kv->AllocateSlots(
-        probe, {.num_computed_tokens = c, .num_new_tokens = n, .num_reserve_tokens = reserve});
+    const absl::StatusOr<bool> ok = kv->AllocateSlots(
+        *h, {.num_computed_tokens = c, .num_new_tokens = n, .num_reserve_tokens = reserve});
     fits = ok.ok() && *ok;
     c += n;
   }
-  const bool clean = kv->Free(probe).ok() && kv->ResetPrefixCache().ok();
+  const bool clean = kv->Free(*h).ok() && kv->ResetPrefixCache().ok();
   KVPAGE_DCHECK(clean);
   (void)clean;
   kv->TakeSlotsToZero();
@@ -155,12 +155,11 @@ absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   }
   // The model's own limit: lower it to the longest request the cache can hold (vLLM fails
   // here instead and asks for a smaller max_model_len).
-  int64_t lo = 1, hi = max_model_len;  // fits(lo) is tested below, !fits(hi)
   if (!RequestFits(2)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the KV cache budget of ", config.kv.kv_budget_bytes, " bytes cannot hold a 2-token request"));
   }
-  lo = 2;
+  int64_t lo = 2, hi = max_model_len;  // fits(lo), !fits(hi)
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (RequestFits(mid) ? lo : hi) = mid;
@@ -180,13 +179,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ModelSpec& mo
 
 // ---- Requests ----
 
-absl::Status Scheduler::AddRequest(RequestSpec spec) {
-  Impl& s = *impl_;
+namespace {
+
+absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len) {
   if (!spec.id.valid()) {
     return absl::InvalidArgumentError(absl::StrCat("request id must be >= 0, got ", spec.id.value));
-  }
-  if (s.index_of.contains(spec.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
   }
   if (spec.prompt_token_ids.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " has an empty prompt"));
@@ -203,10 +200,21 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
                                                    spec.max_new_tokens));
   }
   const int64_t len = static_cast<int64_t>(spec.prompt_token_ids.size());
-  if (len >= s.max_model_len) {
+  if (len >= max_model_len) {
     return absl::OutOfRangeError(absl::StrCat("request ", spec.id.value, " has a ", len,
-                                              "-token prompt; max_model_len ", s.max_model_len,
+                                              "-token prompt; max_model_len ", max_model_len,
                                               " leaves no room for an output token"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Scheduler::AddRequest(RequestSpec spec) {
+  Impl& s = *impl_;
+  KVPAGE_RETURN_IF_ERROR(ValidateRequest(spec, s.max_model_len));
+  if (s.index_of.contains(spec.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
   }
   int32_t q;
   if (!s.free_indices.empty()) {
@@ -217,25 +225,20 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
     s.reqs.emplace_back();
   }
   SchedRequest& r = s.reqs[q];
+  const int64_t len = static_cast<int64_t>(spec.prompt_token_ids.size());
   r = SchedRequest{};
   r.id = spec.id;
-  r.status = RequestStatus::kWaiting;
   r.tokens = std::move(spec.prompt_token_ids);
   r.num_tokens = len;
   r.prompt_len = len;
   r.max_new_tokens = spec.max_new_tokens;
-  // (len <= max_model_len, which is at most kMaxSchedulerModelLen: the limit fits 32 bits.)
-  r.length_limit =
-      static_cast<int32_t>(std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens));
+  r.length_limit = std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens);
   r.stop_token_ids = std::move(spec.stop_token_ids);
-  r.has_stop_tokens = !r.stop_token_ids.empty();
   r.priority = spec.priority;
   r.arrival_time = spec.arrival_time;
   r.seq = s.next_seq++;
   r.cache_salt = std::move(spec.cache_salt);
   r.lora_id = spec.lora_id;
-  r.synced_blocks.assign(s.attention.size(), 0);
-  r.synced_released.assign(s.attention.size(), 0);
   s.index_of.emplace(r.id, q);
   s.PushWaiting(q, /*front=*/false);
   return absl::OkStatus();
@@ -250,7 +253,7 @@ absl::Status Scheduler::Abort(RequestId id) {
   const int32_t q = it->second;
   if (s.reqs[q].status == RequestStatus::kWaiting) {
     s.EraseWaiting(q);
-    if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(id));
+    if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
   } else {
     s.LeaveRunning(q);
   }
@@ -259,6 +262,8 @@ absl::Status Scheduler::Abort(RequestId id) {
   s.Release(q);
   return absl::OkStatus();
 }
+
+// ---- Queues ----
 
 void Scheduler::Impl::PushWaiting(int32_t q, bool front) {
   reqs[q].status = RequestStatus::kWaiting;
@@ -278,6 +283,8 @@ int32_t Scheduler::Impl::PeekWaiting() const {
   if (config.policy == SchedulingPolicy::kFcfs) return fcfs_waiting.empty() ? -1 : fcfs_waiting.front();
   return priority_waiting.empty() ? -1 : priority_waiting.front();
 }
+
+bool Scheduler::Impl::NoneWaiting() const { return PeekWaiting() < 0; }
 
 void Scheduler::Impl::PopWaiting() {
   if (config.policy == SchedulingPolicy::kFcfs) {
@@ -299,8 +306,7 @@ void Scheduler::Impl::EraseWaiting(int32_t q) {
 
 void Scheduler::Impl::LeaveRunning(int32_t q) {
   SchedRequest& r = reqs[q];
-  // The manager knows every running request; Free cannot fail for it.
-  const absl::Status freed = kv->Free(r.id);
+  const absl::Status freed = kv->Free(r.kv);
   KVPAGE_DCHECK(freed.ok());
   (void)freed;
   r.in_manager = false;
@@ -309,23 +315,21 @@ void Scheduler::Impl::LeaveRunning(int32_t q) {
   r.status = RequestStatus::kWaiting;
 }
 
-absl::Status Scheduler::Impl::FreeKeepingTokens(int32_t q) {
+void Scheduler::Impl::FreeKeepingTokens(int32_t q) {
   SchedRequest& r = reqs[q];
-  KVPAGE_ASSIGN_OR_RETURN(absl::Span<const int32_t> tokens, kv->Tokens(r.id));
-  r.tokens.assign(tokens.begin(), tokens.end());
-  KVPAGE_RETURN_IF_ERROR(kv->Free(r.id));
+  const absl::StatusOr<absl::Span<const int32_t>> tokens = kv->Tokens(r.kv);
+  KVPAGE_DCHECK(tokens.ok());
+  if (tokens.ok()) r.tokens.assign(tokens->begin(), tokens->end());
+  const absl::Status freed = kv->Free(r.kv);
+  KVPAGE_DCHECK(freed.ok());
+  (void)freed;
   r.in_manager = false;
-  return absl::OkStatus();
 }
 
 void Scheduler::Impl::Release(int32_t q) {
   SchedRequest& r = reqs[q];
   index_of.erase(r.id);
-  r.status = RequestStatus::kFree;
-  r.tokens = {};
-  r.stop_token_ids = {};
-  r.num_drafts = 0;
-  r.scheduled_step = 0;
+  r = SchedRequest{};
   free_indices.push_back(q);
 }
 
@@ -350,42 +354,7 @@ absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t r
   return absl::OkStatus();
 }
 
-// The OR over i of f(values[i], i) (i as 32 bits), eight lanes side by side: a shape GCC vectorizes at
-// -O2 (its cheap cost model leaves a plain loop of unknown length scalar), so one pass over a
-// step's samples costs about one instruction per token instead of six. (Raw pointers:
-// through Span's operator[], which checks its bound in Debian's hardened Abseil, GCC keeps
-// the lanes scalar.)
-template <typename F>
-uint32_t OrOverLanes(absl::Span<const int32_t> values, F f) {
-  constexpr size_t kLanes = 8;
-  const int32_t* v = values.data();
-  const size_t n = values.size();
-  uint32_t lanes[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const uint32_t base = static_cast<uint32_t>(i);
-    for (uint32_t j = 0; j < kLanes; ++j) lanes[j] |= f(v[i + j], base + j);
-  }
-  uint32_t all = 0;
-  for (; i < n; ++i) all |= f(v[i], static_cast<uint32_t>(i));
-  for (uint32_t lane : lanes) all |= lane;
-  return all;
-}
-
-// Whether any value is negative: the OR of all of them has the sign bit set.
-bool AnyNegative(absl::Span<const int32_t> values) {
-  return OrOverLanes(values, [](int32_t v, uint32_t) { return static_cast<uint32_t>(v); }) >> 31;
-}
-
-// Whether offsets[i] == i for every i (every request sampled exactly one token).
-bool IsIota(absl::Span<const int32_t> offsets) {
-  return OrOverLanes(offsets, [](int32_t v, uint32_t i) { return static_cast<uint32_t>(v) ^ i; }) ==
-         0;
-}
-
-// The first negative id, if any (one vectorizable pass when there is none).
 absl::Status CheckTokenIds(absl::Span<const int32_t> tokens, absl::string_view name) {
-  if (!AnyNegative(tokens)) return absl::OkStatus();
   for (int32_t t : tokens) {
     if (t < 0) return absl::InvalidArgumentError(absl::StrCat(name, " token id ", t, " is negative"));
   }
@@ -398,16 +367,26 @@ int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
 
 }  // namespace
 
-absl::Status Scheduler::Impl::CheckSampleCounts(const SchedulerOutput& output,
-                                                const ModelOutput& result) const {
-  // The offsets' ends were checked: a decrease shows as a negative count.
-  const bool has_offsets = !result.sampled_offsets.empty();
-  const int32_t* offsets = result.sampled_offsets.data();
-  for (size_t i = 0; i < output.requests.size(); ++i) {
+absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
+                                               const ModelOutput& result) const {
+  const size_t n = output.requests.size();
+  const size_t num_sampled = result.sampled_token_ids.size();
+  if (result.sampled_offsets.empty()) {
+    // Left out: every request samples one token, in order, or none samples.
+    if (num_sampled != 0 && !(output.one_sample_each && num_sampled == n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sampled offsets are empty with ", num_sampled, " sampled tokens for ", n,
+          " scheduled requests: they may be left out only when every request samples one token "
+          "(SchedulerOutput::one_sample_each)"));
+    }
+  } else {
+    KVPAGE_RETURN_IF_ERROR(CheckCsr(result.sampled_offsets, num_sampled, n, "sampled"));
+  }
+  for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    const int32_t k = has_offsets ? offsets[i + 1] - offsets[i] : 0;
+    const int32_t k = result.sampled_offsets.empty() ? (num_sampled == n ? 1 : 0)
+                                                     : CsrCount(result.sampled_offsets, i);
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
-    if (k < 0) return absl::InvalidArgumentError(absl::StrCat("sampled offsets decrease at ", i));
     if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
@@ -415,7 +394,25 @@ absl::Status Scheduler::Impl::CheckSampleCounts(const SchedulerOutput& output,
     return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
                                                    sr.num_draft_tokens + 1, " tokens, got ", k));
   }
-  return absl::OkStatus();
+  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
+  return CheckTokenIds(result.draft_token_ids, "draft");
+}
+
+int32_t Scheduler::Impl::ScheduledIndexOf(const ScheduledRequest& sr) const {
+  // Its row's owner, unless rows moved since the output was built (an abort in between).
+  int32_t q = -1;
+  const size_t row = static_cast<size_t>(sr.row);
+  if (row < row_owner.size() && reqs[row_owner[row]].id == sr.id) {
+    q = row_owner[row];
+  } else if (auto it = index_of.find(sr.id); it != index_of.end()) {
+    q = it->second;
+  }
+  // Still the request scheduled as sr in this step (not aborted since, its index not reused).
+  if (q < 0 || reqs[q].status != RequestStatus::kRunning || reqs[q].scheduled_step != step) {
+    return -1;
+  }
+  return q;
 }
 
 void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {
@@ -427,200 +424,75 @@ void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& updat
   ++stats.finished;
 }
 
-void Scheduler::Impl::ApplyOneSampleEach(const SchedulerOutput& output, const int32_t* sampled,
-                                         UpdateResult& update) {
-  const size_t n = output.requests.size();
-  const ScheduledRequest* srs = output.requests.data();
-  SchedRequest* rq = reqs.data();
-  // When request i is the owner of row i and every one is still scheduled, the loop reads
-  // the row owners (4 bytes a request) instead of the output's entries (32).
-  const int32_t* owners = rows_match_output ? row_owner.data() : nullptr;
-  finishing.clear();
-  // Tokens go to the KV cache from these loops; requests that stop are finished after them,
-  // as the appender must be the cache's only user until it finishes.
-  KvCacheManager::DecodeAppender append = kv->StartDecodeAppend();
-  // Counts request q's sampled token t; true when the token goes to the cache, false when it
-  // ends the request.
-  auto count_sample = [&](SchedRequest& r, int32_t q, int32_t t) {
-    ++r.num_tokens;
-    if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
-                                 r.stop_token_ids.end()) [[unlikely]] {
-      finishing.push_back({q, FinishReason::kStop});
-      return false;
-    }
-    if (r.num_tokens >= r.length_limit) [[unlikely]] {
-      // NumOutput() >= max_new_tokens or num_tokens >= max_model_len.
-      finishing.push_back({q, r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
-                                                                : FinishReason::kMaxModelLen});
-      return false;
-    }
-    return true;
-  };
-  if (owners != nullptr && append.AllInline()) {
-    // What is left of Append's checks holds by the scheduler's own state: a running request's
-    // kv_handle is its handle in the cache (CheckInvariants), Update checked every token id,
-    // the cache holds the request's num_tokens − 1 tokens, fewer than max_model_len (no larger
-    // than the cache's) after count_sample, and a request samples once. So AppendKnown.
-    const KvCacheManager::DecodeAppender::KnownTails known = append.Known();
-    for (size_t i = 0; i < n; ++i) {
-      i = TakePlainSamples(rq, owners, sampled, i, n, known);
-      if (i == n) break;
-      const int32_t q = owners[i];
-      SchedRequest& r = rq[q];
-      const int32_t t = sampled[i];
-      if (!count_sample(r, q, t)) continue;
-      KVPAGE_DCHECK(kv->RequestHandle(r.id) == r.kv_handle && t >= 0);
-      append.AppendKnown(static_cast<uint32_t>(r.kv_handle), t);
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      int32_t q;
-      if (owners != nullptr) {
-        q = owners[i];
-      } else {
-        q = ScheduledIndexOf(srs[i]);
-        if (q < 0 || !StillScheduled(rq[q], srs[i])) continue;
-      }
-      SchedRequest& r = rq[q];
-      const int32_t t = sampled[i];
-      if (!count_sample(r, q, t)) continue;
-      const absl::Status appended = append.Append(r.id, r.kv_handle, t);
-      KVPAGE_DCHECK(appended.ok());  // running, and shorter than max_model_len (checked above)
-      (void)appended;
-    }
-  }
-  append.Finish();
-  for (const auto& [q, reason] : finishing) Finish(q, reason, update);
-}
-
-size_t Scheduler::Impl::TakePlainSamples(SchedRequest* rq, const int32_t* owners,
-                                         const int32_t* sampled, size_t i, size_t n,
-                                         const KvCacheManager::DecodeAppender::KnownTails& known) {
-  const KvCacheManager::DecodeAppender::KnownTails tails = known;  // in registers
-  for (; i < n; ++i) {
-    SchedRequest& r = rq[owners[i]];
-    const int32_t num_tokens = r.num_tokens + 1;
-    if (r.has_stop_tokens || num_tokens >= r.length_limit) return i;
-    KVPAGE_DCHECK(sampled[i] >= 0);
-    if (!tails.AppendWithinBlock(static_cast<uint32_t>(r.kv_handle), sampled[i])) return i;
-    r.num_tokens = num_tokens;
-  }
-  return n;
-}
-
-size_t Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
-                                     UpdateResult& update) {
-  const size_t n = output.requests.size();
-  const int32_t* offsets = result.sampled_offsets.data();
-  size_t num_append = 0;
+void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
+                                   UpdateResult& update) {
+  const bool has_offsets = !result.sampled_offsets.empty();
   const bool drafts = config.num_speculative_tokens > 0;
-  for (size_t i = 0; i < n; ++i) {
+  append_tokens.clear();
+  finishing.clear();
+  for (size_t i = 0; i < output.requests.size(); ++i) {
     const ScheduledRequest& sr = output.requests[i];
     const int32_t q = ScheduledIndexOf(sr);
-    if (q < 0 || !StillScheduled(reqs[q], sr)) continue;
+    if (q < 0 || !sr.samples) continue;
     SchedRequest& r = reqs[q];
-    if (!sr.samples) continue;
-    const int32_t k = offsets[i + 1] - offsets[i];
-    const int32_t* sampled = result.sampled_token_ids.data() + offsets[i];
+    const int32_t k = has_offsets ? CsrCount(result.sampled_offsets, i) : 1;
+    const int32_t* sampled =
+        result.sampled_token_ids.data() + (has_offsets ? result.sampled_offsets[i] : i);
     if (drafts) {
       const int32_t rejected = sr.num_draft_tokens - (k - 1);
       r.num_computed -= rejected;
       update.stats.num_rejected_drafts += rejected;
       update.stats.num_accepted_drafts += k - 1;
     }
-    // Keep tokens up to the first that ends the request.
+    // The sampled tokens up to the first that ends the request (it is output too).
     int32_t keep = 0;
     bool finished = false;
     FinishReason reason = FinishReason::kStop;
     while (keep < k && !finished) {
       const int32_t t = sampled[keep++];
-      if (r.has_stop_tokens &&
-          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
+      if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
         finished = true;
-        reason = FinishReason::kStop;
-      } else if (r.NumOutput() + keep >= r.max_new_tokens) {
+      } else if (r.num_tokens + keep >= r.length_limit) {
         finished = true;
-        reason = FinishReason::kLength;
-      } else if (r.num_tokens + keep >= max_model_len) {
-        finished = true;
-        reason = FinishReason::kMaxModelLen;
+        reason = r.NumOutput() + keep >= r.max_new_tokens ? FinishReason::kLength
+                                                          : FinishReason::kMaxModelLen;
       }
     }
     r.num_tokens += keep;
     if (finished) {
-      Finish(q, reason, update);
+      finishing.emplace_back(q, reason);  // after the appends, in this order
       continue;
     }
     if (keep == 1) {
-      append_tokens[num_append++] = {r.id, r.kv_handle, sampled[0]};  // appended together below
+      append_tokens.push_back({r.kv, sampled[0]});  // appended together below
     } else {
-      const absl::Status appended = kv->AppendTokens(r.id, {sampled, static_cast<size_t>(keep)});
+      const absl::Status appended = kv->AppendTokens(r.kv, {sampled, static_cast<size_t>(keep)});
       KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
       (void)appended;
     }
     if (!drafts) continue;  // r.num_drafts stays 0
-    // Drafts for the next step, capped by the configuration and by max_model_len.
     const int32_t d = CsrCount(result.draft_offsets, i);
     const int64_t room = max_model_len - r.num_tokens - config.num_speculative_tokens;
-    const int32_t take = static_cast<int32_t>(std::clamp<int64_t>(
+    r.num_drafts = static_cast<int32_t>(std::clamp<int64_t>(
         std::min<int64_t>(d, config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
-    r.num_drafts = take;
   }
-  return num_append;
+  const absl::Status appended = kv->AppendDecodeTokens(append_tokens);
+  KVPAGE_DCHECK(appended.ok());  // every request is running, lengths were checked above
+  (void)appended;
+  for (const auto& [q, reason] : finishing) Finish(q, reason, update);
 }
 
 absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
                                                const ModelOutput& result) {
-  KVPAGE_STEP_PHASE(StepPhase::kUpdate);
   Impl& s = *impl_;
   if (&output != &s.out || output.step != s.step || s.applied) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Update expects the output of the latest Schedule() (step ", s.step,
         "), once; got step ", output.step));
   }
-  const size_t n = output.requests.size();
-  const bool has_offsets = !result.sampled_offsets.empty();
-  const int32_t* offsets = result.sampled_offsets.data();
-  const size_t num_sampled = result.sampled_token_ids.size();
-  if (has_offsets && (result.sampled_offsets.size() != n + 1 || offsets[0] != 0 ||
-                      static_cast<size_t>(offsets[n]) != num_sampled)) {
-    return absl::InvalidArgumentError(absl::StrCat("sampled offsets must have ", n + 1,
-                                                   " entries from 0 to ", num_sampled, ", got ",
-                                                   result.sampled_offsets.size(), " entries"));
-  }
-  // Empty offsets: nothing sampled, or one token per request where every request samples one.
-  if (!has_offsets && num_sampled != 0 && !(output.one_sample_each && num_sampled == n)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampled offsets are empty with ", num_sampled, " sampled tokens for ", n,
-        " scheduled requests: they may be left out only when every request samples one token "
-        "(SchedulerOutput::one_sample_each)"));
-  }
-  // In a plain decode step every request samples one token: offsets 0, 1, …, n (if given),
-  // checked in one vectorizable pass. Otherwise each request's count is checked against its
-  // schedule.
-  const bool one_each = output.one_sample_each && num_sampled == n;
-  if (one_each) {
-    if (has_offsets && !IsIota(result.sampled_offsets)) {
-      KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
-    }
-  } else {
-    KVPAGE_RETURN_IF_ERROR(s.CheckSampleCounts(output, result));
-  }
-  KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.draft_token_ids, "draft"));
-
+  KVPAGE_RETURN_IF_ERROR(s.CheckModelOutput(output, result));
   UpdateResult update;
-  if (one_each) {
-    s.ApplyOneSampleEach(output, result.sampled_token_ids.data(), update);
-  } else {
-    // Tokens for the batched append, written by index (sized for every request up front).
-    s.append_tokens.resize(n);
-    s.append_tokens.resize(s.ApplySamples(output, result, update));
-    const absl::Status appended = s.kv->AppendDecodeTokens(s.append_tokens);
-    KVPAGE_DCHECK(appended.ok());  // every id is running, lengths were checked above
-    (void)appended;
-  }
+  s.ApplySamples(output, result, update);
   s.applied = true;
   update.stats.num_running = static_cast<int32_t>(s.running.size());
   update.stats.num_waiting = num_waiting();
@@ -628,8 +500,6 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
   update.stats.num_preempted = static_cast<int32_t>(output.preempted_ids.size());
   return update;
 }
-
-// ---- Accessors ----
 
 bool Scheduler::HasUnfinishedRequests() const { return !impl_->index_of.empty(); }
 int32_t Scheduler::num_running() const { return static_cast<int32_t>(impl_->running.size()); }
@@ -640,6 +510,7 @@ int32_t Scheduler::num_waiting() const {
 }
 const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
 const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
+std::vector<KvEvent> Scheduler::DrainKvEvents() { return impl_->kv->DrainEvents(); }
 const SchedulerConfig& Scheduler::config() const { return impl_->config; }
 int64_t Scheduler::max_model_len() const { return impl_->max_model_len; }
 
@@ -665,26 +536,25 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " is queued ", in_waiting,
                                               " times and running ", in_running, " times"));
     }
-    if ((is_running && !r.in_manager) || s.kv->HasRequest(r.id) != r.in_manager) {
+    if ((is_running && !r.in_manager) || s.kv->Find(r.id).has_value() != r.in_manager) {
       return absl::InternalError(absl::StrCat("request ", r.id.value,
                                               " disagrees with the KV cache on being admitted"));
     }
     in_manager += r.in_manager ? 1 : 0;
     if (is_running) {
-      // The cached horizon must be the cache's: a stale one could skip a step that needs it.
-      absl::StatusOr<DecodeHorizon> quiet = s.kv->QuietDecodeHorizon(r.id);
-      if (!quiet.ok() || quiet->tokens != r.quiet_tokens || quiet->release != r.quiet_release) {
-        return absl::InternalError(absl::StrCat(
-            "request ", r.id.value, " keeps the quiet decode horizon (", r.quiet_tokens, ", ",
-            r.quiet_release, ") where the KV cache has (", quiet.ok() ? quiet->tokens : -1, ", ",
-            quiet.ok() ? quiet->release : -1, ")"));
+      // The kept NextEvent must be the cache's: a stale one could skip a step that needs it.
+      const absl::StatusOr<int64_t> next = s.kv->NextEvent(r.kv);
+      if (!next.ok() || *next != r.next_event) {
+        return absl::InternalError(absl::StrCat("request ", r.id.value, " keeps next event ",
+                                                r.next_event, " where the KV cache has ",
+                                                next.ok() ? *next : -1));
       }
     }
-    if (r.in_manager && r.kv_handle != s.kv->RequestHandle(r.id)) {
+    if (r.in_manager && s.kv->Find(r.id) != r.kv) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has a stale cache handle"));
     }
     // Tokens live in exactly one place: the KV cache while it holds the request, here otherwise.
-    const int64_t held = r.in_manager ? static_cast<int64_t>(s.kv->Tokens(r.id)->size())
+    const int64_t held = r.in_manager ? static_cast<int64_t>(s.kv->Tokens(r.kv)->size())
                                       : static_cast<int64_t>(r.tokens.size());
     if (held != r.num_tokens || (r.in_manager && !r.tokens.empty())) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has ", r.num_tokens,

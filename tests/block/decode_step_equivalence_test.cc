@@ -1,13 +1,11 @@
-// The batched decode calls (AppendDecodeTokens + AllocateDecodeStep, which skip requests whose
-// step needs nothing by reading the manager's flat per-handle summaries) must leave the manager
-// exactly as the per-request calls (AppendTokens + AllocateSlots) do: same block tables, same
-// free orders, same usage, same number of requests served when memory runs out. Two managers
-// are driven through the same seeded decode workload (shared prefixes for hits, sliding
-// windows, recurrent state, finishing and new requests, a tight budget) and compared after
-// every step, with CheckInvariants on both. A third manager skips every step its request's
-// QuietDecodeHorizon (read after the request's last allocation, as a scheduler caches it)
-// calls quiet, and must match as well (it appends its tokens through a DecodeAppender); the
-// batch call's horizons must be the requests'.
+// The batched decode calls (AppendDecodeTokens + AllocateDecodeStep, which skip the steps that
+// end before their request's NextEvent) must leave the manager exactly as the per-request
+// calls (AppendTokens + AllocateSlots) do: same block tables, same free orders, same usage,
+// same number of requests served when memory runs out. Two managers are driven through the
+// same seeded decode workload (shared prefixes for hits, sliding windows, recurrent state,
+// finishing and new requests, a tight budget) and compared after every step, with
+// CheckInvariants on both. A third manager skips every step that ends before the NextEvent it
+// read after the request's last allocation (as a scheduler keeps it), and must match as well.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -23,6 +21,8 @@
 namespace kvpage {
 namespace {
 
+using testing::H;
+
 struct Case {
   std::string name;
   const char* model;
@@ -37,8 +37,7 @@ struct Case {
   // Request steps the third manager skipped: in steady decode all but the one in 16 that
   // crosses into a block and, with caching, the one that fills a block (about 14 in 16).
   int64_t quiet_steps;
-  // Chunks of one block each (blocks of 2 MiB and more on real models): the batch call's
-  // crossings then take their blocks through BlockPool::OneBlockTakes.
+  // Chunks of one block each (blocks of 2 MiB and more on real models).
   bool one_block_chunks = false;
 };
 
@@ -48,7 +47,7 @@ struct Live {
   RequestId id;
   int64_t computed = 0;
   int64_t end = 0;  // finishes once it has this many tokens
-  DecodeHorizon quiet;  // manager q's horizon after the request's last allocation
+  int64_t next_event = 0;  // manager q's NextEvent after the request's last allocation
 };
 
 class DecodeStepEquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -96,12 +95,12 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       KVPAGE_EXPECT_INVARIANTS(*m);
       for (const Live& r : live) {
         for (GroupId g : attention) {
-          auto ta = a.BlockTable(r.id, g);
-          auto tm = m->BlockTable(r.id, g);
+          auto ta = a.BlockTable(H(a, r.id), g);
+          auto tm = m->BlockTable(H(*m, r.id), g);
           ASSERT_TRUE(ta.ok() && tm.ok());
           ASSERT_EQ(testing::Ids(*ta), testing::Ids(*tm)) << "request " << r.id.value;
         }
-        ASSERT_EQ(a.Tokens(r.id)->size(), m->Tokens(r.id)->size());
+        ASSERT_EQ(a.Tokens(H(a, r.id))->size(), m->Tokens(H(*m, r.id))->size());
       }
       for (GroupId g : attention) {
         ASSERT_EQ(testing::Ids(a.FreeBlockOrder(g)), testing::Ids(m->FreeBlockOrder(g)));
@@ -110,10 +109,10 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       ASSERT_EQ(a.Usage().mapped_bytes, m->Usage().mapped_bytes);
     }
   };
-  auto horizon = [&](RequestId id) {
-    auto h = q.QuietDecodeHorizon(id);
+  auto next_event = [&](RequestId id) {
+    auto h = q.NextEvent(H(q, id));
     EXPECT_TRUE(h.ok()) << h.status();
-    return h.ok() ? *h : DecodeHorizon{};
+    return h.ok() ? *h : int64_t{-1};
   };
 
   // Admits a new request on both managers (same hit, same prefill); false if it does not fit.
@@ -124,28 +123,26 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
     const RequestId id(next_id++);
     const int64_t len = static_cast<int64_t>(prompt.size());
     for (KvCacheManager* m : all) ASSERT_TRUE(m->AddRequest({id, prompt}).ok());
-    const DecodeHorizon before = horizon(id);
-    EXPECT_EQ(before.tokens, 0);  // nothing is quiet before the first allocation
-    EXPECT_EQ(before.release, 0);
+    EXPECT_EQ(next_event(id), 0);  // nothing is quiet before the first allocation
     bool fits[3];
     int k = 0;
     for (KvCacheManager* m : all) {
-      auto hit = m->GetComputedBlocks(id);
+      auto hit = m->GetComputedBlocks(H(*m, id));
       ASSERT_TRUE(hit.ok()) << hit.status();
       AllocationRequest req{.num_computed_tokens = hit->num_tokens,
                             .num_new_tokens = len - hit->num_tokens,
                             .hit = &*hit};
-      auto ok = m->AllocateSlots(id, req);
+      auto ok = m->AllocateSlots(H(*m, id), req);
       ASSERT_TRUE(ok.ok()) << ok.status();
       fits[k++] = *ok;
     }
     ASSERT_EQ(fits[0], fits[1]);
     ASSERT_EQ(fits[0], fits[2]);
     if (!fits[0]) {
-      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(id).ok());
+      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(H(*m, id)).ok());
       return;
     }
-    live.push_back({id, len, len + uniform(1, 90), horizon(id)});
+    live.push_back({id, len, len + uniform(1, 90), next_event(id)});
   };
 
   for (int step = 0; step < 160; ++step) {
@@ -157,53 +154,43 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       if (HasFatalFailure()) return;
       if (live.size() == before) break;  // memory is short: decode what runs
     }
-    // One sampled token each: per request on a, in one batch on b, through a DecodeAppender
-    // on q. Half the batch names its request by handle, half by id only.
+    // One sampled token each: per request on a and q, in one batch on b.
     std::vector<DecodeToken> tokens;
     std::vector<DecodeStep> steps;
-    std::vector<int32_t> q_handles;  // asked before the appender starts (it must be q's only use)
-    for (size_t i = 0; i < live.size(); ++i) {
-      q_handles.push_back(i % 2 == 0 ? q.RequestHandle(live[i].id) : -1);
-    }
-    KvCacheManager::DecodeAppender append = q.StartDecodeAppend();
-    for (size_t i = 0; i < live.size(); ++i) {
+    for (const Live& r : live) {
       const int32_t token = static_cast<int32_t>(uniform(0, 999));
-      const int32_t handle = i % 2 == 0 ? b.RequestHandle(live[i].id) : -1;
-      tokens.push_back({live[i].id, handle, token});
-      steps.push_back({live[i].id, live[i].computed, 1, handle});
-      ASSERT_TRUE(a.AppendTokens(live[i].id, {token}).ok());
-      ASSERT_TRUE(append.Append(live[i].id, q_handles[i], token).ok());
+      tokens.push_back({H(b, r.id), token});
+      steps.push_back({H(b, r.id), r.computed, 1});
+      ASSERT_TRUE(a.AppendTokens(H(a, r.id), {token}).ok());
+      ASSERT_TRUE(q.AppendTokens(H(q, r.id), {token}).ok());
     }
-    append.Finish();
     ASSERT_TRUE(b.AppendDecodeTokens(tokens).ok());
     // Per request, in order, up to the first that does not fit; the batch must agree.
     int64_t served_a = 0;
     for (const Live& r : live) {
-      auto ok = a.AllocateSlots(r.id, {.num_computed_tokens = r.computed, .num_new_tokens = 1});
+      auto ok = a.AllocateSlots(H(a, r.id), {.num_computed_tokens = r.computed, .num_new_tokens = 1});
       ASSERT_TRUE(ok.ok()) << ok.status();
       if (!*ok) break;
       ++served_a;
     }
-    std::vector<DecodeHorizon> horizons(steps.size(), DecodeHorizon{-1, -1});
-    auto served_b = b.AllocateDecodeStep(steps, absl::MakeSpan(horizons));
+    auto served_b = b.AllocateDecodeStep(steps);
     ASSERT_TRUE(served_b.ok()) << served_b.status();
     ASSERT_EQ(*served_b, served_a) << "step " << step;
-    // Each served step's horizon is the request's right after it.
+    // The rule is one: each served request's NextEvent is the same in both.
     for (int64_t i = 0; i < served_a; ++i) {
-      const DecodeHorizon want = *b.QuietDecodeHorizon(live[i].id);
-      ASSERT_EQ(horizons[i].tokens, want.tokens) << "step " << step << " request " << i;
-      ASSERT_EQ(horizons[i].release, want.release) << "step " << step << " request " << i;
+      ASSERT_EQ(*b.NextEvent(H(b, live[i].id)), *a.NextEvent(H(a, live[i].id)))
+          << "step " << step << " request " << i;
     }
     int64_t served_q = 0;
     for (Live& r : live) {
-      if (r.computed + 1 <= r.quiet.tokens && r.computed < r.quiet.release) {
+      if (r.computed + 1 < r.next_event) {
         ++quiet_steps;
         ++served_q;
         continue;
       }
-      auto ok = q.AllocateSlots(r.id, {.num_computed_tokens = r.computed, .num_new_tokens = 1});
+      auto ok = q.AllocateSlots(H(q, r.id), {.num_computed_tokens = r.computed, .num_new_tokens = 1});
       ASSERT_TRUE(ok.ok()) << ok.status();
-      r.quiet = horizon(r.id);
+      r.next_event = next_event(r.id);
       if (!*ok) break;
       ++served_q;
     }
@@ -214,7 +201,7 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
     for (int64_t i = 0; i < served_a; ++i) ++live[i].computed;
     if (served_a < static_cast<int64_t>(live.size())) {
       ++failed_steps;
-      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(live[served_a].id).ok());
+      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(H(*m, live[served_a].id)).ok());
       live.erase(live.begin() + served_a);
     } else {
       ++served_steps;
@@ -225,7 +212,7 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
         ++i;
         continue;
       }
-      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(live[i].id).ok());
+      for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(H(*m, live[i].id)).ok());
       live.erase(live.begin() + static_cast<int64_t>(i));
     }
     expect_same("after frees, step " + std::to_string(step));

@@ -38,6 +38,8 @@
 namespace kvpage {
 namespace {
 
+using testing::H;
+
 constexpr uint64_t kHashSeed = 0x5eed;
 
 uint64_t Mix(uint64_t x) {  // splitmix64
@@ -256,8 +258,8 @@ class Fuzzer {
     // AfterOp checks that the mapped bytes keep adding up.
     auto geometry_probe = KvCacheManager::Create(spec_, config);
     ASSERT_TRUE(geometry_probe.ok()) << geometry_probe.status();
-    AssertOk((*geometry_probe)->AddRequest({RequestId(1), {1}}));
-    auto probed = (*geometry_probe)->AllocateSlots(RequestId(1), {.num_new_tokens = 1});
+    AssertOk((*geometry_probe)->AddRequest({RequestId(1), {1}}).status());
+    auto probed = (*geometry_probe)->AllocateSlots(H(**geometry_probe, 1), {.num_new_tokens = 1});
     ASSERT_TRUE(probed.ok() && *probed) << probed.status();
     for (const PoolUsage& p : (*geometry_probe)->Usage().pools) {
       ASSERT_EQ(p.mapped_chunks, 1);
@@ -437,7 +439,7 @@ class Fuzzer {
     spec.skip_prefix_cache_read = r->skip_read;
     Log(absl::StrCat("add r", r->id.value, " prompt ", prompt.size(),
                      r->salt.empty() ? "" : " salted", r->skip_read ? " skip-read" : ""));
-    AssertOk(m_->AddRequest(spec));
+    AssertOk(m_->AddRequest(spec).status());
     ++stats_.adds;
     live_.push_back(std::move(r));
   }
@@ -459,7 +461,7 @@ class Fuzzer {
     const int64_t processed = Uniform(0, r->scheduled_step == step_ ? r->step_start : r->computed);
     Log(absl::StrCat("RemoveSkippedBlocks r", r->id.value, " processed ", processed));
     const auto before = Tables(*r);
-    AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
+    AssertOk(m_->RemoveSkippedBlocks(H(*m_, r->id), processed));
     r->max_processed = std::max(r->max_processed, processed);
     const auto after = Tables(*r);
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
@@ -481,7 +483,7 @@ class Fuzzer {
     const int64_t new_id = next_id_++;
     Log(absl::StrCat("preempt r", r->id.value, " (", r->tokens.size(), " tokens, computed ",
                      r->computed, ") -> r", new_id));
-    AssertOk(m_->Free(r->id));
+    AssertOk(m_->Free(H(*m_, r->id)));
     AssertOk(m_->CheckInvariants());
     ASSERT_NO_FATAL_FAILURE(ConsumeEvents());
     auto fresh = std::make_unique<Req>();
@@ -493,8 +495,8 @@ class Fuzzer {
     fresh->max_len = std::max(r->max_len, fresh->prompt_len + 1);
     KvRequestSpec spec{fresh->id, fresh->tokens};
     spec.extras.cache_salt = fresh->salt;
-    AssertOk(m_->AddRequest(spec));
-    auto hit = m_->GetComputedBlocks(fresh->id);
+    AssertOk(m_->AddRequest(spec).status());
+    auto hit = m_->GetComputedBlocks(H(*m_, fresh->id));
     ASSERT_TRUE(hit.ok()) << hit.status();
     ASSERT_NO_FATAL_FAILURE(CheckHit(*fresh, *hit));
     ASSERT_NO_FATAL_FAILURE(CountQuery(*fresh, *hit));
@@ -523,7 +525,7 @@ class Fuzzer {
     Req* r = !done.empty() ? Pick(done) : (Chance(0.3) ? Pick(c) : nullptr);
     if (r == nullptr) return OpSchedule();
     Log(absl::StrCat("finish r", r->id.value, " (", r->tokens.size(), " tokens)"));
-    AssertOk(m_->Free(r->id));
+    AssertOk(m_->Free(H(*m_, r->id)));
     Remember(*r);
     ++stats_.finished;
     RemoveLive(r);
@@ -551,7 +553,7 @@ class Fuzzer {
     const int64_t k = Uniform(1, max_k);
     Log(absl::StrCat("RollbackTokens r", r->id.value, " ", k, " of ", r->tokens.size()));
     const KvCacheUsage before = m_->Usage();
-    const absl::Status s = m_->RollbackTokens(r->id, k);
+    const absl::Status s = m_->RollbackTokens(H(*m_, r->id), k);
     if (absl::IsFailedPrecondition(s)) {
       // Refused: a block those tokens completed is shared with another request.
       Log("  -> refused (shared block)");
@@ -590,7 +592,7 @@ class Fuzzer {
     while (!live_.empty()) {
       Req* r = live_.back().get();
       Log(absl::StrCat("drain r", r->id.value));
-      AssertOk(m_->Free(r->id));
+      AssertOk(m_->Free(H(*m_, r->id)));
       Remember(*r);
       RemoveLive(r);
     }
@@ -621,7 +623,7 @@ class Fuzzer {
     std::vector<std::vector<BlockId>> t(m_->num_groups());
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       if (IsLinear(g)) continue;
-      auto table = m_->BlockTable(r.id, GroupId(g));
+      auto table = m_->BlockTable(H(*m_, r.id), GroupId(g));
       EXPECT_TRUE(table.ok()) << table.status();
       if (table.ok()) t[g].assign(table->begin(), table->end());
     }
@@ -664,7 +666,7 @@ class Fuzzer {
     // release inside AllocateSlots).
     bool exact_count = !r->allocated || !has_sliding_;
     if (!r->allocated) {
-      auto h = m_->GetComputedBlocks(r->id);
+      auto h = m_->GetComputedBlocks(H(*m_, r->id));
       ASSERT_TRUE(h.ok()) << h.status();
       hit = *std::move(h);
       ASSERT_NO_FATAL_FAILURE(CheckHit(*r, *hit));
@@ -678,7 +680,7 @@ class Fuzzer {
       req.num_processed_tokens = processed == c && Chance(0.5) ? -1 : processed;
       if (Chance(0.5)) {
         // Release dead window blocks first, so the all-or-nothing check below is exact.
-        AssertOk(m_->RemoveSkippedBlocks(r->id, processed));
+        AssertOk(m_->RemoveSkippedBlocks(H(*m_, r->id), processed));
         exact_count = true;
       }
       r->max_processed = std::max(r->max_processed, processed);
@@ -717,7 +719,7 @@ class Fuzzer {
         step_seq.Push(t);
       }
       if (opt_.draft_flow == DraftFlow::kAppended) {
-        AssertOk(m_->AppendTokens(r->id, drafts));
+        AssertOk(m_->AppendTokens(H(*m_, r->id), drafts));
         for (int32_t t : drafts) r->Push(t);
       }
     }
@@ -727,7 +729,7 @@ class Fuzzer {
     (void)m_->TakeStateCopies();
     const Snapshot before = Take();
     const std::vector<std::vector<BlockId>> own_before = hit.has_value() ? hit->blocks : Tables(*r);
-    auto needed = m_->BlocksNeeded(r->id, req);
+    auto needed = m_->BlocksNeeded(H(*m_, r->id), req);
     ASSERT_TRUE(needed.ok()) << needed.status();
 
     Log(absl::StrCat("AllocateSlots r", r->id.value, " c ", c, " n ", n, " drafts ", num_drafts,
@@ -735,7 +737,7 @@ class Fuzzer {
                      hit.has_value() ? absl::StrCat(" hit ", hit->num_tokens) : "", " needs ",
                      *needed, " (len ", len, ")"));
     if (verbose_) Log(DescribeUsage(before.usage));
-    auto ok = m_->AllocateSlots(r->id, req);
+    auto ok = m_->AllocateSlots(H(*m_, r->id), req);
     ASSERT_TRUE(ok.ok()) << ok.status();
     AssertOk(m_->CheckInvariants());
     if (!*ok) {
@@ -744,7 +746,7 @@ class Fuzzer {
       ASSERT_NO_FATAL_FAILURE(ExpectUnchanged(before, *r));
       if (num_drafts > 0 && opt_.draft_flow == DraftFlow::kAppended) {
         // Nothing was allocated, so nothing can share the drafts' blocks.
-        AssertOk(m_->RollbackTokens(r->id, num_drafts));
+        AssertOk(m_->RollbackTokens(H(*m_, r->id), num_drafts));
         r->Truncate(len);
       }
       return;
@@ -791,7 +793,7 @@ class Fuzzer {
       r->computed = c + n;
       if (r->computed == static_cast<int64_t>(r->tokens.size())) {
         const int32_t t = NextToken(r->fp.back());
-        AssertOk(m_->AppendTokens(r->id, {t}));
+        AssertOk(m_->AppendTokens(H(*m_, r->id), {t}));
         r->Push(t);
       }
       return;
@@ -801,12 +803,12 @@ class Fuzzer {
     const int64_t accepted = Uniform(0, num_drafts);
     if (opt_.draft_flow == DraftFlow::kAppended) {
       if (accepted < num_drafts) {
-        const absl::Status s = m_->RollbackTokens(r->id, num_drafts - accepted);
+        const absl::Status s = m_->RollbackTokens(H(*m_, r->id), num_drafts - accepted);
         if (absl::IsFailedPrecondition(s)) {
           // Another request already shares a block the drafts completed: appending drafts
           // before verifying them is misuse the manager refuses. Give the request up.
           Log("  rollback refused (shared block): finish the request");
-          AssertOk(m_->Free(r->id));
+          AssertOk(m_->Free(H(*m_, r->id)));
           RemoveLive(r);
           return;
         }
@@ -818,13 +820,13 @@ class Fuzzer {
       }
     } else {
       const std::vector<int32_t> keep(drafts.begin(), drafts.begin() + accepted);
-      AssertOk(m_->AppendTokens(r->id, keep));
+      AssertOk(m_->AppendTokens(H(*m_, r->id), keep));
       for (int32_t t : keep) r->Push(t);
     }
     Log(absl::StrCat("  accepted ", accepted, " of ", num_drafts));
     r->computed = len + accepted;
     const int32_t bonus = NextToken(r->fp.back());
-    AssertOk(m_->AppendTokens(r->id, {bonus}));
+    AssertOk(m_->AppendTokens(H(*m_, r->id), {bonus}));
     r->Push(bonus);
   }
 
@@ -872,7 +874,7 @@ class Fuzzer {
                    bool first) {
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       if (IsLinear(g)) continue;
-      auto table = m_->BlockTable(r.id, GroupId(g));
+      auto table = m_->BlockTable(H(*m_, r.id), GroupId(g));
       ASSERT_TRUE(table.ok()) << table.status();
       const auto& old = own_before[g];
       const int64_t expect =
@@ -893,7 +895,7 @@ class Fuzzer {
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       const int32_t pk = PoolKey(g);
       if (IsLinear(g)) {
-        auto s = m_->GetStateSlots(r.id, GroupId(g));
+        auto s = m_->GetStateSlots(H(*m_, r.id), GroupId(g));
         ASSERT_TRUE(s.ok()) << s.status();
         ASSERT_GE(s->read_slot, 1);
         ASSERT_GE(s->write_slot, 1);
@@ -933,7 +935,7 @@ class Fuzzer {
         continue;
       }
       std::vector<int64_t> slots(static_cast<size_t>(n + lookahead));
-      AssertOk(m_->FillSlotMapping(r.id, GroupId(g), c, absl::MakeSpan(slots)));
+      AssertOk(m_->FillSlotMapping(H(*m_, r.id), GroupId(g), c, absl::MakeSpan(slots)));
       for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = c + i;
         const int64_t block = slots[i] / bs_;
@@ -984,14 +986,14 @@ class Fuzzer {
       if (q->id == except || !q->allocated) continue;
       for (int32_t g = 0; g < m_->num_groups(); ++g) {
         if (IsLinear(g)) {
-          auto s = m_->GetStateSlots(q->id, GroupId(g));
+          auto s = m_->GetStateSlots(H(*m_, q->id), GroupId(g));
           if (!s.ok()) continue;
           for (int32_t slot : {s->read_slot, s->write_slot}) {
             if (slot > 0) out[Key(PoolKey(g), slot)].push_back({q.get(), g, -1});
           }
           continue;
         }
-        auto t = m_->BlockTable(q->id, GroupId(g));
+        auto t = m_->BlockTable(H(*m_, q->id), GroupId(g));
         if (!t.ok()) continue;
         for (size_t i = 0; i < t->size(); ++i) {
           if ((*t)[i] != kNullBlock) {
@@ -1071,7 +1073,7 @@ class Fuzzer {
     for (int32_t g = 0; g < m_->num_groups(); ++g) {
       const int32_t pk = PoolKey(g);
       if (IsLinear(g)) {
-        auto s = m_->GetStateSlots(r.id, GroupId(g));
+        auto s = m_->GetStateSlots(H(*m_, r.id), GroupId(g));
         ASSERT_TRUE(s.ok());
         // After a committed step the request reads its write slot of the last step.
         ASSERT_EQ(shadow_state_.Read(pk, s->write_slot), r.fp[r.computed])
@@ -1100,11 +1102,11 @@ class Fuzzer {
       for (int32_t g = 0; g < m_->num_groups(); ++g) {
         std::vector<int32_t> ids;
         if (IsLinear(g)) {
-          auto s = m_->GetStateSlots(r->id, GroupId(g));
+          auto s = m_->GetStateSlots(H(*m_, r->id), GroupId(g));
           ASSERT_TRUE(s.ok()) << s.status();
           ids = {s->read_slot, s->write_slot};
         } else {
-          auto t = m_->BlockTable(r->id, GroupId(g));
+          auto t = m_->BlockTable(H(*m_, r->id), GroupId(g));
           ASSERT_TRUE(t.ok()) << t.status();
           for (BlockId b : *t) {
             if (b != kNullBlock) ids.push_back(b.value);
@@ -1159,7 +1161,7 @@ class Fuzzer {
 
   void DrainAll() {
     while (!live_.empty()) {
-      AssertOk(m_->Free(live_.back()->id));
+      AssertOk(m_->Free(H(*m_, live_.back()->id)));
       live_.pop_back();
       AssertOk(m_->CheckInvariants());
     }
@@ -1242,7 +1244,7 @@ std::unique_ptr<KvCacheManager> SwaManager(int64_t budget) {
 
 void Prefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) {
   ASSERT_TRUE(m.AddRequest({RequestId(id), prompt}).ok());
-  auto ok = m.AllocateSlots(RequestId(id), {.num_new_tokens = static_cast<int64_t>(prompt.size())});
+  auto ok = m.AllocateSlots(H(m, RequestId(id)), {.num_new_tokens = static_cast<int64_t>(prompt.size())});
   ASSERT_TRUE(ok.ok()) << ok.status();
   ASSERT_TRUE(*ok);
   ASSERT_TRUE(m.CheckInvariants().ok()) << m.CheckInvariants();
@@ -1261,10 +1263,10 @@ TEST(KvCacheManagerFuzzRepro, HitBlocksInAnIdleChunkAreCountedAsSpare) {
   ASSERT_NO_FATAL_FAILURE(Prefill(*m, 4, Tokens(81, 3000)));
   // rH finishes: its blocks stay cached, group 1's chunk 0 is idle. Each long request releases
   // its first (out-of-window) sliding block: free blocks in group-1 chunks that stay busy.
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(2), 49).ok());
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(3), 49).ok());
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(4), 47).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
+  ASSERT_TRUE(m->RemoveSkippedBlocks(H(*m, RequestId(2)), 49).ok());
+  ASSERT_TRUE(m->RemoveSkippedBlocks(H(*m, RequestId(3)), 49).ok());
+  ASSERT_TRUE(m->RemoveSkippedBlocks(H(*m, RequestId(4)), 47).ok());
   ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
   KvCacheUsage u = m->Usage();
   ASSERT_EQ(u.mapped_bytes, 12 * 2048);
@@ -1276,7 +1278,7 @@ TEST(KvCacheManagerFuzzRepro, HitBlocksInAnIdleChunkAreCountedAsSpare) {
   // 33 tokens hit rH's 32 in both groups and need one new block in each. Group 0 needs a chunk;
   // CanTake counts group 1's idle chunk 0 as spare, but it holds the two sliding hit blocks.
   ASSERT_TRUE(m->AddRequest({RequestId(5), Concat(Tokens(32), Tokens(1, 7000))}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(5));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(5)));
   ASSERT_TRUE(hit.ok());
   ASSERT_EQ(hit->num_tokens, 32);
   ASSERT_EQ(Ids(hit->blocks[0]), (std::vector<int32_t>{1, 2}));
@@ -1286,7 +1288,7 @@ TEST(KvCacheManagerFuzzRepro, HitBlocksInAnIdleChunkAreCountedAsSpare) {
   // Expected: no memory for this step, so false and nothing changed.
   // Observed: KVPAGE_DCHECK(pool.AllocatableNow() >= n) in TakeFromPool (debug) / an eviction
   // from an empty LRU list in BlockPool::Allocate (release).
-  auto ok = m->AllocateSlots(RequestId(5),
+  auto ok = m->AllocateSlots(H(*m, RequestId(5)),
                              {.num_computed_tokens = 32, .num_new_tokens = 1, .hit = &*hit});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE(*ok);
@@ -1301,7 +1303,7 @@ TEST(KvCacheManagerFuzzRepro, HitBlocksInAnIdleChunkAreCountedAsSpare) {
 TEST(KvCacheManagerFuzzRepro, FirstPoolSpendsTheBytesALaterPoolNeeds) {
   auto m = SwaManager(9 * 2048);  // headroom: min(2 chunks, budget / 4) = 4096 bytes
   ASSERT_NO_FATAL_FAILURE(Prefill(*m, 1, Tokens(33)));  // 3 blocks per group, 2 of them cached
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   KvCacheUsage u = m->Usage();
   ASSERT_EQ(u.mapped_bytes, 3 * 2048);
   ASSERT_EQ(u.pools[0].cached_free_blocks, 2);  // group 0: 2 cached + 2 clean in one chunk
@@ -1313,12 +1315,12 @@ TEST(KvCacheManagerFuzzRepro, FirstPoolSpendsTheBytesALaterPoolNeeds) {
   // (evicting 2) and 2 new chunks; group 1 needs its 4 free blocks and 4 new chunks: exactly
   // the 6 chunks left in the budget. CanTake agrees.
   ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(192, 1000)}).ok());
-  EXPECT_EQ(*m->BlocksNeeded(RequestId(2), {.num_new_tokens = 192}), 24);
+  EXPECT_EQ(*m->BlocksNeeded(H(*m, RequestId(2)), {.num_new_tokens = 192}), 24);
   // Expected: true, group 0 mapping 2 chunks and group 1 mapping 4.
   // Observed: group 0 maps a third chunk to keep its 2 cached blocks (6 KiB free > 4 KiB
   // headroom), group 1 can map only 3, and KVPAGE_DCHECK(pool.AllocatableNow() >= n) fires
   // (debug) / BlockPool::Allocate evicts from an empty LRU list (release).
-  auto ok = m->AllocateSlots(RequestId(2), {.num_new_tokens = 192});
+  auto ok = m->AllocateSlots(H(*m, RequestId(2)), {.num_new_tokens = 192});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(*ok);
   EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
@@ -1345,16 +1347,16 @@ TEST(KvCacheManagerFuzzRepro, RollbackLeavesStaleHashInPool) {
   // in one step complete block 0, which is cached.
   const std::vector<int32_t> old_tail = Tokens(7, 500);
   ASSERT_NO_FATAL_FAILURE(Prefill(m, 1, Tokens(10)));
-  ASSERT_TRUE(m.AppendTokens(RequestId(1), old_tail).ok());
-  ASSERT_TRUE(*m.AllocateSlots(RequestId(1), {.num_computed_tokens = 10, .num_new_tokens = 7}));
+  ASSERT_TRUE(m.AppendTokens(H(m, RequestId(1)), old_tail).ok());
+  ASSERT_TRUE(*m.AllocateSlots(H(m, RequestId(1)), {.num_computed_tokens = 10, .num_new_tokens = 7}));
   // Tokens 14..16 are withdrawn: block 0 (tokens 0..15) is no longer what its hash says.
-  ASSERT_TRUE(m.RollbackTokens(RequestId(1), 3).ok());
+  ASSERT_TRUE(m.RollbackTokens(H(m, RequestId(1)), 3).ok());
   ASSERT_TRUE(m.CheckInvariants().ok());
 
   // Expected: the old 16-token prefix is no longer served from request 1's block.
   // Observed: hit of 16 tokens in block 1, which request 1 is about to overwrite.
   ASSERT_TRUE(m.AddRequest({RequestId(2), Concat(Tokens(10), old_tail)}).ok());
-  auto hit = m.GetComputedBlocks(RequestId(2));
+  auto hit = m.GetComputedBlocks(H(m, RequestId(2)));
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->num_tokens, 0) << "block "
                                 << (hit->blocks[0].empty() ? -1 : hit->blocks[0][0].value);
@@ -1362,14 +1364,14 @@ TEST(KvCacheManagerFuzzRepro, RollbackLeavesStaleHashInPool) {
   // Request 1 recomputes positions 13..15 with new tokens and frees its blocks: block 0 now
   // holds the new prefix, which should be what a third request hits.
   const std::vector<int32_t> new_tail = Tokens(4, 900);
-  ASSERT_TRUE(m.AppendTokens(RequestId(1), new_tail).ok());
-  ASSERT_TRUE(*m.AllocateSlots(RequestId(1), {.num_computed_tokens = 13, .num_new_tokens = 5}));
-  ASSERT_TRUE(m.Free(RequestId(1)).ok());
+  ASSERT_TRUE(m.AppendTokens(H(m, RequestId(1)), new_tail).ok());
+  ASSERT_TRUE(*m.AllocateSlots(H(m, RequestId(1)), {.num_computed_tokens = 13, .num_new_tokens = 5}));
+  ASSERT_TRUE(m.Free(H(m, RequestId(1))).ok());
   std::vector<int32_t> new_prefix = Concat(Concat(Tokens(10), Tokens(4, 500)), new_tail);
   ASSERT_TRUE(m.AddRequest({RequestId(3), new_prefix}).ok());
-  EXPECT_EQ(m.GetComputedBlocks(RequestId(3))->num_tokens, 16) << "the new prefix is not served";
+  EXPECT_EQ(m.GetComputedBlocks(H(m, RequestId(3)))->num_tokens, 16) << "the new prefix is not served";
   ASSERT_TRUE(m.AddRequest({RequestId(4), Concat(Tokens(10), old_tail)}).ok());
-  EXPECT_EQ(m.GetComputedBlocks(RequestId(4))->num_tokens, 0) << "the old prefix is still served";
+  EXPECT_EQ(m.GetComputedBlocks(H(m, RequestId(4)))->num_tokens, 0) << "the old prefix is still served";
 }
 
 // Fixed bug: a miss from GetComputedBlocks (num_tokens 0, every group's list empty) passed as `hit`,
@@ -1386,7 +1388,7 @@ TEST(KvCacheManagerFuzzRepro, EmptyHitCrashesLinearAttentionModels) {
   ASSERT_TRUE(created.ok());
   KvCacheManager& m = **created;
   ASSERT_TRUE(m.AddRequest({RequestId(1), Tokens(20)}).ok());
-  auto hit = m.GetComputedBlocks(RequestId(1));
+  auto hit = m.GetComputedBlocks(H(m, RequestId(1)));
   ASSERT_TRUE(hit.ok());
   ASSERT_EQ(hit->num_tokens, 0);
   ASSERT_EQ(hit->blocks.size(), 2u);
@@ -1394,10 +1396,10 @@ TEST(KvCacheManagerFuzzRepro, EmptyHitCrashesLinearAttentionModels) {
   const AllocationRequest req{.num_computed_tokens = 0, .num_new_tokens = 20, .hit = &*hit};
   // Expected: the same as without a hit: 2 blocks of attention + 1 state slot, then true.
   // Observed: out-of-bounds read of hit->blocks[g][0] (SIGSEGV).
-  auto needed = m.BlocksNeeded(RequestId(1), req);
+  auto needed = m.BlocksNeeded(H(m, RequestId(1)), req);
   ASSERT_TRUE(needed.ok()) << needed.status();
   EXPECT_EQ(*needed, 3);
-  auto ok = m.AllocateSlots(RequestId(1), req);
+  auto ok = m.AllocateSlots(H(m, RequestId(1)), req);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(*ok);
   EXPECT_EQ(m.TakeSlotsToZero().size(), 1u);

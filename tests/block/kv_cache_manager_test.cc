@@ -11,6 +11,7 @@ namespace kvpage {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::H;
 using testing::Concat;
 using testing::Ids;
 using testing::Tokens;
@@ -37,13 +38,13 @@ std::unique_ptr<KvCacheManager> FullManager(int32_t blocks, bool caching = true,
 // Adds a request, looks up its hit, allocates its whole prompt; returns the hit length.
 int64_t AddAndPrefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) {
   EXPECT_TRUE(m.AddRequest({RequestId(id), prompt}).ok());
-  auto hit = m.GetComputedBlocks(RequestId(id));
+  auto hit = m.GetComputedBlocks(H(m, RequestId(id)));
   EXPECT_TRUE(hit.ok()) << hit.status();
   AllocationRequest req;
   req.num_computed_tokens = hit->num_tokens;
   req.num_new_tokens = static_cast<int64_t>(prompt.size()) - hit->num_tokens;
   req.hit = &*hit;
-  auto ok = m.AllocateSlots(RequestId(id), req);
+  auto ok = m.AllocateSlots(H(m, RequestId(id)), req);
   EXPECT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(*ok);
   KVPAGE_EXPECT_INVARIANTS(m);
@@ -51,7 +52,7 @@ int64_t AddAndPrefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>&
 }
 
 std::vector<int32_t> Table(const KvCacheManager& m, int64_t id, GroupId g = kG0) {
-  auto t = m.BlockTable(RequestId(id), g);
+  auto t = m.BlockTable(H(m, RequestId(id)), g);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? Ids(*t) : std::vector<int32_t>{};
 }
@@ -65,15 +66,15 @@ TEST(KvCacheManagerTest, PrefillHitAndFreeOrder) {
   EXPECT_EQ(AddAndPrefill(*m, 2, Concat(common, Tokens(5, 2000))), 48);
   EXPECT_THAT(Table(*m, 2), ElementsAre(1, 2, 3, 5));
   EXPECT_EQ(m->Usage().pools[0].used_blocks, 5);
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
   EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(5, 4, 6, 7, 8, 9, 10, 3, 2, 1));
 
   EXPECT_EQ(AddAndPrefill(*m, 3, Concat(common, Tokens(6, 3000))), 48);
   EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 3, 5));
   EXPECT_EQ(m->Usage().pools[0].used_blocks, 4);
-  ASSERT_TRUE(m->Free(RequestId(3)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(3))).ok());
   // 160 tokens with no hit take every block, in eviction order.
   EXPECT_EQ(AddAndPrefill(*m, 4, Tokens(160, 5000)), 0);
   EXPECT_THAT(Table(*m, 4), ElementsAre(5, 4, 6, 7, 8, 9, 10, 3, 2, 1));
@@ -85,19 +86,19 @@ TEST(KvCacheManagerTest, DecodeGrowth) {
   auto m = FullManager(10);
   AddAndPrefill(*m, 1, Tokens(55));
   AllocationRequest step{.num_computed_tokens = 55, .num_new_tokens = 4};
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(4, 100)).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), step));
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), Tokens(4, 100)).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), step));
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4));  // 59 tokens fit in 4 blocks
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(19, 200)).ok());
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), Tokens(19, 200)).ok());
   step = {.num_computed_tokens = 59, .num_new_tokens = 19};
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), step));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), step));
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4, 5));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // Block 4 (tokens 48–63) became full and is now a hit for the same 64 tokens.
   std::vector<int32_t> seq = Concat(Concat(Tokens(55), Tokens(4, 100)), Tokens(19, 200));
   seq.resize(65);
   ASSERT_TRUE(m->AddRequest({RequestId(2), seq}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 64);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 64);
 }
 
 // T3: LRU eviction order after freeing two requests.
@@ -108,9 +109,9 @@ TEST(KvCacheManagerTest, LruEvictionOrder) {
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4, 5, 6));
   AddAndPrefill(*m, 2, Tokens(48, 1000));
   EXPECT_THAT(Table(*m, 2), ElementsAre(7, 8, 9));
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(6, 10, 5, 4, 3, 2, 1));
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   EXPECT_THAT(Ids(m->FreeBlockOrder(kG0)), ElementsAre(6, 10, 5, 4, 3, 2, 1, 9, 8, 7));
   EXPECT_EQ(AddAndPrefill(*m, 3, std::vector<int32_t>(a.begin(), a.begin() + 35)), 32);
   EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 6));
@@ -122,12 +123,12 @@ TEST(KvCacheManagerTest, ReusedBlockDropsItsHash) {
   auto m = FullManager(1);
   m->DrainEvents();
   AddAndPrefill(*m, 1, Tokens(16));  // one full block, cached at allocation
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   AddAndPrefill(*m, 2, Tokens(15, 100));  // takes the same page
   EXPECT_THAT(Table(*m, 2), ElementsAre(1));
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(17)}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 0);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 0);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
@@ -136,10 +137,10 @@ TEST(KvCacheManagerTest, HitBlocksAreNotEvictedForTheirOwnRequest) {
   auto m = FullManager(2);
   const std::vector<int32_t> a = Tokens(16);
   AddAndPrefill(*m, 1, Concat(a, {7}));  // needs 2 blocks: [1, 2]
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   AddAndPrefill(*m, 2, Concat(Tokens(16, 500), {7}));  // evicts 2 (unhashed) then 1? no: [2, 1]
   EXPECT_THAT(Table(*m, 2), ElementsAre(2, 1));
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
@@ -148,11 +149,11 @@ TEST(KvCacheManagerTest, CachingDisabled) {
   auto m = FullManager(4, /*caching=*/false, /*block_size=*/4);
   AddAndPrefill(*m, 1, Tokens(10));
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   EXPECT_EQ(AddAndPrefill(*m, 2, Tokens(16)), 0);
   EXPECT_EQ(Table(*m, 2).size(), 4u);
   ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(4, 900)}).ok());
-  auto ok = m->AllocateSlots(RequestId(3), {.num_new_tokens = 4});
+  auto ok = m->AllocateSlots(H(*m, RequestId(3)), {.num_new_tokens = 4});
   ASSERT_TRUE(ok.ok());
   EXPECT_FALSE(*ok);
   KVPAGE_EXPECT_INVARIANTS(*m);
@@ -164,17 +165,17 @@ TEST(KvCacheManagerTest, FailedAllocationHasNoSideEffects) {
   const std::vector<int32_t> prefix = Tokens(144);
   AddAndPrefill(*m, 1, std::vector<int32_t>(prefix.begin(), prefix.begin() + 48));  // [1,2,3]
   AddAndPrefill(*m, 2, std::vector<int32_t>(prefix.begin(), prefix.begin() + 96));  // +[4,5,6]
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   AddAndPrefill(*m, 3, Tokens(32, 5000));  // 2 blocks → 5 free
   EXPECT_EQ(m->Usage().pools[0].clean_blocks + m->Usage().pools[0].cached_free_blocks, 5);
   ASSERT_TRUE(m->AddRequest({RequestId(4), prefix}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(4));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(4)));
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->num_tokens, 96);
   const std::vector<BlockId> before = m->FreeBlockOrder(kG0);
   AllocationRequest req{.num_computed_tokens = 96, .num_new_tokens = 48, .hit = &*hit};
-  EXPECT_EQ(*m->BlocksNeeded(RequestId(4), req), 6);  // 3 new + 3 hit blocks now free
-  auto ok = m->AllocateSlots(RequestId(4), req);
+  EXPECT_EQ(*m->BlocksNeeded(H(*m, RequestId(4)), req), 6);  // 3 new + 3 hit blocks now free
+  auto ok = m->AllocateSlots(H(*m, RequestId(4)), req);
   ASSERT_TRUE(ok.ok());
   EXPECT_FALSE(*ok);
   EXPECT_EQ(m->FreeBlockOrder(kG0), before);
@@ -190,18 +191,18 @@ TEST(KvCacheManagerTest, CacheSaltSeparatesPrompts) {
   KvRequestSpec a{RequestId(1), p};
   a.extras.cache_salt = "salt1";
   ASSERT_TRUE(m->AddRequest(a).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 55}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 55}));
   KvRequestSpec same = a;
   same.id = RequestId(2);
   ASSERT_TRUE(m->AddRequest(same).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 48);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 48);
   KvRequestSpec other = a;
   other.id = RequestId(3);
   other.extras.cache_salt = "salt2";
   ASSERT_TRUE(m->AddRequest(other).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 0);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 0);
   ASSERT_TRUE(m->AddRequest({RequestId(4), p}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(4))->num_tokens, 0);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(4)))->num_tokens, 0);
 }
 
 // T10: a request that skips reading still writes; no de-duplication of equal hashes.
@@ -211,15 +212,15 @@ TEST(KvCacheManagerTest, SkipReadStillWritesWithoutDedup) {
   KvRequestSpec plp{RequestId(2), Tokens(40)};
   plp.skip_prefix_cache_read = true;
   ASSERT_TRUE(m->AddRequest(plp).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 0);
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_new_tokens = 40}));
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 0);
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_new_tokens = 40}));
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
   EXPECT_THAT(Table(*m, 2), ElementsAre(4, 5, 6));
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
   // Blocks 1 and 2 were evictable, but 4 and 5 still serve the same hashes.
   ASSERT_TRUE(m->AddRequest({RequestId(3), Tokens(40)}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(3));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(3)));
   EXPECT_EQ(hit->num_tokens, 32);
 }
 
@@ -230,8 +231,8 @@ TEST(KvCacheManagerTest, SameStepDedup) {
   EXPECT_EQ(AddAndPrefill(*m, 2, Tokens(100)), 96);  // schedules 100 mod 16 = 4 tokens
   // Multi-turn: the next turn is the prompt plus 200 generated tokens: 300 % 16 = 12 new.
   std::vector<int32_t> turn2 = Concat(Tokens(100), Tokens(200, 7000));
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(200, 7000)).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 100, .num_new_tokens = 200}));
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), Tokens(200, 7000)).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 100, .num_new_tokens = 200}));
   EXPECT_EQ(AddAndPrefill(*m, 3, turn2), 288);
 }
 
@@ -240,10 +241,10 @@ TEST(KvCacheManagerTest, LookaheadSlots) {
   auto m = FullManager(10, true, 4);
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(3)}).ok());
   AllocationRequest req{.num_new_tokens = 3, .num_lookahead_tokens = 2};
-  EXPECT_EQ(*m->BlocksNeeded(RequestId(1), req), 2);
+  EXPECT_EQ(*m->BlocksNeeded(H(*m, RequestId(1)), req), 2);
   req.num_lookahead_tokens = 4;
-  EXPECT_EQ(*m->BlocksNeeded(RequestId(1), req), 2);
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), req));
+  EXPECT_EQ(*m->BlocksNeeded(H(*m, RequestId(1)), req), 2);
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), req));
   EXPECT_EQ(Table(*m, 1).size(), 2u);
 }
 
@@ -271,13 +272,13 @@ TEST(KvCacheManagerTest, VllmHybridSlidingWindowHitsWithNullBlocks) {
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(5, 6, 7, 8));
   EXPECT_THAT(Table(*m, 1, kG2), ElementsAre(9, 10, 11, 12));
   ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(common, Tokens(5, 800))}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(2));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(2)));
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->num_tokens, 48);
   EXPECT_THAT(Ids(hit->blocks[0]), ElementsAre(1, 2, 3));
   EXPECT_THAT(Ids(hit->blocks[1]), ElementsAre(0, 6, 7));
   EXPECT_THAT(Ids(hit->blocks[2]), ElementsAre(0, 10, 11));
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_computed_tokens = 48, .num_new_tokens = 5,
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_computed_tokens = 48, .num_new_tokens = 5,
                                                .hit = &*hit}));
   EXPECT_THAT(Table(*m, 2, kG0), ElementsAre(1, 2, 3, 13));
   EXPECT_THAT(Table(*m, 2, kG1), ElementsAre(0, 6, 7, 14));
@@ -304,11 +305,13 @@ TEST(KvCacheManagerTest, SlidingWindowFreesOutOfWindowBlocks) {
   AddAndPrefill(*m, 1, Tokens(100));  // 7 blocks in each group
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(1, 2, 3, 4, 5, 6, 7));
   // Processed 100: the next token (100) reaches back to 69 → blocks 0–3 (tokens 0–63) are dead.
-  // The handle is only a hint: a wrong one falls back to the id, and an unknown id is NotFound
-  // whatever the hint.
-  EXPECT_TRUE(absl::IsNotFound(
-      m->RemoveSkippedBlocks(RequestId(9), 100, m->RequestHandle(RequestId(1)))));
-  ASSERT_TRUE(m->RemoveSkippedBlocks(RequestId(1), 100, /*handle=*/7).ok());
+  // An unknown request is NotFound.
+  EXPECT_TRUE(absl::IsNotFound(m->RemoveSkippedBlocks(H(*m, RequestId(9)), 100)));
+  // Block 0 dies once the first unprocessed token is 1·16 + 32 − 1 = 47: a step ending at 48.
+  EXPECT_EQ(*m->NextEvent(H(*m, 1)), 48);
+  ASSERT_TRUE(m->RemoveSkippedBlocks(H(*m, RequestId(1)), 100).ok());
+  // Then block 4 dies at 5·16 + 31 = 111, and block 6 fills (is cached) at 112.
+  EXPECT_EQ(*m->NextEvent(H(*m, 1)), 112);
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
   EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4, 5, 6, 7));
   // Freed last-to-first: block 4 is evicted before 3, 2, 1.
@@ -317,10 +320,10 @@ TEST(KvCacheManagerTest, SlidingWindowFreesOutOfWindowBlocks) {
   EXPECT_THAT(std::vector<int32_t>(order.end() - 4, order.end()), ElementsAre(4, 3, 2, 1));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // A decode step frees on the processed basis too.
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), {5}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 100, .num_new_tokens = 1}));
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), {5}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 100, .num_new_tokens = 1}));
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
@@ -348,18 +351,18 @@ TEST(KvCacheManagerTest, RecurrentStateSnapshotsServeHits) {
   // A 40-token prompt in chunks of 32 + 8: the first chunk ends on a block boundary (32) and
   // is snapshotted.
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(40)}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 32}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 32}));
   // A state group has no block table.
-  EXPECT_TRUE(absl::IsInvalidArgument(m->BlockTable(RequestId(1), state_group).status()));
-  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(1), state_group, -1).empty());
-  EXPECT_EQ(m->BlockTableOrEmpty(RequestId(1), attn_group, -1).size(), 2u);
-  StateSlots s = *m->GetStateSlots(RequestId(1), state_group);
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BlockTable(H(*m, RequestId(1)), state_group).status()));
+  EXPECT_EQ(m->BlockTable(H(*m, 1), attn_group)->size(), 2u);
+  EXPECT_EQ(*m->NextEvent(H(*m, 1)), 0);  // a state step every time
+  StateSlots s = *m->GetStateSlots(H(*m, RequestId(1)), state_group);
   EXPECT_EQ(s.read_slot, s.write_slot);  // fresh state, zeroed
   ASSERT_EQ(m->TakeSlotsToZero().size(), 1u);
   const int32_t snapshot = s.write_slot;
   m->NewStep();
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 32, .num_new_tokens = 8}));
-  s = *m->GetStateSlots(RequestId(1), state_group);
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 32, .num_new_tokens = 8}));
+  s = *m->GetStateSlots(H(*m, RequestId(1)), state_group);
   EXPECT_EQ(s.read_slot, snapshot);      // continue from the snapshot …
   EXPECT_NE(s.write_slot, snapshot);     // … without writing over it
   KVPAGE_EXPECT_INVARIANTS(*m);
@@ -367,20 +370,20 @@ TEST(KvCacheManagerTest, RecurrentStateSnapshotsServeHits) {
 
   // Same first 32 tokens: the hit stops at the snapshot (2 blocks), not at 2 blocks of KV.
   ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(Tokens(32), Tokens(20, 500))}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(2));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(2)));
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->num_tokens, 32);
   EXPECT_THAT(Ids(hit->blocks[state_group.value]), ElementsAre(snapshot));
   EXPECT_EQ(hit->blocks[attn_group.value].size(), 2u);
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_computed_tokens = 32, .num_new_tokens = 20,
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_computed_tokens = 32, .num_new_tokens = 20,
                                                .hit = &*hit}));
-  s = *m->GetStateSlots(RequestId(2), state_group);
+  s = *m->GetStateSlots(H(*m, RequestId(2)), state_group);
   EXPECT_EQ(s.read_slot, snapshot);
   EXPECT_NE(s.write_slot, snapshot);
   EXPECT_TRUE(m->TakeSlotsToZero().empty());  // a hit starts from the snapshot, not zeros
   KVPAGE_EXPECT_INVARIANTS(*m);
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
   EXPECT_EQ(m->Usage().used_bytes, 0);
 }
@@ -389,12 +392,12 @@ TEST(KvCacheManagerTest, RecurrentRequestHoldsOneSlotBetweenSnapshots) {
   auto m = GdnManager();
   const GroupId state_group = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(20)}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 20}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 20}));
   m->NewStep();
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(m->AppendTokens(RequestId(1), {1}).ok());
-    ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20 + i, .num_new_tokens = 1}));
-    const StateSlots s = *m->GetStateSlots(RequestId(1), state_group);
+    ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), {1}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 20 + i, .num_new_tokens = 1}));
+    const StateSlots s = *m->GetStateSlots(H(*m, RequestId(1)), state_group);
     EXPECT_EQ(s.read_slot, s.write_slot);  // decode updates the request's own slot in place
     EXPECT_EQ(m->Usage().pools[state_group.value].used_blocks, 1);
     m->NewStep();
@@ -406,45 +409,44 @@ TEST(KvCacheManagerTest, RecurrentRequestHoldsOneSlotBetweenSnapshots) {
 
 TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
   auto m = FullManager(10);
-  EXPECT_TRUE(absl::IsNotFound(m->Free(RequestId(9))));
-  EXPECT_TRUE(absl::IsNotFound(m->AllocateSlots(RequestId(9), {.num_new_tokens = 1}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {}})));
-  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {1, -2}})));
-  EXPECT_TRUE(absl::IsOutOfRange(m->AddRequest({RequestId(1), Tokens(4097)})));
+  EXPECT_TRUE(absl::IsNotFound(m->Free(H(*m, RequestId(9)))));
+  EXPECT_TRUE(absl::IsNotFound(m->AllocateSlots(H(*m, RequestId(9)), {.num_new_tokens = 1}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {}}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {1, -2}}).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->AddRequest({RequestId(1), Tokens(4097)}).status()));
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(10)}).ok());
-  EXPECT_TRUE(absl::IsAlreadyExists(m->AddRequest({RequestId(1), Tokens(10)})));
+  EXPECT_TRUE(absl::IsAlreadyExists(m->AddRequest({RequestId(1), Tokens(10)}).status()));
   // Computed tokens without blocks, zero new tokens, past max_model_len.
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 5, .num_new_tokens = 5}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateSlots(RequestId(1), {.num_new_tokens = 0}).status()));
+      m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 5, .num_new_tokens = 5}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 0}).status()));
   EXPECT_TRUE(absl::IsOutOfRange(
-      m->AllocateSlots(RequestId(1), {.num_new_tokens = 10, .num_lookahead_tokens = 4090}).status()));
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 10}));
+      m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 10, .num_lookahead_tokens = 4090}).status()));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 10}));
   // A hit after the first allocation; a double free.
   CacheHit hit;
   hit.num_tokens = 16;
   hit.blocks = {{BlockId(1)}};
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      m->AllocateSlots(RequestId(1), {.num_computed_tokens = 0, .num_new_tokens = 1, .hit = &hit})
+      m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 0, .num_new_tokens = 1, .hit = &hit})
           .status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(m->GetComputedBlocks(RequestId(1)).status()));
-  EXPECT_TRUE(absl::IsOutOfRange(m->AppendTokens(RequestId(1), Tokens(5000))));
-  EXPECT_TRUE(absl::IsInvalidArgument(m->RollbackTokens(RequestId(1), 1)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->GetComputedBlocks(H(*m, RequestId(1))).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->AppendTokens(H(*m, RequestId(1)), Tokens(5000))));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->RollbackTokens(H(*m, RequestId(1)), 1)));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // A decode batch that names a request more than once counts all its tokens against
   // max_model_len (4,096): 4,094 + 3 fails and changes nothing; 4,094 + 2 fits.
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), Tokens(4084, 10)).ok());
-  const std::vector<DecodeToken> three = {{RequestId(1), 0, 1}, {RequestId(1), 0, 2},
-                                          {RequestId(1), 0, 3}};
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), Tokens(4084, 10)).ok());
+  const std::vector<DecodeToken> three = {{H(*m, 1), 1}, {H(*m, 1), 2}, {H(*m, 1), 3}};
   EXPECT_TRUE(absl::IsOutOfRange(m->AppendDecodeTokens(three)));
-  EXPECT_EQ(m->Tokens(RequestId(1))->size(), 4094u);
+  EXPECT_EQ(m->Tokens(H(*m, RequestId(1)))->size(), 4094u);
   ASSERT_TRUE(m->AppendDecodeTokens(absl::MakeConstSpan(three).subspan(0, 2)).ok());
-  EXPECT_EQ(m->Tokens(RequestId(1))->size(), 4096u);
-  EXPECT_EQ(m->Tokens(RequestId(1))->back(), 2);
+  EXPECT_EQ(m->Tokens(H(*m, RequestId(1)))->size(), 4096u);
+  EXPECT_EQ(m->Tokens(H(*m, RequestId(1)))->back(), 2);
   EXPECT_TRUE(absl::IsOutOfRange(m->AppendDecodeTokens(absl::MakeConstSpan(three).subspan(2))));
   KVPAGE_EXPECT_INVARIANTS(*m);
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
-  EXPECT_TRUE(absl::IsNotFound(m->Free(RequestId(1))));
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
+  EXPECT_TRUE(absl::IsNotFound(m->Free(H(*m, RequestId(1)))));
   EXPECT_EQ(m->Usage().used_bytes, 0);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
@@ -453,14 +455,14 @@ TEST(KvCacheManagerTest, SlotMappingAndKernelBlockRows) {
   auto m = FullManager(10);
   AddAndPrefill(*m, 1, Tokens(40));  // blocks 1, 2, 3
   std::vector<int64_t> slots(3);
-  ASSERT_TRUE(m->FillSlotMapping(RequestId(1), kG0, 15, absl::MakeSpan(slots)).ok());
+  ASSERT_TRUE(m->FillSlotMapping(H(*m, RequestId(1)), kG0, 15, absl::MakeSpan(slots)).ok());
   EXPECT_THAT(slots, ElementsAre(1 * 16 + 15, 2 * 16 + 0, 2 * 16 + 1));
   std::vector<int32_t> row(8, -1);
-  ASSERT_TRUE(m->FillBlockTableRow(RequestId(1), kG0, 8, absl::MakeSpan(row)).ok());
+  ASSERT_TRUE(m->FillBlockTableRow(H(*m, RequestId(1)), kG0, 8, absl::MakeSpan(row)).ok());
   EXPECT_THAT(row, ElementsAre(2, 3, 4, 5, 6, 7, 0, 0));
-  EXPECT_TRUE(absl::IsInvalidArgument(m->FillBlockTableRow(RequestId(1), kG0, 5, absl::MakeSpan(row))));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->FillBlockTableRow(H(*m, RequestId(1)), kG0, 5, absl::MakeSpan(row))));
   std::vector<int64_t> past(1);
-  EXPECT_TRUE(absl::IsInvalidArgument(m->FillSlotMapping(RequestId(1), kG0, 48, absl::MakeSpan(past))));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->FillSlotMapping(H(*m, RequestId(1)), kG0, 48, absl::MakeSpan(past))));
 }
 
 }  // namespace
@@ -484,15 +486,15 @@ class VllmHybridEvictionTest : public ::testing::Test {
     c.hash_seed = 1;
     m_ = *KvCacheManager::Create(TinyModel(testing::kTinyHybridSwa), c);
     ASSERT_TRUE(m_->AddRequest({RequestId(1), testing::Concat(Tokens(48), Tokens(7, 900))}).ok());
-    ASSERT_TRUE(*m_->AllocateSlots(RequestId(1), {.num_new_tokens = 55}));
+    ASSERT_TRUE(*m_->AllocateSlots(H(*m_, RequestId(1)), {.num_new_tokens = 55}));
     ASSERT_TRUE(m_->AddRequest({RequestId(2), testing::Concat(Tokens(48), Tokens(5, 800))}).ok());
   }
   // Block `index` of group `group` in request 1's table.
   void Evict(int32_t group, int32_t index) {
-    const auto table = *m_->BlockTable(RequestId(1), GroupId(group));
+    const auto table = *m_->BlockTable(H(*m_, RequestId(1)), GroupId(group));
     ASSERT_TRUE(m_->EvictCachedBlock(GroupId(group), table[index]).ok());
   }
-  int64_t Hit() { return m_->GetComputedBlocks(RequestId(2))->num_tokens; }
+  int64_t Hit() { return m_->GetComputedBlocks(H(*m_, RequestId(2)))->num_tokens; }
 
   std::unique_ptr<KvCacheManager> m_;
 };
@@ -551,17 +553,17 @@ TEST_P(SlidingWindowHitPatternTest, HitBlocks) {
   const int64_t n = static_cast<int64_t>(p.cached.size());
   const std::vector<int32_t> prompt = Tokens(2 * n + 1);
   ASSERT_TRUE(m->AddRequest({RequestId(1), prompt}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 2 * n + 1}));
-  const std::vector<BlockId> table(m->BlockTable(RequestId(1), GroupId(0))->begin(),
-                                   m->BlockTable(RequestId(1), GroupId(0))->end());
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 2 * n + 1}));
+  const std::vector<BlockId> table(m->BlockTable(H(*m, RequestId(1)), GroupId(0))->begin(),
+                                   m->BlockTable(H(*m, RequestId(1)), GroupId(0))->end());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   for (int64_t i = 0; i < n; ++i) {
     if (!p.cached[i]) {
       ASSERT_TRUE(m->EvictCachedBlock(GroupId(0), table[i]).ok());
     }
   }
   ASSERT_TRUE(m->AddRequest({RequestId(2), prompt}).ok());
-  auto hit = m->GetComputedBlocks(RequestId(2));
+  auto hit = m->GetComputedBlocks(H(*m, RequestId(2)));
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->num_tokens, 2 * p.expected_blocks);
   // Only the last two blocks of the hit are real; the rest are null.
@@ -593,25 +595,25 @@ TEST(KvCacheManagerEventsTest, StoredRemovedCleared) {
   c.hash_seed = 9;
   auto m = *KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(33)}).ok());
-  ASSERT_FALSE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 33}));  // 3 blocks > 2
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_FALSE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 33}));  // 3 blocks > 2
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(32)}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_new_tokens = 32}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 32}));
   std::vector<KvEvent> events = m->DrainEvents();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].type, KvEvent::Type::kStored);
   EXPECT_EQ(events[1].type, KvEvent::Type::kStored);
   EXPECT_EQ(events[1].parent, events[0].hash);
-  ASSERT_TRUE(m->Free(RequestId(1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(20, 500)}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(2), {.num_new_tokens = 20}));  // evicts both
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_new_tokens = 20}));  // evicts both
   events = m->DrainEvents();
   ASSERT_EQ(events.size(), 3u);  // both pages evicted (tail block first), then one stored
   EXPECT_EQ(events[0].type, KvEvent::Type::kRemoved);
   EXPECT_EQ(events[1].type, KvEvent::Type::kRemoved);
   EXPECT_EQ(events[2].type, KvEvent::Type::kStored);
   EXPECT_TRUE(absl::IsFailedPrecondition(m->ResetPrefixCache()));
-  ASSERT_TRUE(m->Free(RequestId(2)).ok());
+  ASSERT_TRUE(m->Free(H(*m, RequestId(2))).ok());
   ASSERT_TRUE(m->ResetPrefixCache().ok());
   events = m->DrainEvents();
   ASSERT_EQ(events.size(), 1u);
@@ -636,15 +638,15 @@ TEST(KvCacheManagerBudgetTest, CacheGrowthLeavesHeadroomForLiveGrowth) {
   // Distinct 100-token prompts, prefilled and finished: their blocks stay cached.
   for (int i = 0; i < 12; ++i) {
     ASSERT_TRUE(m->AddRequest({RequestId(i), testing::Tokens(100, 1000 * i)}).ok());
-    ASSERT_TRUE(*m->AllocateSlots(RequestId(i), {.num_new_tokens = 100}));
-    ASSERT_TRUE(m->Free(RequestId(i)).ok());
+    ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(i)), {.num_new_tokens = 100}));
+    ASSERT_TRUE(m->Free(H(*m, RequestId(i))).ok());
     KVPAGE_EXPECT_INVARIANTS(*m);
     EXPECT_LE(m->Usage().mapped_bytes, 64 * 1024 - 16 * 1024) << "after request " << i;
   }
   // A long request needs more full-attention blocks than its pool has: it takes the headroom
   // and then idle chunks of the other pool.
   ASSERT_TRUE(m->AddRequest({RequestId(100), testing::Tokens(600, 90000)}).ok());
-  EXPECT_TRUE(*m->AllocateSlots(RequestId(100), {.num_new_tokens = 600}));
+  EXPECT_TRUE(*m->AllocateSlots(H(*m, RequestId(100)), {.num_new_tokens = 600}));
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
@@ -663,89 +665,87 @@ TEST(KvCacheManagerDecodeStepTest, ServesInOrderAndStopsWhereMemoryEnds) {
   auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(m->AddRequest({RequestId(i), testing::Tokens(32, 100 * i)}).ok());
-    ASSERT_TRUE(*m->AllocateSlots(RequestId(i), {.num_new_tokens = 32}));  // 2 blocks each
-    ASSERT_TRUE(m->AppendTokens(RequestId(i), {7}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(i)), {.num_new_tokens = 32}));  // 2 blocks each
+    ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(i)), {7}).ok());
   }
-  // Unknown id: reported before anything changes.
-  std::vector<DecodeStep> steps = {{RequestId(0), 32, 1}, {RequestId(9), 32, 1}};
+  // A stale handle: reported before anything changes.
+  const RequestHandle h0 = H(*m, 0), h1 = H(*m, 1), h2 = H(*m, 2);
+  std::vector<DecodeStep> steps = {{h0, 32, 1}, {RequestHandle(), 32, 1}};
   EXPECT_TRUE(absl::IsNotFound(m->AllocateDecodeStep(steps).status()));
-  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 2u);
-  // Each request crosses into a third block; only one block is left.
-  steps = {{RequestId(0), 32, 1}, {RequestId(1), 32, 1}, {RequestId(2), 32, 1}};
+  EXPECT_EQ(m->BlockTable(h0, GroupId(0))->size(), 2u);
+  // Each request crosses into a third block (its next event is the end of its table, 33);
+  // only one block is left.
+  EXPECT_EQ(*m->NextEvent(h0), 33);
+  steps = {{h0, 32, 1}, {h1, 32, 1}, {h2, 32, 1}};
   auto served = m->AllocateDecodeStep(steps);
   ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_EQ(*served, 1);
-  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 3u);
-  EXPECT_EQ(m->BlockTable(RequestId(1), GroupId(0))->size(), 2u);
-  EXPECT_EQ(m->BlockTable(RequestId(2), GroupId(0))->size(), 2u);
+  EXPECT_EQ(m->BlockTable(h0, GroupId(0))->size(), 3u);
+  EXPECT_EQ(m->BlockTable(h1, GroupId(0))->size(), 2u);
+  EXPECT_EQ(m->BlockTable(h2, GroupId(0))->size(), 2u);
+  // Block 2 of request 0 fills at 48 tokens: the next event.
+  EXPECT_EQ(*m->NextEvent(h0), 48);
   KVPAGE_EXPECT_INVARIANTS(*m);
   // Request 0 again needs nothing: served without a block.
   served = m->AllocateDecodeStep(absl::MakeConstSpan(steps).subspan(0, 1));
   EXPECT_EQ(*served, 1);
   // A bad token count is an error naming the value.
-  steps = {{RequestId(1), 40, 1}};
+  steps = {{h1, 40, 1}};
   EXPECT_TRUE(absl::IsInvalidArgument(m->AllocateDecodeStep(steps).status()));
-  // So is a horizons array of the wrong size; nothing changes.
-  std::vector<DecodeHorizon> horizons(2);
-  steps = {{RequestId(0), 33, 1}};
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      m->AllocateDecodeStep(steps, absl::MakeSpan(horizons)).status()));
-  EXPECT_EQ(m->BlockTable(RequestId(0), GroupId(0))->size(), 3u);
+  EXPECT_EQ(m->BlockTable(h0, GroupId(0))->size(), 3u);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
-// Handles name live requests; a stale one falls back to the id; batch appends are all or
-// nothing and hash a block once it is full.
+// Handles name live requests, and a handle used after Free names none (even once its slot is
+// reused); batch appends are all or nothing and hash a block once it is full.
 TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   KvCacheConfig c;
   c.kv_budget_bytes = 16 * 16 * 32;
   c.chunk_bytes = c.kv_budget_bytes;
   c.hash_seed = 4;
   auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
-  ASSERT_TRUE(m->AddRequest({RequestId(5), testing::Tokens(31, 0)}).ok());
-  ASSERT_TRUE(m->AddRequest({RequestId(6), testing::Tokens(20, 100)}).ok());
-  EXPECT_EQ(m->RequestHandle(RequestId(5)), 0);
-  EXPECT_EQ(m->RequestHandle(RequestId(6)), 1);
-  EXPECT_EQ(m->RequestHandle(RequestId(7)), -1);
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(5), {.num_new_tokens = 31}));
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(6), {.num_new_tokens = 20}));
+  const RequestHandle h5 = *m->AddRequest({RequestId(5), testing::Tokens(31, 0)});
+  const RequestHandle h6 = *m->AddRequest({RequestId(6), testing::Tokens(20, 100)});
+  EXPECT_EQ(m->Find(RequestId(5)), h5);
+  EXPECT_EQ(m->Find(RequestId(6)), h6);
+  EXPECT_FALSE(m->Find(RequestId(7)).has_value());
+  EXPECT_EQ(*m->Id(h6), RequestId(6));
+  EXPECT_FALSE(RequestHandle().valid());
+  EXPECT_TRUE(absl::IsNotFound(m->Id(RequestHandle()).status()));
+  ASSERT_TRUE(*m->AllocateSlots(h5, {.num_new_tokens = 31}));
+  ASSERT_TRUE(*m->AllocateSlots(h6, {.num_new_tokens = 20}));
   // A negative token anywhere: nothing is appended.
-  std::vector<DecodeToken> bad = {{RequestId(5), 0, 9}, {RequestId(6), 1, -2}};
+  std::vector<DecodeToken> bad = {{h5, 9}, {h6, -2}};
   EXPECT_TRUE(absl::IsInvalidArgument(m->AppendDecodeTokens(bad)));
-  EXPECT_EQ(m->Tokens(RequestId(5))->size(), 31u);
-  // A wrong handle is only a hint: the id decides.
-  std::vector<DecodeToken> ok = {{RequestId(5), 1, 9}, {RequestId(6), -1, 8}};
+  EXPECT_EQ(m->Tokens(h5)->size(), 31u);
+  std::vector<DecodeToken> ok = {{h5, 9}, {h6, 8}};
   ASSERT_TRUE(m->AppendDecodeTokens(ok).ok());
-  EXPECT_EQ(m->Tokens(RequestId(5))->back(), 9);
-  EXPECT_EQ(m->Tokens(RequestId(6))->back(), 8);
-  // So it is for BlockTable: request 5 holds 2 blocks, request 6 holds 2, whatever the hint.
-  EXPECT_EQ(m->BlockTable(RequestId(5), kG0, 0)->size(), 2u);
-  EXPECT_EQ(m->BlockTable(RequestId(5), kG0, 1)->size(), 2u);
-  EXPECT_EQ(Ids(*m->BlockTable(RequestId(6), kG0, 0)), Ids(*m->BlockTable(RequestId(6), kG0)));
-  EXPECT_TRUE(absl::IsNotFound(m->BlockTable(RequestId(7), kG0, 0).status()));
-  // BlockTableOrEmpty gives the same tables, and an empty span where BlockTable fails.
-  EXPECT_EQ(Ids(m->BlockTableOrEmpty(RequestId(5), kG0, 1)), Ids(*m->BlockTable(RequestId(5), kG0)));
-  EXPECT_EQ(Ids(m->BlockTableOrEmpty(RequestId(6), kG0, 1)), Ids(*m->BlockTable(RequestId(6), kG0)));
-  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(7), kG0, 0).empty());
-  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(5), GroupId(1), 0).empty());
-  EXPECT_TRUE(m->BlockTableOrEmpty(RequestId(5), GroupId(-1), 0).empty());
+  EXPECT_EQ(m->Tokens(h5)->back(), 9);
+  EXPECT_EQ(m->Tokens(h6)->back(), 8);
+  EXPECT_EQ(m->BlockTable(h5, kG0)->size(), 2u);
+  EXPECT_EQ(m->BlockTable(h6, kG0)->size(), 2u);
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BlockTable(h5, GroupId(1)).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BlockTable(h5, GroupId(-1)).status()));
   // Request 5's 32nd token completed its second block: the next step caches it, and an
   // identical 33-token prompt hits both blocks.
-  std::vector<DecodeStep> step = {{RequestId(5), 31, 1, 0}};
+  std::vector<DecodeStep> step = {{h5, 31, 1}};
   ASSERT_EQ(*m->AllocateDecodeStep(step), 1);
   std::vector<int32_t> same = testing::Tokens(31, 0);
   same.push_back(9);
   same.push_back(1);
-  ASSERT_TRUE(m->AddRequest({RequestId(7), same}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(7))->num_tokens, 32);
-  // Freed handles are reused; an unknown id fails before anything changes.
-  ASSERT_TRUE(m->Free(RequestId(6)).ok());
-  ASSERT_TRUE(m->AddRequest({RequestId(8), testing::Tokens(3, 500)}).ok());
-  EXPECT_EQ(m->RequestHandle(RequestId(8)), 1);
-  std::vector<DecodeToken> unknown = {{RequestId(5), 0, 1}, {RequestId(6), 1, 1}};
+  const RequestHandle h7 = *m->AddRequest({RequestId(7), same});
+  EXPECT_EQ(m->GetComputedBlocks(h7)->num_tokens, 32);
+  // Freed slots are reused, but the old handle stays stale; a stale handle fails before
+  // anything changes.
+  ASSERT_TRUE(m->Free(h6).ok());
+  const RequestHandle h8 = *m->AddRequest({RequestId(8), testing::Tokens(3, 500)});
+  EXPECT_NE(h8, h6);
+  EXPECT_TRUE(absl::IsNotFound(m->Tokens(h6).status()));
+  EXPECT_TRUE(absl::IsNotFound(m->Free(h6)));
+  std::vector<DecodeToken> unknown = {{h5, 1}, {h6, 1}};
   EXPECT_TRUE(absl::IsNotFound(m->AppendDecodeTokens(unknown)));
-  EXPECT_EQ(m->Tokens(RequestId(5))->size(), 32u);
-  EXPECT_TRUE(absl::IsNotFound(m->Tokens(RequestId(6)).status()));
+  EXPECT_EQ(m->Tokens(h5)->size(), 32u);
+  EXPECT_EQ(m->Tokens(h8)->size(), 3u);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
@@ -756,91 +756,82 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
 TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
   auto m = FullManager(16);
   ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(20, 0)), 0);
-  const int32_t h = m->RequestHandle(RequestId(1));
+  const RequestHandle h = H(*m, 1);
   // Tokens 20..39 in one batch: token 31 completes block 1 (positions 20..31 in tail slots
   // 4..15), then 32..39 take slots 0..7 again.
   std::vector<DecodeToken> batch;
-  for (int32_t t = 20; t < 40; ++t) batch.push_back({RequestId(1), h, t});
+  for (int32_t t = 20; t < 40; ++t) batch.push_back({h, t});
   ASSERT_TRUE(m->AppendDecodeTokens(batch).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(40, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(40, 0));
   // Two more, one at a time: Tokens() read the tail out, appends go on after it.
-  ASSERT_TRUE(m->AppendTokens(RequestId(1), {40}).ok());
-  std::vector<DecodeToken> one = {{RequestId(1), h, 41}};
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), {40}).ok());
+  std::vector<DecodeToken> one = {{h, 41}};
   ASSERT_TRUE(m->AppendDecodeTokens(one).ok());
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(42, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(42, 0));
   // Allocating through token 41 caches block 1 (block 2 is not full).
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20, .num_new_tokens = 22}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 20, .num_new_tokens = 22}));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // A prompt of the same 50 tokens hits blocks 0 and 1: block 1 was hashed from tokens
   // 16..31 in order.
   ASSERT_TRUE(m->AddRequest({RequestId(2), testing::Tokens(50, 0)}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(2))->num_tokens, 32);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 32);
   // Rolling back into the tail (42 -> 39 tokens), then on to a full block 2.
-  ASSERT_TRUE(m->RollbackTokens(RequestId(1), 3).ok());
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(39, 0));
+  ASSERT_TRUE(m->RollbackTokens(H(*m, RequestId(1)), 3).ok());
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(39, 0));
   for (int32_t t = 39; t < 48; ++t) {
-    std::vector<DecodeToken> next = {{RequestId(1), h, t}};
+    std::vector<DecodeToken> next = {{h, t}};
     ASSERT_TRUE(m->AppendDecodeTokens(next).ok());
     KVPAGE_EXPECT_INVARIANTS(*m);
   }
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(48, 0));
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 39, .num_new_tokens = 9}));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(48, 0));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 39, .num_new_tokens = 9}));
   // Block 2 (tokens 32..47) is cached too now: a 49-token prompt hits all three.
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 48);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 48);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
-// DecodeAppender appends as AppendDecodeTokens does: the same tokens and block hashes, for a
-// block size with the inline path (16) and one without (12), with a request named again
-// after its token completed a block. Each Append stands alone: a bad one changes nothing and
-// the others go in.
-TEST(KvCacheManagerTest, DecodeAppenderAppendsAsTheBatchDoes) {
+// A decode batch appends as one AppendTokens call per token does: the same tokens and block
+// hashes, for a block size that is a power of two (16) and one that is not (12), with
+// requests named again after their token completed a block.
+TEST(KvCacheManagerTest, DecodeBatchAppendsAsSingleAppendsDo) {
   for (const int32_t block_size : {16, 12}) {
     SCOPED_TRACE(block_size);
     auto batch = FullManager(32, true, block_size);
-    auto appender = FullManager(32, true, block_size);
-    for (KvCacheManager* m : {batch.get(), appender.get()}) {
+    auto single = FullManager(32, true, block_size);
+    for (KvCacheManager* m : {batch.get(), single.get()}) {
       ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(20, 0)), 0);
       ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(3, 100)), 0);
     }
-    const int32_t h1 = appender->RequestHandle(RequestId(1));
-    const int32_t h2 = appender->RequestHandle(RequestId(2));
     // Request 1 gets tokens 20..47 (a block completes at 23 or 31, then the tail is reused);
-    // request 2 gets 103..112 through a stale handle (h1), so the id is looked up.
+    // request 2 gets 103..112.
     std::vector<DecodeToken> tokens;
     for (int32_t t = 20; t < 48; ++t) {
-      tokens.push_back({RequestId(1), h1, t});
-      if (t < 30) tokens.push_back({RequestId(2), h1, 83 + t});
+      tokens.push_back({H(*batch, 1), t});
+      if (t < 30) tokens.push_back({H(*batch, 2), 83 + t});
     }
     ASSERT_TRUE(batch->AppendDecodeTokens(tokens).ok());
-    {
-      KvCacheManager::DecodeAppender append = appender->StartDecodeAppend();
-      for (const DecodeToken& t : tokens) ASSERT_TRUE(append.Append(t.id, t.handle, t.token).ok());
-      // Bad appends: an unknown id, a negative token; neither changes anything.
-      EXPECT_TRUE(absl::IsNotFound(append.Append(RequestId(9), h2, 1)));
-      EXPECT_TRUE(absl::IsInvalidArgument(append.Append(RequestId(2), h2, -4)));
-      append.Finish();
+    for (const DecodeToken& t : tokens) {
+      const int64_t id = t.request == H(*batch, 1) ? 1 : 2;
+      ASSERT_TRUE(single->AppendTokens(H(*single, id), {t.token}).ok());
     }
-    KVPAGE_EXPECT_INVARIANTS(*appender);
-    EXPECT_EQ(*appender->Tokens(RequestId(1)), testing::Tokens(48, 0));
-    EXPECT_EQ(*appender->Tokens(RequestId(2)), testing::Tokens(13, 100));
-    for (KvCacheManager* m : {batch.get(), appender.get()}) {
+    for (KvCacheManager* m : {batch.get(), single.get()}) {
+      KVPAGE_EXPECT_INVARIANTS(*m);
+      EXPECT_EQ(*m->Tokens(H(*m, 1)), testing::Tokens(48, 0));
+      EXPECT_EQ(*m->Tokens(H(*m, 2)), testing::Tokens(13, 100));
       // Allocating through the last tokens caches the full blocks, hashed from the tokens in
       // order: a prompt of request 1's 48 tokens and one more hits all of them.
-      ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 20, .num_new_tokens = 28}));
+      ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_computed_tokens = 20, .num_new_tokens = 28}));
       ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
-      EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 48 / block_size * block_size);
+      EXPECT_EQ(m->GetComputedBlocks(H(*m, 3))->num_tokens, 48 / block_size * block_size);
       KVPAGE_EXPECT_INVARIANTS(*m);
     }
-    EXPECT_EQ(appender->prefix_cache_stats().hit_tokens, batch->prefix_cache_stats().hit_tokens);
   }
 }
 
-// An Append that would pass max_model_len fails alone: OutOfRange, the request unchanged,
-// the other requests' tokens in.
-TEST(KvCacheManagerTest, DecodeAppenderStopsAtMaxModelLen) {
+// A batch that would take a request past max_model_len fails whole: OutOfRange, nothing in.
+TEST(KvCacheManagerTest, DecodeBatchStopsAtMaxModelLen) {
   KvCacheConfig c;
   c.kv_budget_bytes = 64 * 16 * 32;
   c.chunk_bytes = c.kv_budget_bytes;
@@ -849,60 +840,55 @@ TEST(KvCacheManagerTest, DecodeAppenderStopsAtMaxModelLen) {
   auto m = *KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
   ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(31, 0)), 0);
   ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(5, 100)), 0);
-  const int32_t h1 = m->RequestHandle(RequestId(1));
-  const int32_t h2 = m->RequestHandle(RequestId(2));
-  {
-    KvCacheManager::DecodeAppender append = m->StartDecodeAppend();
-    ASSERT_TRUE(append.Append(RequestId(1), h1, 31).ok());  // the 32nd token completes block 1
-    EXPECT_TRUE(absl::IsOutOfRange(append.Append(RequestId(1), h1, 32)));
-    ASSERT_TRUE(append.Append(RequestId(2), h2, 105).ok());
-  }  // the destructor finishes
+  const std::vector<DecodeToken> over = {{H(*m, 2), 105}, {H(*m, 1), 31}, {H(*m, 1), 32}};
+  EXPECT_TRUE(absl::IsOutOfRange(m->AppendDecodeTokens(over)));
+  EXPECT_EQ(*m->Tokens(H(*m, 1)), testing::Tokens(31, 0));
+  ASSERT_TRUE(m->AppendDecodeTokens(absl::MakeConstSpan(over).subspan(0, 2)).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(32, 0));
-  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(6, 100));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(32, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(2))), testing::Tokens(6, 100));
 }
 
-// A bad entry after good ones undoes the whole batch, including a token that completed a
-// block (until the block moves out of the tail, an append is only a count).
+// A bad entry after good ones leaves the whole batch out, including a token that would have
+// completed a block.
 TEST(KvCacheManagerTest, BadDecodeTokenUndoesTheBatch) {
   auto m = FullManager(16);
   ASSERT_EQ(AddAndPrefill(*m, 1, testing::Tokens(15, 0)), 0);
   ASSERT_EQ(AddAndPrefill(*m, 2, testing::Tokens(3, 100)), 0);
-  const int32_t h1 = m->RequestHandle(RequestId(1));
-  const int32_t h2 = m->RequestHandle(RequestId(2));
-  std::vector<DecodeToken> batch = {{RequestId(1), h1, 15}, {RequestId(2), h2, 103},
-                                    {RequestId(9), -1, 1}};
+  const RequestHandle h1 = H(*m, 1);
+  const RequestHandle h2 = H(*m, 2);
+  std::vector<DecodeToken> batch = {{h1, 15}, {h2, 103}, {RequestHandle(), 1}};
   EXPECT_TRUE(absl::IsNotFound(m->AppendDecodeTokens(batch)));
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(15, 0));
-  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(3, 100));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(15, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(2))), testing::Tokens(3, 100));
   KVPAGE_EXPECT_INVARIANTS(*m);
-  batch[2] = {RequestId(2), h2, -5};
+  batch[2] = {h2, -5};
   EXPECT_TRUE(absl::IsInvalidArgument(m->AppendDecodeTokens(batch)));
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(15, 0));
-  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(3, 100));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(15, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(2))), testing::Tokens(3, 100));
   KVPAGE_EXPECT_INVARIANTS(*m);
   batch.pop_back();
   ASSERT_TRUE(m->AppendDecodeTokens(batch).ok());
-  EXPECT_EQ(*m->Tokens(RequestId(1)), testing::Tokens(16, 0));
-  EXPECT_EQ(*m->Tokens(RequestId(2)), testing::Tokens(4, 100));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(16, 0));
+  EXPECT_EQ(*m->Tokens(H(*m, RequestId(2))), testing::Tokens(4, 100));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // The completed block was hashed from tokens 0..15 once: cached by the next step, it serves
   // a 17-token prompt.
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(1), {.num_computed_tokens = 15, .num_new_tokens = 1}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 15, .num_new_tokens = 1}));
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(17, 0)}).ok());
-  EXPECT_EQ(m->GetComputedBlocks(RequestId(3))->num_tokens, 16);
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 16);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
 // A batch that names a request twice at a block boundary takes one block, as two
-// AllocateSlots calls would (the second finds the block there), also on the crossing fast path.
+// AllocateSlots calls would (the second finds the block there).
 TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {
   auto m = FullManager(8);
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(32, 0)}).ok());
-  ASSERT_TRUE(*m->AllocateSlots(RequestId(3), {.num_new_tokens = 32}));
-  ASSERT_TRUE(m->AppendTokens(RequestId(3), {5}).ok());
-  const int32_t h = m->RequestHandle(RequestId(3));
-  std::vector<DecodeStep> twice = {{RequestId(3), 32, 1, h}, {RequestId(3), 32, 1, h}};
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(3)), {.num_new_tokens = 32}));
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(3)), {5}).ok());
+  const RequestHandle h = H(*m, 3);
+  std::vector<DecodeStep> twice = {{h, 32, 1}, {h, 32, 1}};
   ASSERT_EQ(*m->AllocateDecodeStep(twice), 2);
   EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 3));
   EXPECT_EQ(m->Usage().pools[0].used_blocks, 3);
@@ -918,12 +904,12 @@ TEST(KvCacheManagerDecodeStepTest, ReserveTokensAreCheckedNotTaken) {
   auto m = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
   ASSERT_TRUE(m->AddRequest({RequestId(0), testing::Tokens(100, 0)}).ok());
   // 32 tokens now (2 blocks) + 68 more (5 more blocks): 7 > 6, refused, nothing taken.
-  EXPECT_FALSE(*m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = 68}));
+  EXPECT_FALSE(*m->AllocateSlots(H(*m, RequestId(0)), {.num_new_tokens = 32, .num_reserve_tokens = 68}));
   EXPECT_EQ(m->Usage().used_bytes, 0);
   EXPECT_TRUE(absl::IsInvalidArgument(
-      m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = -1}).status()));
+      m->AllocateSlots(H(*m, RequestId(0)), {.num_new_tokens = 32, .num_reserve_tokens = -1}).status()));
   // 32 + 56 more = 88 tokens = 6 blocks: accepted, 2 taken.
-  EXPECT_TRUE(*m->AllocateSlots(RequestId(0), {.num_new_tokens = 32, .num_reserve_tokens = 56}));
+  EXPECT_TRUE(*m->AllocateSlots(H(*m, RequestId(0)), {.num_new_tokens = 32, .num_reserve_tokens = 56}));
   EXPECT_EQ(m->Usage().used_bytes, 2 * 16 * 32);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }

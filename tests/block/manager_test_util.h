@@ -58,6 +58,12 @@ inline std::vector<int32_t> Ids(absl::Span<const BlockId> blocks) {
   return ids;
 }
 
+// The live request with this id, or a handle that names none (every call then says NotFound).
+inline RequestHandle H(const KvCacheManager& m, int64_t id) {
+  return m.Find(RequestId(id)).value_or(RequestHandle());
+}
+inline RequestHandle H(const KvCacheManager& m, RequestId id) { return H(m, id.value); }
+
 // Runs CheckInvariants and fails the test with its message.
 #define KVPAGE_EXPECT_INVARIANTS(manager)                 \
   do {                                                    \

@@ -20,6 +20,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using testing::Concat;
+using testing::H;
 using testing::Tokens;
 using testing::TinyModel;
 
@@ -569,13 +570,13 @@ TEST(SchedulerTest, DecodeStepChecksEveryRequestsSamples) {
   // Nothing was applied: each request still has 21 tokens, and the right result goes through.
   for (const ScheduledRequest& r : out.requests) {
     EXPECT_EQ(r.num_computed_tokens, 20);
-    EXPECT_EQ(s->kv_cache().Tokens(r.id)->size(), 21u);
+    EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), r.id))->size(), 21u);
   }
   m.sampled_token_ids = {7, 8, 9};
   m.sampled_offsets = {0, 1, 2, 3};
   ASSERT_TRUE(s->Update(out, m).ok());
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->back(), 9);
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(0))->size(), 22u);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(2)))->back(), 9);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(0)))->size(), 22u);
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
@@ -609,7 +610,7 @@ TEST(SchedulerTest, AbortFreesAtOnce) {
   EXPECT_SCHED_INVARIANTS(*s);
   ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());  // request 0's result is dropped
   // Request 1 moved to request 0's row; its sample still goes in.
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->size(), 41u);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(1)))->size(), 41u);
   ASSERT_TRUE(s->Abort(RequestId(2)).ok());          // waiting
   const SchedulerOutput& next = s->Schedule();
   EXPECT_THAT(next.finished_ids, ElementsAre(RequestId(0), RequestId(2)));
@@ -639,17 +640,17 @@ TEST(SchedulerTest, AbortInASteadyStepKeepsEachTokenWithItsRequest) {
     EXPECT_EQ(out->requests[k].id, RequestId(k));
     EXPECT_EQ(out->requests[k].row, k);
   }
-  const size_t len1 = s->kv_cache().Tokens(RequestId(1))->size();
-  const size_t len2 = s->kv_cache().Tokens(RequestId(2))->size();
+  const size_t len1 = s->kv_cache().Tokens(H(s->kv_cache(), RequestId(1)))->size();
+  const size_t len2 = s->kv_cache().Tokens(H(s->kv_cache(), RequestId(2)))->size();
   ASSERT_TRUE(s->Abort(RequestId(0)).ok());  // request 2's row moves to row 0
   ModelOutput m;
   m.sampled_token_ids = {70, 71, 72};
   m.sampled_offsets = {0, 1, 2, 3};
   ASSERT_TRUE(s->Update(*out, m).ok());
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->size(), len1 + 1);
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(1))->back(), 71);
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->size(), len2 + 1);
-  EXPECT_EQ(s->kv_cache().Tokens(RequestId(2))->back(), 72);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(1)))->size(), len1 + 1);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(1)))->back(), 71);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(2)))->size(), len2 + 1);
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(2)))->back(), 72);
   EXPECT_SCHED_INVARIANTS(*s);
 }
 

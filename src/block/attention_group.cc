@@ -1,0 +1,154 @@
+// Block tables of attention groups: growth, hits, prefix caching, release.
+#include "block/attention_group.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvpage::internal {
+
+namespace {
+
+// Room for `size` blocks and half as many again. A table filled by a prompt (or a hit) then
+// grows by one block every block_size decode steps; an exact fit would be reallocated and
+// copied at the first of them, in the middle of a batched decode step.
+void ReserveTable(std::vector<BlockId>& table, size_t size) {
+  if (table.capacity() < size) table.reserve(size + size / 2 + 8);
+}
+
+}  // namespace
+
+void AttentionGroup::Resize(size_t slots) {
+  if (tables_.size() < slots) tables_.resize(slots);
+}
+
+int64_t AttentionGroup::BlocksFor(int64_t tokens) const {
+  return (tokens + layout().block_size - 1) / layout().block_size;
+}
+
+int64_t AttentionGroup::LengthAfter(const RequestView& r, const StepArgs& step) const {
+  const size_t len = step.hit != nullptr ? step.hit->size() : tables_[r.slot].blocks.size();
+  return std::max<int64_t>(BlocksFor(step.total), static_cast<int64_t>(len));
+}
+
+absl::Status AttentionGroup::Validate(const RequestView& r, const StepArgs& step) const {
+  if (!r.allocated || step.hit != nullptr) return absl::OkStatus();
+  const int64_t held = static_cast<int64_t>(tables_[r.slot].blocks.size());
+  if (BlocksFor(step.computed) > held) {
+    return absl::InvalidArgumentError(absl::StrCat("num_computed_tokens ", step.computed,
+                                                   " exceeds the ", held * layout().block_size,
+                                                   " tokens the request holds blocks for"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t AttentionGroup::Plan(const RequestView& r, const StepArgs& step) {
+  const std::vector<BlockId>& held = step.hit != nullptr ? *step.hit : tables_[r.slot].blocks;
+  int64_t need = 0;
+  if (step.hit != nullptr) {  // hit blocks sitting free leave the free lists
+    for (BlockId b : held) need += b != kNullBlock && pool().ref_count(b) == 0 ? 1 : 0;
+  }
+  // Tables keep their length when a window releases blocks (nulls stand in), so the count does
+  // not depend on what Release freed first.
+  return need + std::max<int64_t>(0, BlocksFor(step.total) - static_cast<int64_t>(held.size()));
+}
+
+int64_t AttentionGroup::Reserve(const RequestView& r, const StepArgs& step) const {
+  // Growing pages: every block of the whole sequence.
+  return std::max<int64_t>(0, BlocksFor(step.total + step.reserve) - LengthAfter(r, step));
+}
+
+void AttentionGroup::TakeHit(const RequestView& r, absl::Span<const BlockId> hit) {
+  std::vector<BlockId> live;
+  for (BlockId b : hit) {
+    if (b != kNullBlock) live.push_back(b);
+  }
+  pool().Touch(live);
+  TableState& t = tables_[r.slot];
+  ReserveTable(t.blocks, hit.size());
+  t.blocks.assign(hit.begin(), hit.end());
+  t.num_cached = static_cast<int64_t>(hit.size());
+  while (t.num_released < static_cast<int64_t>(hit.size()) && hit[t.num_released] == kNullBlock) {
+    ++t.num_released;
+  }
+}
+
+int64_t AttentionGroup::FreshBlocks(const RequestView& r, const StepArgs& step) const {
+  return std::max<int64_t>(
+      0, BlocksFor(step.total) - static_cast<int64_t>(tables_[r.slot].blocks.size()));
+}
+
+void AttentionGroup::Install(const RequestView& r, absl::Span<const BlockId> fresh,
+                             const StateOutputs&) {
+  std::vector<BlockId>& blocks = tables_[r.slot].blocks;
+  ReserveTable(blocks, blocks.size() + fresh.size());
+  blocks.insert(blocks.end(), fresh.begin(), fresh.end());
+}
+
+void AttentionGroup::CacheFull(const RequestView& r, int64_t full) {
+  if (!ctx().enable_prefix_caching) return;
+  TableState& t = tables_[r.slot];
+  for (int64_t i = t.num_cached; i < full; ++i) {
+    if (t.blocks[i] == kNullBlock) continue;
+    pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+  }
+  t.num_cached = std::max(t.num_cached, full);
+}
+
+void AttentionGroup::Free(const RequestView& r) {
+  TableState& t = tables_[r.slot];
+  // Last block first, so the tail of a prefix chain is evicted before its head.
+  std::reverse(t.blocks.begin(), t.blocks.end());
+  pool().Free(t.blocks);
+  t.blocks.clear();
+  t.num_cached = 0;
+  t.num_released = 0;
+}
+
+int64_t AttentionGroup::NextEvent(const RequestView& r) const {
+  const TableState& t = tables_[r.slot];
+  const int64_t bs = layout().block_size;
+  // A step ending past the table needs a block; one filling the next uncached block caches it.
+  const int64_t grow = static_cast<int64_t>(t.blocks.size()) * bs + 1;
+  return ctx().enable_prefix_caching ? std::min(grow, (t.num_cached + 1) * bs) : grow;
+}
+
+void AttentionGroup::Uncache(int32_t slot, int64_t first) {
+  TableState& t = tables_[slot];
+  for (int64_t i = first; i < t.num_cached; ++i) {
+    if (t.blocks[i] != kNullBlock) pool().Uncache(t.blocks[i]);
+  }
+  t.num_cached = std::min(t.num_cached, first);
+}
+
+absl::Status AttentionGroup::CountRefs(int32_t slot, RequestId id,
+                                       std::vector<int32_t>& refs) const {
+  for (BlockId b : tables_[slot].blocks) {
+    if (b == kNullBlock) continue;
+    if (b.value >= static_cast<int32_t>(refs.size()) || !pool().is_mapped(b)) {
+      return absl::InternalError(absl::StrCat("request ", id.value, " group ", layout().id.value,
+                                              " holds invalid block ", b.value));
+    }
+    ++refs[b.value];
+  }
+  return absl::OkStatus();
+}
+
+// ---- Full attention and MLA: every block from the first ----
+
+int64_t FullAttentionGroup::HitLength(absl::Span<const BlockHash> hashes,
+                                      int64_t max_blocks) const {
+  int64_t n = 0;
+  while (n < max_blocks && cached(hashes, n)) ++n;
+  return n;
+}
+
+std::vector<BlockId> FullAttentionGroup::HitBlocks(absl::Span<const BlockHash> hashes,
+                                                   int64_t length) const {
+  std::vector<BlockId> blocks;
+  blocks.reserve(static_cast<size_t>(length));
+  for (int64_t i = 0; i < length; ++i) blocks.push_back(pool().Lookup(hashes[i], layout().id));
+  return blocks;
+}
+
+}  // namespace kvpage::internal

@@ -1,0 +1,71 @@
+// Attention groups: a block table per request (internal).
+//
+// AttentionGroup keeps what full attention, MLA and sliding windows share: one table entry per
+// block of tokens, grown as the request computes, offered to the prefix cache block by block.
+// FullAttentionGroup needs every block from the start. SlidingWindowGroup (its own file) also
+// releases the blocks its window has moved past.
+#ifndef KVPAGE_BLOCK_ATTENTION_GROUP_H_
+#define KVPAGE_BLOCK_ATTENTION_GROUP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "block/group_manager.h"
+
+namespace kvpage::internal {
+
+class AttentionGroup : public GroupManager {
+ public:
+  using GroupManager::GroupManager;
+
+  void Resize(size_t slots) override;
+  absl::Status Validate(const RequestView& r, const StepArgs& step) const override;
+  int64_t Plan(const RequestView& r, const StepArgs& step) override;
+  int64_t Reserve(const RequestView& r, const StepArgs& step) const override;
+  void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) override;
+  int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
+  void Install(const RequestView& r, absl::Span<const BlockId> fresh,
+               const StateOutputs& outputs) override;
+  void CacheFull(const RequestView& r, int64_t full) override;
+  void Free(const RequestView& r) override;
+  int64_t NextEvent(const RequestView& r) const override;
+  absl::Span<const BlockId> Table(int32_t slot) const override { return tables_[slot].blocks; }
+  int64_t NumCached(int32_t slot) const override { return tables_[slot].num_cached; }
+  void Uncache(int32_t slot, int64_t first) override;
+  absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const override;
+
+ protected:
+  // A request's holdings in the group.
+  struct TableState {
+    // One entry per block of tokens; kNullBlock where a sliding window released the block.
+    std::vector<BlockId> blocks;
+    int64_t num_cached = 0;    // blocks [0, n) have been offered to the prefix cache
+    int64_t num_released = 0;  // sliding window: blocks [0, n) are null
+  };
+  TableState& table(int32_t slot) { return tables_[slot]; }
+  const TableState& table(int32_t slot) const { return tables_[slot]; }
+  // Blocks of a table of `tokens` tokens.
+  int64_t BlocksFor(int64_t tokens) const;
+  // The table's length once the step has its blocks.
+  int64_t LengthAfter(const RequestView& r, const StepArgs& step) const;
+  bool cached(absl::Span<const BlockHash> hashes, int64_t i) const {
+    return pool().Lookup(hashes[i], layout().id) != kNullBlock;
+  }
+
+ private:
+  std::vector<TableState> tables_;  // by request slot
+};
+
+class FullAttentionGroup final : public AttentionGroup {
+ public:
+  using AttentionGroup::AttentionGroup;
+
+  int hit_rank() const override { return 0; }
+  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
+  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
+                                 int64_t length) const override;
+};
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_BLOCK_ATTENTION_GROUP_H_

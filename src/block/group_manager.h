@@ -1,0 +1,170 @@
+// GroupManager: how one layer kind keeps its requests' blocks (internal).
+//
+// The KvCacheManager coordinates one GroupManager per layer group. Each owns the per-request
+// records of its group (a block table, or a recurrent state's slots), indexed by the request's
+// slot in the manager, and draws its blocks from one BlockPool. Every kind answers the same
+// questions, so the coordinator has no branch on the kind:
+//
+//   prefix hits   HitLength: of the first L blocks of a prompt, how many can this group serve?
+//                 HitBlocks: the table prefix (or state slot) serving them.
+//   a step        Plan (blocks to take, hit blocks that sit free included), Reserve (blocks the
+//                 tokens after the step will need), TakeHit, FreshBlocks, Install, then
+//                 CacheFull (offer full blocks to the prefix cache) and Commit (state steps).
+//   windows       Release: free blocks no unprocessed token can reach.
+//   NextEvent     the first computed-token count at which the group must hear of the request
+//                 again (KvCacheManager::NextEvent is the least over the groups).
+//
+// Kinds: FullAttentionGroup (full attention and MLA), SlidingWindowGroup, RecurrentGroup
+// (linear attention). Adding a kind means one subclass and a line in MakeGroupManager.
+#ifndef KVPAGE_BLOCK_GROUP_MANAGER_H_
+#define KVPAGE_BLOCK_GROUP_MANAGER_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kvpage/block_pool.h"
+#include "kvpage/kv_cache_manager.h"
+#include "kvpage/types.h"
+
+namespace kvpage::internal {
+
+inline constexpr int64_t kNoEvent = std::numeric_limits<int64_t>::max();
+
+// How one layer group is laid out in the manager.
+struct GroupLayout {
+  GroupId id;
+  LayerKind kind = LayerKind::kFullAttention;
+  int32_t num_layers = 0;
+  int32_t padding_layers = 0;  // vllm mode
+  int32_t block_size = 0;      // tokens per block (attention groups; 0 for recurrent state)
+  int32_t window = 0;          // sliding window, in tokens
+  int32_t pool = 0;            // index into the manager's pools
+  int64_t block_bytes = 0;     // bytes one block id of this group costs
+};
+
+// What the manager shares with its groups (read-only for them).
+struct GroupContext {
+  AccountingMode mode = AccountingMode::kKvpage;
+  bool enable_prefix_caching = true;
+  int32_t hash_block_size = 0;  // the block size of the request's hashes
+  int64_t max_model_len = 0;
+  int32_t max_num_batched_tokens = 0;
+  bool async_scheduling = true;
+  int32_t decode_snapshot_interval_blocks = 0;
+  KvEventLog* events = nullptr;
+};
+
+// The request as a step sees it: its hashes and how far the prompt goes.
+struct RequestView {
+  int32_t slot = -1;
+  absl::Span<const BlockHash> hashes;  // one per full block of known tokens
+  BlockHash root;                      // the parent of the first block's hash
+  int64_t prompt_len = 0;
+  bool allocated = false;  // has been through AllocateSlots since it was added or freed
+};
+
+// One step of one request, as every group sees it.
+struct StepArgs {
+  int64_t computed = 0;     // tokens computed before the step
+  int64_t verified_end = 0; // computed + new tokens (the step's end, drafts included)
+  int64_t total = 0;        // verified_end + lookahead: slots the step must have
+  int64_t reserve = 0;      // tokens after the step whose blocks must be obtainable
+  const std::vector<BlockId>* hit = nullptr;  // this group's hit blocks, or null
+};
+
+// What the state-slot side of a step leaves for the kernels (recurrent groups only).
+struct StateOutputs {
+  std::vector<SlotToZero>* slots_to_zero = nullptr;
+};
+
+class GroupManager {
+ public:
+  GroupManager(const GroupLayout& layout, BlockPool* pool, const GroupContext* context)
+      : layout_(layout), pool_(pool), ctx_(context) {}
+  virtual ~GroupManager() = default;
+  GroupManager(const GroupManager&) = delete;
+  GroupManager& operator=(const GroupManager&) = delete;
+
+  const GroupLayout& layout() const { return layout_; }
+  BlockPool& pool() const { return *pool_; }
+  bool is_attention() const { return layout_.block_size > 0; }
+
+  // Room for the records of `slots` requests (slots only grow).
+  virtual void Resize(size_t slots) = 0;
+
+  // ---- Prefix hits ----
+  // Order in which the coordinator asks the groups (lower first): kinds whose answer only
+  // shrinks go first, so the fixed point is reached in few rounds.
+  virtual int hit_rank() const = 0;
+  // Of hashes[0, max_blocks), how many leading blocks this group can serve.
+  virtual int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const = 0;
+  // The hit's blocks for a hit of `length` blocks (HitLength(…) >= length).
+  virtual std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
+                                         int64_t length) const = 0;
+  // FailedPrecondition when a hit block is no longer cached under the request's hash.
+  virtual absl::Status CheckHit(const RequestView& r, const StepArgs& step) const;
+
+  // ---- A step ----
+  // InvalidArgument when the step's computed tokens exceed what the request holds blocks for.
+  virtual absl::Status Validate(const RequestView& /*r*/, const StepArgs& /*step*/) const {
+    return absl::OkStatus();
+  }
+  // Plans the step and returns the blocks it takes from the pool, hit blocks that sit free
+  // (ref 0) included. Stores the plan for FreshBlocks and Install; no other change.
+  virtual int64_t Plan(const RequestView& r, const StepArgs& step) = 0;
+  // Blocks the tokens after the step will need beyond it (checked, not taken).
+  virtual int64_t Reserve(const RequestView& /*r*/, const StepArgs& /*step*/) const {
+    return 0;
+  }
+  // Takes a reference on the hit's blocks and makes them the request's.
+  virtual void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) = 0;
+  // New blocks still to take after TakeHit (from the stored plan).
+  virtual int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const = 0;
+  // Makes the new blocks the request's.
+  virtual void Install(const RequestView& r, absl::Span<const BlockId> fresh,
+                       const StateOutputs& outputs) = 0;
+  // Offers full blocks [0, full) to the prefix cache (attention groups).
+  virtual void CacheFull(const RequestView& /*r*/, int64_t /*full*/) {}
+  // Frees blocks no token from `processed` on can reach (sliding windows).
+  virtual void Release(const RequestView& /*r*/, int64_t /*processed*/) {}
+  // A step was installed and not committed yet (recurrent groups).
+  virtual bool HasPendingStep(int32_t /*slot*/) const { return false; }
+  // Makes the state written by the last step the request's (recurrent groups).
+  virtual void Commit(const RequestView& /*r*/) {}
+  // Gives back every block and slot of the request.
+  virtual void Free(const RequestView& r) = 0;
+  // See the top of this file; kNoEvent when the group never needs to hear of it.
+  virtual int64_t NextEvent(const RequestView& r) const = 0;
+
+  // ---- Reading ----
+  // The request's table (attention groups; empty otherwise).
+  virtual absl::Span<const BlockId> Table(int32_t /*slot*/) const { return {}; }
+  virtual StateSlots Slots(int32_t /*slot*/) const { return {}; }
+  // Blocks [0, n) have been offered to the prefix cache (attention groups).
+  virtual int64_t NumCached(int32_t /*slot*/) const { return 0; }
+  // Drops the prefix-cache entries of blocks [first, NumCached) (a rollback).
+  virtual void Uncache(int32_t /*slot*/, int64_t /*first*/) {}
+  // Adds one to refs[b] for every block b the request holds; InternalError for a block that
+  // is not a mapped block of the pool.
+  virtual absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const = 0;
+
+ protected:
+  const GroupContext& ctx() const { return *ctx_; }
+
+ private:
+  const GroupLayout layout_;
+  BlockPool* const pool_;
+  const GroupContext* const ctx_;
+};
+
+// The group manager for a layer group of `layout.kind`.
+std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockPool* pool,
+                                               const GroupContext* context);
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_BLOCK_GROUP_MANAGER_H_

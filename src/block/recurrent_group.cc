@@ -1,0 +1,145 @@
+// Recurrent state slots: snapshots for the prefix cache, in-place updates, commits.
+#include "block/recurrent_group.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kvpage::internal {
+
+void RecurrentGroup::Resize(size_t slots) {
+  if (states_.size() < slots) states_.resize(slots);
+}
+
+int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const {
+  // A snapshot taken exactly at the hit's end.
+  for (int64_t i = max_blocks; i > 0; --i) {
+    if (pool().Lookup(hashes[i - 1], layout().id) != kNullBlock) return i;
+  }
+  return 0;
+}
+
+std::vector<BlockId> RecurrentGroup::HitBlocks(absl::Span<const BlockHash> hashes,
+                                               int64_t length) const {
+  return {pool().Lookup(hashes[length - 1], layout().id)};
+}
+
+absl::Status RecurrentGroup::CheckHit(const RequestView& r, const StepArgs& step) const {
+  // The snapshot is registered under the hash of the hit's last block.
+  const int64_t h = step.computed / ctx().hash_block_size - 1;
+  for (BlockId b : *step.hit) {
+    if (b == kNullBlock) continue;
+    if (b.value > pool().capacity() || !pool().is_cached(b) || h < 0 ||
+        h >= static_cast<int64_t>(r.hashes.size()) || !(pool().block_hash(b) == r.hashes[h])) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("hit block ", b.value, " of group ", layout().id.value,
+                       " is no longer cached; ask GetComputedBlocks again"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t RecurrentGroup::Plan(const RequestView& r, const StepArgs& step) {
+  const State& s = states_[r.slot];
+  StepPlan plan;
+  const int64_t end = step.verified_end;
+  const int64_t bs = ctx().hash_block_size;
+  const int64_t known_blocks = static_cast<int64_t>(r.hashes.size());
+  if (ctx().enable_prefix_caching && end % bs == 0 && end / bs <= known_blocks) {
+    const int64_t interval = int64_t{ctx().decode_snapshot_interval_blocks} * bs;
+    if (end <= r.prompt_len || (interval > 0 && end % interval == 0)) {
+      plan.snapshot_block = end / bs - 1;
+    }
+  }
+  // A committed step left `cur`; a pending one (async scheduling) will leave `write`.
+  const bool has_state = r.allocated || step.hit != nullptr;
+  int32_t cur = s.step_pending ? s.write : s.cur;
+  bool cur_shared = s.step_pending ? s.snapshot_block >= 0 : s.cur_is_snapshot;
+  if (step.hit != nullptr) {
+    const BlockId slot = (*step.hit)[0];
+    cur = slot.value;
+    cur_shared = true;
+    plan.hit_needs_touch = pool().ref_count(slot) == 0;
+  }
+  plan.write_in_place = has_state && cur >= 0 && !cur_shared && plan.snapshot_block < 0;
+  plan.fresh_slots = plan.write_in_place ? 0 : 1;
+  // vLLM keeps a second state block per group while prefix caching is on (vllm.md).
+  if (ctx().mode == AccountingMode::kVllm && ctx().enable_prefix_caching && !r.allocated) {
+    plan.fresh_slots += 1;
+  }
+  plan_ = plan;
+  return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
+}
+
+void RecurrentGroup::TakeHit(const RequestView& r, absl::Span<const BlockId> hit) {
+  pool().Touch(hit);
+  State& s = states_[r.slot];
+  s.cur = hit[0].value;
+  s.cur_is_snapshot = true;
+}
+
+int64_t RecurrentGroup::FreshBlocks(const RequestView&, const StepArgs&) const {
+  return plan_.fresh_slots;
+}
+
+void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fresh,
+                             const StateOutputs& outputs) {
+  State& s = states_[r.slot];
+  const int32_t read = s.cur;
+  s.read = read;
+  s.write = plan_.write_in_place ? s.cur : fresh[0].value;
+  if (read < 0) {
+    s.read = s.write;  // no state yet: start from zeros
+    outputs.slots_to_zero->push_back(SlotToZero{layout().id, s.write});
+  }
+  if (fresh.size() > 1) s.extra.push_back(fresh[1].value);
+  s.snapshot_block = plan_.snapshot_block;
+  s.step_pending = true;
+}
+
+void RecurrentGroup::Commit(const RequestView& r) {
+  State& s = states_[r.slot];
+  if (!s.step_pending) return;
+  if (s.write != s.cur && s.cur >= 0) pool().Free({BlockId(s.cur)});
+  s.cur = s.write;
+  s.cur_is_snapshot = false;
+  if (s.snapshot_block >= 0 && s.snapshot_block < static_cast<int64_t>(r.hashes.size())) {
+    const int64_t i = s.snapshot_block;
+    pool().CacheBlock(BlockId(s.cur), r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+    s.cur_is_snapshot = pool().is_cached(BlockId(s.cur));
+  }
+  s.step_pending = false;
+  s.snapshot_block = -1;
+  s.read = s.write = s.cur;
+}
+
+void RecurrentGroup::Free(const RequestView& r) {
+  State& s = states_[r.slot];
+  if (s.cur >= 0) pool().Free({BlockId(s.cur)});
+  for (int32_t slot : s.extra) pool().Free({BlockId(slot)});
+  s = State{};
+}
+
+StateSlots RecurrentGroup::Slots(int32_t slot) const {
+  return StateSlots{states_[slot].read, states_[slot].write};
+}
+
+absl::Status RecurrentGroup::CountRefs(int32_t slot, RequestId id,
+                                       std::vector<int32_t>& refs) const {
+  const State& s = states_[slot];
+  auto count = [&](int32_t b) -> absl::Status {
+    if (b < 0) return absl::OkStatus();
+    if (b == 0 || b >= static_cast<int32_t>(refs.size()) || !pool().is_mapped(BlockId(b))) {
+      return absl::InternalError(absl::StrCat("request ", id.value, " group ", layout().id.value,
+                                              " holds invalid state slot ", b));
+    }
+    ++refs[b];
+    return absl::OkStatus();
+  };
+  absl::Status status = count(s.cur);
+  if (status.ok() && s.step_pending && s.write != s.cur) status = count(s.write);
+  for (int32_t b : s.extra) {
+    if (status.ok()) status = count(b);
+  }
+  return status;
+}
+
+}  // namespace kvpage::internal

@@ -1,0 +1,70 @@
+// RecurrentGroup: a fixed-size state per request (linear attention such as Gated DeltaNet).
+//
+// A request holds one state slot, `cur`, that each step reads and overwrites; the pool's
+// "blocks" are state slots. With prefix caching a step that ends on a block boundary of the
+// prompt (or on a multiple of decode_snapshot_interval_blocks) writes a fresh slot instead and
+// registers it under that block's hash when the step commits, so a later request with the same
+// prefix resumes from it. Steps commit at the manager's NewStep (or the request's next step),
+// because under asynchronous scheduling the state of the step in flight is not written yet.
+#ifndef KVPAGE_BLOCK_RECURRENT_GROUP_H_
+#define KVPAGE_BLOCK_RECURRENT_GROUP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "block/group_manager.h"
+
+namespace kvpage::internal {
+
+class RecurrentGroup final : public GroupManager {
+ public:
+  using GroupManager::GroupManager;
+
+  void Resize(size_t slots) override;
+  int hit_rank() const override { return 2; }
+  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
+  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
+                                 int64_t length) const override;
+  absl::Status CheckHit(const RequestView& r, const StepArgs& step) const override;
+  int64_t Plan(const RequestView& r, const StepArgs& step) override;
+  void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) override;
+  int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
+  void Install(const RequestView& r, absl::Span<const BlockId> fresh,
+               const StateOutputs& outputs) override;
+  bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
+  void Commit(const RequestView& r) override;
+  void Free(const RequestView& r) override;
+  int64_t NextEvent(const RequestView&) const override { return 0; }  // every step moves it
+  StateSlots Slots(int32_t slot) const override;
+  absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const override;
+
+ private:
+  struct State {
+    // The state after the last committed step (-1: none yet, the state is zero). A snapshot
+    // `cur` is shared with the prefix cache; a scratch `cur` is the request's own and is
+    // updated in place.
+    int32_t cur = -1;
+    bool cur_is_snapshot = false;
+    // The step in flight: read `read`, write `write`; `snapshot_block` >= 0 registers `write`
+    // under that block's hash when the step commits.
+    bool step_pending = false;
+    int32_t read = -1;
+    int32_t write = -1;
+    int64_t snapshot_block = -1;
+    std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps
+  };
+  // Where this step writes its state (Plan's result, read by FreshBlocks and Install).
+  struct StepPlan {
+    int32_t fresh_slots = 0;       // slots to take from the pool (write slot, vllm's second)
+    bool write_in_place = false;   // write into the request's own scratch `cur`
+    int64_t snapshot_block = -1;   // register the written state under this block's hash
+    bool hit_needs_touch = false;  // the hit snapshot is cached-free and must leave the LRU
+  };
+
+  std::vector<State> states_;  // by request slot
+  StepPlan plan_;              // of the step being allocated
+};
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_BLOCK_RECURRENT_GROUP_H_

@@ -25,7 +25,7 @@ using internal::StepArgs;
 
 namespace {
 
-using PoolCounts = absl::InlinedVector<int64_t, 8>;
+using PoolCounts = absl::InlinedVector<int64_t, 8>;  // one count per pool
 
 // A miss (num_tokens == 0) passed as a hit is the same as no hit.
 const CacheHit* RealHit(const AllocationRequest& req) {
@@ -45,6 +45,7 @@ StepArgs ArgsFor(const AllocationRequest& req, const GroupManager& g) {
 }  // namespace
 
 absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
+                                                      const RequestView& r,
                                                       const AllocationRequest& req) const {
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
   const int64_t known = NumTokens(st.slot);
@@ -94,7 +95,6 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
     return absl::InvalidArgumentError(absl::StrCat(
         "the hit covers ", hit->num_tokens, " tokens but num_computed_tokens is ", c));
   }
-  const RequestView r = View(st);
   for (const auto& g : groups) {
     const StepArgs step = ArgsFor(req, *g);
     KVPAGE_RETURN_IF_ERROR(hit != nullptr ? g->CheckHit(r, step) : g->Validate(r, step));
@@ -104,8 +104,8 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
 
 absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st,
                                                           const AllocationRequest& req) const {
-  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
   const RequestView r = View(st);
+  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, r, req));
   int64_t needed = 0;
   // (Plan keeps its result for Install; every Allocate plans again before installing.)
   for (const auto& g : groups) needed += g->Plan(r, ArgsFor(req, *g));
@@ -139,91 +139,104 @@ PoolCounts PinnedIdleChunks(const KvCacheManager::Impl& m, const CacheHit* hit) 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
   const int64_t c = req.num_computed_tokens;
   const bool plain = RealHit(req) == nullptr && req.num_lookahead_tokens == 0 &&
-                     req.num_reserve_tokens == 0;
-  const bool processed_ok = req.num_processed_tokens == -1 ||
-                            (req.num_processed_tokens >= 0 && req.num_processed_tokens <= c);
-  if (plain && processed_ok && IsQuiet(st.slot, c, req.num_new_tokens)) return true;
-  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, req));
-  const RequestView r = View(st);
+                     req.num_reserve_tokens == 0 &&
+                     (req.num_processed_tokens == -1 ||
+                      (req.num_processed_tokens >= 0 && req.num_processed_tokens <= c));
+  if (plain && IsQuiet(st.slot, c, req.num_new_tokens)) return true;
+  RequestView r = View(st);
+  KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, r, req));
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
-
   // A running request's plain step takes what its own pools have at hand, judged before the
-  // window release below.
-  bool at_hand = plain && processed_ok && st.allocated && own_pool_steps;
-  for (size_t i = 0; i < groups.size() && at_hand; ++i) {
-    const GroupManager& g = *groups[i];
-    const StepArgs step = ArgsFor(req, g);
-    at_hand = g.Table(st.slot).size() * g.layout().block_size >= static_cast<size_t>(c) &&
-              HasBlocksAtHand(g.layout().pool, g.FreshBlocks(r, step));
-  }
+  // window release.
+  const bool at_hand = plain && st.allocated && own_pool_steps && AllAtHand(r, req);
   // Free what no unprocessed token can reach before asking for more (done even if the
   // allocation then fails, as vLLM does: those blocks are dead either way).
   if (st.allocated) {
     for (const auto& g : groups) g->Release(r, processed);
   }
+  const bool ok = at_hand ? (TakeAtHand(r), true) : TakeAcrossPools(r, req);
+  if (ok) {
+    // Newly full blocks of known tokens go to the prefix cache (so a second identical prompt
+    // in the same step already hits).
+    CacheFullBlocks(r, c + req.num_new_tokens);
+    if (has_state_groups) pending_commits.push_back(st.slot);
+    st.allocated = r.allocated = true;
+  }
+  RefreshNextEvent(r);  // a failed step may still have released window blocks
+  return ok;
+}
 
-  // Plan: what each pool must hand out, and what the reserve adds to the check.
-  PoolCounts need(pools.size(), 0);
-  PoolCounts check(pools.size(), 0);
+bool KvCacheManager::Impl::AllAtHand(const RequestView& r, const AllocationRequest& req) {
+  const int64_t c = req.num_computed_tokens;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupManager& g = *groups[i];
+    step_fresh[i] = g.FreshBlocks(r, ArgsFor(req, g));
+    if (static_cast<int64_t>(g.Table(r.slot).size()) * g.layout().block_size < c ||
+        !HasBlocksAtHand(g.layout().pool, step_fresh[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void KvCacheManager::Impl::TakeAtHand(const RequestView& r) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (step_fresh[i] > 0) groups[i]->Grow(r, step_fresh[i]);
+  }
+}
+
+bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const AllocationRequest& req) {
+  // Plan: what each pool must hand out, and what the reserve adds to the step_check.
+  std::fill(step_need.begin(), step_need.end(), 0);
+  std::fill(step_check.begin(), step_check.end(), 0);
   for (const auto& g : groups) {
     const StepArgs step = ArgsFor(req, *g);
     const int64_t n = g->Plan(r, step);
-    need[g->layout().pool] += n;
-    check[g->layout().pool] += n + (req.num_reserve_tokens > 0 ? g->Reserve(r, step) : 0);
+    step_need[g->layout().pool] += n;
+    step_check[g->layout().pool] += n + (req.num_reserve_tokens > 0 ? g->Reserve(r, step) : 0);
   }
   // Enough clean blocks in every pool is the common case and moves no chunk.
   bool clean = true;
-  for (size_t p = 0; p < pools.size(); ++p) clean &= check[p] <= pools[p]->num_clean_blocks();
-  const bool direct = at_hand || clean;
-  if (!direct && !CanTake(check, PinnedIdleChunks(*this, RealHit(req)))) {
-    RefreshNextEvent(st);  // the window release above changed the tables
-    return false;
-  }
-
+  for (size_t p = 0; p < pools.size(); ++p) clean &= step_check[p] <= pools[p]->num_clean_blocks();
+  if (!clean && !CanTake(step_check, PinnedIdleChunks(*this, RealHit(req)))) return false;
   if (const CacheHit* hit = RealHit(req)) {
     for (const auto& g : groups) g->TakeHit(r, hit->blocks[g->layout().id.value]);
   }
   // What is left to take, per group and per pool: new blocks and slots only.
-  absl::InlinedVector<int64_t, 8> fresh(groups.size(), 0);
-  std::fill(need.begin(), need.end(), 0);
+  std::fill(step_need.begin(), step_need.end(), 0);
   for (size_t i = 0; i < groups.size(); ++i) {
-    fresh[i] = groups[i]->FreshBlocks(r, ArgsFor(req, *groups[i]));
-    need[groups[i]->layout().pool] += fresh[i];
+    step_fresh[i] = groups[i]->FreshBlocks(r, ArgsFor(req, *groups[i]));
+    step_need[groups[i]->layout().pool] += step_fresh[i];
   }
-  if (!direct) MakeRoom(need);
+  if (!clean) MakeRoom(step_need);
   const internal::StateOutputs outputs{.slots_to_zero = &slots_to_zero};
   for (size_t i = 0; i < groups.size(); ++i) {
     GroupManager& g = *groups[i];
     const int32_t p = g.layout().pool;
     scratch_blocks.clear();
-    if (fresh[i] > 0 && at_hand) {
-      pools[p]->Allocate(static_cast<int32_t>(fresh[i]), &scratch_blocks);
-    } else if (fresh[i] > 0) {
-      TakeFromPool(p, fresh[i], absl::MakeSpan(need), ReservedForOthers(p, need), &scratch_blocks);
+    if (step_fresh[i] > 0) {
+      TakeFromPool(p, step_fresh[i], absl::MakeSpan(step_need), ReservedForOthers(p, step_need), &scratch_blocks);
     }
-    if (g.HasPendingStep(st.slot)) Commit(st);  // async: the previous step's write is the state
+    // Async scheduling: the previous step's write is the state now.
+    if (g.HasPendingStep(r.slot)) Commit(*states[r.slot]);
     g.Install(r, scratch_blocks, outputs);
   }
-  // Newly full blocks of known tokens go to the prefix cache (so a second identical prompt in
-  // the same step already hits).
-  CacheFullBlocks(st, c + req.num_new_tokens);
-  if (has_state_groups) pending_commits.push_back(st.slot);
-  st.allocated = true;
-  RefreshNextEvent(st);
   return true;
 }
 
-void KvCacheManager::Impl::CacheFullBlocks(const RequestState& st, int64_t end) {
-  const RequestView r = View(st);
-  const int64_t full = std::min<int64_t>(std::min(end, NumTokens(st.slot)) / block_size,
-                                         static_cast<int64_t>(r.hashes.size()));
+void KvCacheManager::Impl::CacheFullBlocks(const RequestView& r, int64_t end) {
+  // (hashes.size() is the number of full blocks of known tokens: no divide.)
+  const int64_t full = std::min(end, NumTokens(r.slot)) >= NumTokens(r.slot)
+                           ? static_cast<int64_t>(r.hashes.size())
+                           : std::min<int64_t>(end / block_size,
+                                               static_cast<int64_t>(r.hashes.size()));
   for (const auto& g : groups) g->CacheFull(r, full);
 }
 
 void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed) {
   const RequestView r = View(st);
   for (const auto& g : groups) g->Release(r, num_processed);
-  RefreshNextEvent(st);
+  RefreshNextEvent(r);
 }
 
 void KvCacheManager::Impl::Commit(const RequestState& st) {
@@ -236,17 +249,16 @@ void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
   const RequestView r = View(st);
   for (const auto& g : groups) g->Free(r);
   st.allocated = false;
-  RefreshNextEvent(st);
+  RefreshNextEvent(View(st));
 }
 
-void KvCacheManager::Impl::RefreshNextEvent(const RequestState& st) {
+void KvCacheManager::Impl::RefreshNextEvent(const RequestView& r) {
   int64_t next = 0;
-  if (st.allocated) {
+  if (r.allocated) {
     next = max_model_len + 1;
-    const RequestView r = View(st);
     for (const auto& g : groups) next = std::min(next, g->NextEvent(r));
   }
-  summaries[st.slot].next_event = next;
+  summaries[r.slot].next_event = next;
 }
 
 }  // namespace kvpage

@@ -2,6 +2,7 @@
 #include "block/attention_group.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 
@@ -22,8 +23,12 @@ void AttentionGroup::Resize(size_t slots) {
   if (tables_.size() < slots) tables_.resize(slots);
 }
 
-int64_t AttentionGroup::BlocksFor(int64_t tokens) const {
-  return (tokens + layout().block_size - 1) / layout().block_size;
+AttentionGroup::AttentionGroup(const GroupLayout& layout, BlockPool* pool,
+                               const GroupContext* context)
+    : GroupManager(layout, pool, context) {
+  if (std::has_single_bit(static_cast<uint32_t>(layout.block_size))) {
+    block_shift_ = std::countr_zero(static_cast<uint32_t>(layout.block_size));
+  }
 }
 
 int64_t AttentionGroup::LengthAfter(const RequestView& r, const StepArgs& step) const {
@@ -83,6 +88,12 @@ void AttentionGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
   std::vector<BlockId>& blocks = tables_[r.slot].blocks;
   ReserveTable(blocks, blocks.size() + fresh.size());
   blocks.insert(blocks.end(), fresh.begin(), fresh.end());
+}
+
+void AttentionGroup::Grow(const RequestView& r, int64_t n) {
+  std::vector<BlockId>& blocks = tables_[r.slot].blocks;
+  ReserveTable(blocks, blocks.size() + static_cast<size_t>(n));
+  pool().Allocate(static_cast<int32_t>(n), &blocks);
 }
 
 void AttentionGroup::CacheFull(const RequestView& r, int64_t full) {

@@ -16,7 +16,7 @@ namespace kvpage::internal {
 
 class AttentionGroup : public GroupManager {
  public:
-  using GroupManager::GroupManager;
+  AttentionGroup(const GroupLayout& layout, BlockPool* pool, const GroupContext* context);
 
   void Resize(size_t slots) override;
   absl::Status Validate(const RequestView& r, const StepArgs& step) const override;
@@ -26,6 +26,7 @@ class AttentionGroup : public GroupManager {
   int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
   void Install(const RequestView& r, absl::Span<const BlockId> fresh,
                const StateOutputs& outputs) override;
+  void Grow(const RequestView& r, int64_t n) override;
   void CacheFull(const RequestView& r, int64_t full) override;
   void Free(const RequestView& r) override;
   int64_t NextEvent(const RequestView& r) const override;
@@ -44,8 +45,12 @@ class AttentionGroup : public GroupManager {
   };
   TableState& table(int32_t slot) { return tables_[slot]; }
   const TableState& table(int32_t slot) const { return tables_[slot]; }
-  // Blocks of a table of `tokens` tokens.
-  int64_t BlocksFor(int64_t tokens) const;
+  // Blocks of a table of `tokens` tokens (a shift for the usual power-of-two block size: a
+  // step asks this several times, and a 64-bit divide is slow).
+  int64_t BlocksFor(int64_t tokens) const {
+    const int64_t end = tokens + layout().block_size - 1;
+    return block_shift_ >= 0 ? end >> block_shift_ : end / layout().block_size;
+  }
   // The table's length once the step has its blocks.
   int64_t LengthAfter(const RequestView& r, const StepArgs& step) const;
   bool cached(absl::Span<const BlockHash> hashes, int64_t i) const {
@@ -54,6 +59,7 @@ class AttentionGroup : public GroupManager {
 
  private:
   std::vector<TableState> tables_;  // by request slot
+  int block_shift_ = -1;            // log2(block_size) when a power of two
 };
 
 class FullAttentionGroup final : public AttentionGroup {

@@ -127,6 +127,9 @@ class GroupManager {
   // Makes the new blocks the request's.
   virtual void Install(const RequestView& r, absl::Span<const BlockId> fresh,
                        const StateOutputs& outputs) = 0;
+  // Takes n new blocks from the group's own pool and makes them the request's: a running
+  // request's plain step (attention groups; KvCacheManager::Impl::TakeAtHand).
+  virtual void Grow(const RequestView& r, int64_t n) = 0;
   // Offers full blocks [0, full) to the prefix cache (attention groups).
   virtual void CacheFull(const RequestView& /*r*/, int64_t /*full*/) {}
   // Frees blocks no token from `processed` on can reach (sliding windows).

@@ -254,7 +254,7 @@ absl::Status KvCacheManager::RollbackTokens(RequestHandle request, int64_t num_t
   st->tokens.resize(keep);
   st->hashes.Truncate(keep);
   m.summaries[st->slot].num_tokens = keep;
-  m.RefreshNextEvent(*st);
+  m.RefreshNextEvent(m.View(*st));
   return absl::OkStatus();
 }
 

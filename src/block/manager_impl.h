@@ -81,7 +81,16 @@ class KvCacheManager::Impl {
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
                                       const AllocationRequest& req) const;
   absl::Status ValidateAllocation(const internal::RequestState& st,
+                                  const internal::RequestView& r,
                                   const AllocationRequest& req) const;
+  // Every group's new blocks (counted into step_fresh) are at hand in its own pool
+  // (HasBlocksAtHand), and its table covers the computed tokens.
+  bool AllAtHand(const internal::RequestView& r, const AllocationRequest& req);
+  // Takes the step's new blocks straight from each group's own pool (after AllAtHand).
+  void TakeAtHand(const internal::RequestView& r);
+  // The general case: all or nothing across the pools, moving chunks between them through the
+  // budget; takes the hit first. False (nothing taken) when memory is short.
+  bool TakeAcrossPools(const internal::RequestView& r, const AllocationRequest& req);
   // A step of n tokens after c that needs nothing (KvCacheManager::NextEvent).
   bool IsQuiet(int32_t slot, int64_t c, int64_t n) const {
     const Summary& s = summaries[slot];
@@ -92,9 +101,9 @@ class KvCacheManager::Impl {
   void Commit(const internal::RequestState& st);
   // Gives back every block and slot of a request that is about to be erased.
   void FreeRequestBlocks(internal::RequestState& st);
-  void RefreshNextEvent(const internal::RequestState& st);
+  void RefreshNextEvent(const internal::RequestView& r);
   // Offers the blocks filled by tokens [0, end) (known tokens only) to the prefix cache.
-  void CacheFullBlocks(const internal::RequestState& st, int64_t end);
+  void CacheFullBlocks(const internal::RequestView& r, int64_t end);
 
   // ---- Chunks between pools (shared_budget.cc) ----
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
@@ -158,7 +167,10 @@ class KvCacheManager::Impl {
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
-  std::vector<BlockId> scratch_blocks;  // reused by Allocate, holds nothing between calls
+  // Allocate's scratch, sized once, holding nothing between calls: per pool (need, check)
+  // and per group (fresh).
+  std::vector<int64_t> step_need, step_check, step_fresh;
+  std::vector<BlockId> scratch_blocks;
 };
 
 }  // namespace kvpage

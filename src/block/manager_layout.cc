@@ -193,6 +193,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
                      return a->hit_rank() < b->hit_rank();
                    });
   m->own_pool_steps = m->pools.size() == m->groups.size() && !m->has_state_groups;
+  m->step_need.resize(m->pools.size());
+  m->step_check.resize(m->pools.size());
+  m->step_fresh.resize(m->groups.size());
   if (config.mode == AccountingMode::kKvpage) {
     int64_t headroom = 0;
     for (const auto& pool : m->pools) headroom += pool->chunk_bytes();

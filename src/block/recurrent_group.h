@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "block/group_manager.h"
+#include "internal/status_macros.h"
 
 namespace kvpage::internal {
 
@@ -31,6 +32,9 @@ class RecurrentGroup final : public GroupManager {
   int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
   void Install(const RequestView& r, absl::Span<const BlockId> fresh,
                const StateOutputs& outputs) override;
+  // Never a plain step's own-pool growth: a model with recurrent state has none
+  // (KvCacheManager::Impl::own_pool_steps).
+  void Grow(const RequestView&, int64_t) override { KVPAGE_DCHECK(false); }
   bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
   void Commit(const RequestView& r) override;
   void Free(const RequestView& r) override;

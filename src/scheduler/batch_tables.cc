@@ -86,6 +86,8 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
       }
     }
     sync.blocks = std::max(sync.blocks, size);
+    const int64_t last = size - 1;
+    sync.last_block_offset = size > 0 ? (int64_t{table[last].value} - last) * g.block_size : 0;
   }
   r.row_stale = false;
 }

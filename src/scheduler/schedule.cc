@@ -348,8 +348,12 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
     int64_t* slots = batch.slot_mapping.data() + tokens;
     const int64_t bs = g.block_size;
     const int32_t* table = g.table.data() + row * g.stride;
+    const internal::RowSync& sync = r.sync[a];
+    const int64_t last_block_start = (sync.blocks - 1) * bs;
     for (int64_t pos = c; pos < c + n; ++pos) {
-      slots[pos - c] = int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
+      slots[pos - c] = pos >= last_block_start && sync.blocks > 0
+                           ? pos + sync.last_block_offset
+                           : int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
     }
     batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
   }

@@ -234,6 +234,7 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.max_new_tokens = spec.max_new_tokens;
   r.length_limit = std::min<int64_t>(s.max_model_len, len + spec.max_new_tokens);
   r.stop_token_ids = std::move(spec.stop_token_ids);
+  r.has_stop_tokens = !r.stop_token_ids.empty();
   r.priority = spec.priority;
   r.arrival_time = spec.arrival_time;
   r.seq = s.next_seq++;
@@ -450,7 +451,8 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
     FinishReason reason = FinishReason::kStop;
     while (keep < k && !finished) {
       const int32_t t = sampled[keep++];
-      if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
+      if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
+                                   r.stop_token_ids.end()) {
         finished = true;
       } else if (r.num_tokens + keep >= r.length_limit) {
         finished = true;

@@ -32,49 +32,56 @@ enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
 struct RowSync {
   int32_t blocks = 0;    // manager blocks copied
   int32_t released = 0;  // leading null blocks (released by a sliding window) copied
+  // The slot of a position p in the row's last block (from (blocks − 1) · block_size on) is
+  // p + last_block_offset: a decode step, whose token is almost always there, reads no table.
+  int64_t last_block_offset = 0;
 };
 
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs at a dense index that
-// is reused once the request is gone.
-struct SchedRequest {
+// is reused once the request is gone. What a decode step reads and writes comes first, in the
+// first two cache lines.
+struct alignas(64) SchedRequest {
   RequestId id;
-  RequestStatus status = RequestStatus::kFree;
-  RequestHandle kv;          // in the KV cache, while in_manager
-  bool in_manager = false;   // the KV cache holds the request (running, or at the head of the
-                             // queue after a failed admission)
-  int32_t row = -1;          // its row in the batch tables (-1 when not running)
+  RequestHandle kv;  // in the KV cache, while in_manager
   // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
   // until Update rejects them).
   int64_t num_computed = 0;
-  int64_t num_tokens = 0;    // prompt + output tokens
+  int64_t num_tokens = 0;  // prompt + output tokens
   // The KV cache's NextEvent, read after each call that may change the request's tables: a
   // step ending before it changed nothing there.
   int64_t next_event = 0;
-  bool row_stale = false;    // the cache's tables changed since the row was copied
-  int32_t num_scheduled = 0;         // this step's tokens
+  // The token count at which the request finishes by length: min(prompt_len +
+  // max_new_tokens, max_model_len).
+  int64_t length_limit = 0;
+  uint64_t scheduled_step = 0;  // the step it was last scheduled in
+  int32_t row = -1;             // its row in the batch tables (-1 when not running)
+  int32_t num_scheduled = 0;    // this step's tokens
+  // ---- The second line.
   int32_t num_scheduled_drafts = 0;  // of which drafts
   int32_t num_drafts = 0;            // drafts the server proposed for the next step
-  uint64_t scheduled_step = 0;       // the step it was last scheduled in
-  uint64_t visited_step = 0;  // the step whose running pass considered it and scheduled nothing
-  bool fresh = false;         // admitted or resumed and not yet reported as new
+  RequestStatus status = RequestStatus::kFree;
+  bool in_manager = false;  // the KV cache holds the request (running, or at the head of the
+                            // queue after a failed admission)
+  bool row_stale = false;   // the cache's tables changed since the row was copied
+  bool fresh = false;       // admitted or resumed and not yet reported as new
   bool resumed = false;
-  int32_t num_preemptions = 0;
+  bool has_stop_tokens = false;
+  absl::InlinedVector<RowSync, 2> sync;  // per attention group
+  uint64_t visited_step = 0;  // the step whose running pass considered it and scheduled nothing
 
+  // ---- Cold.
   // Prompt, then every output token: held here only while the KV cache does not hold the
   // request (it moves in at admission and is copied back out at preemption).
   std::vector<int32_t> tokens;
   std::vector<int32_t> stop_token_ids;
   int64_t prompt_len = 0;
   int32_t max_new_tokens = 0;
-  // The token count at which the request finishes by length: min(prompt_len +
-  // max_new_tokens, max_model_len).
-  int64_t length_limit = 0;
   int32_t priority = 0;
+  int32_t num_preemptions = 0;
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
   std::string cache_salt;
   int64_t lora_id = 0;
-  absl::InlinedVector<RowSync, 2> sync;  // per attention group
 
   int64_t NumOutput() const { return num_tokens - prompt_len; }
   // A plain decode step: one known token, no drafts.

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "decode_server.h"
-#include "kvpage/step_phases.h"
+#include "internal/step_phases.h"
 
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   std::printf("%s: %d steady decode steps of %d requests (prefix caching %s)\n", model, steps,
               requests, caching ? "on" : "off");
   // How much of the process sits in transparent huge pages (kvpage asks for them for its
-  // large arrays, include/kvpage/huge_page_allocator.h); Linux only.
+  // large arrays, src/internal/huge_page_allocator.h); Linux only.
   std::ifstream smaps("/proc/self/smaps_rollup");
   for (std::string line; std::getline(smaps, line);) {
     if (line.rfind("Rss:", 0) == 0 || line.rfind("AnonHugePages:", 0) == 0) {

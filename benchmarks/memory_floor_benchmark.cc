@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "kvpage/prefetch.h"
+#include "internal/prefetch.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 # kvpage_step_counter with -DKVPAGE_STEP_PHASES=ON in a build directory of its own (the normal
 # build records nothing), runs it RUNS times pinned to one core, and prints each phase's
 # minimum over the runs (interference on a shared machine only adds time). Phases nest: the
-# indented ones are parts of the one above (include/kvpage/step_phases.h). The build is
+# indented ones are parts of the one above (src/internal/step_phases.h). The build is
 # Release (-O3); `make build` and the benchmarks are RelWithDebInfo (-O2).
 #
 #   scripts/step_phases.sh [model=qwen3-8b] [requests=1024] [steps=2000]

@@ -6,9 +6,9 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
+#include "internal/prefetch.h"
 #include "internal/status_macros.h"
-#include "kvpage/prefetch.h"
-#include "planner/policies.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage {
 

@@ -16,13 +16,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "block/request_state.h"
+#include "internal/prefetch.h"
 #include "internal/status_macros.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/block_pool.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
-#include "kvpage/prefetch.h"
 
 namespace kvpage {
 

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
-#include "planner/policies.h"
-#include "planner/vllm_layout.h"
+#include "model/kv_sizing.h"
+#include "model/vllm_layout.h"
 
 namespace kvpage {
 namespace {

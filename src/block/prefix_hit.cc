@@ -11,7 +11,7 @@
 #include <algorithm>
 
 #include "block/manager_impl.h"
-#include "planner/policies.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage {
 

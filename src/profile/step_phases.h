@@ -1,9 +1,9 @@
 // KVPAGE_STEP_PHASE(phase): adds the wall time from here to the end of the scope to the phase's
-// total when built with KVPAGE_STEP_PHASES (see include/kvpage/step_phases.h); nothing otherwise.
+// total when built with KVPAGE_STEP_PHASES (see src/internal/step_phases.h); nothing otherwise.
 #ifndef KVPAGE_PROFILE_STEP_PHASES_H_
 #define KVPAGE_PROFILE_STEP_PHASES_H_
 
-#include "kvpage/step_phases.h"
+#include "internal/step_phases.h"
 
 #if KVPAGE_STEP_PHASES
 #include <chrono>

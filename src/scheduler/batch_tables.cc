@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
-#include "planner/policies.h"
+#include "model/kv_sizing.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace kvpage {

@@ -5,8 +5,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "internal/prefetch.h"
 #include "internal/status_macros.h"
-#include "kvpage/prefetch.h"
 #include "kvpage/scheduler.h"
 #include "profile/step_phases.h"
 #include "scheduler/scheduler_impl.h"

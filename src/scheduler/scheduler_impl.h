@@ -17,7 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "kvpage/huge_page_allocator.h"
+#include "internal/huge_page_allocator.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/scheduler.h"
 

@@ -5,8 +5,8 @@
 // phase below to process-wide totals; otherwise nothing is recorded, the calls below cost
 // nothing, and StepPhasesEnabled() is false. The totals are not synchronised: read them from
 // the thread that drives the scheduler.
-#ifndef KVPAGE_STEP_PHASES_H_
-#define KVPAGE_STEP_PHASES_H_
+#ifndef KVPAGE_INTERNAL_STEP_PHASES_H_
+#define KVPAGE_INTERNAL_STEP_PHASES_H_
 
 #include <array>
 #include <cstdint>
@@ -42,4 +42,4 @@ void ResetStepPhases();
 
 }  // namespace kvpage
 
-#endif  // KVPAGE_STEP_PHASES_H_
+#endif  // KVPAGE_INTERNAL_STEP_PHASES_H_

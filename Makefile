@@ -2,6 +2,7 @@
 #   make run    install missing packages, build, print the capacity comparison and draw the plot,
 #               then replay the first 2,000 Mooncake requests through the simulator
 #   make test   install missing packages, build, run every test with ctest
+#   make install PREFIX=/opt/kvpage   headers, libraries, CMake package, kvpage.pc, CLI and its data
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
@@ -14,8 +15,9 @@ RUN_SIM_TRACE ?= sim/data/traces/mooncake_conversation_trace.jsonl
 RUN_SIM_REQUESTS ?= 2000
 
 ASAN_BUILD_DIR ?= build-asan
+PREFIX ?= /usr/local
 
-.PHONY: all bootstrap configure build run test test-sanitize bench clean
+.PHONY: all bootstrap configure build run test test-sanitize bench install clean
 
 all: build
 
@@ -53,6 +55,10 @@ test-sanitize: bootstrap
 
 bench: build
 	$(BUILD_DIR)/bin/kvpage_benchmarks
+
+# docs/install.md: what lands under $(PREFIX) and how another project finds it.
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

@@ -10,7 +10,8 @@
 #   CG_OUT=/tmp/step.cg scripts/count_step.sh                  # keep callgrind's output
 #
 # KVPAGE_TREE: a checkout of any commit whose library is built (KVPAGE_TREE/build/lib/
-# libkvpage.a); this tree's counter (benchmarks/decode_step_counter.cc, public API only) is
+# libkvpage.a, or one libkvpage_<layer>.a per layer since the split); this tree's counter
+# (benchmarks/decode_step_counter.cc: the public API only) is
 # compiled against that checkout's headers and library, so two commits run the same driver.
 # CG_OUT: the raw profile, for questions such as one function's misses:
 #   callgrind_annotate --inclusive=yes --show=Ir,D1mr,D1mw "$CG_OUT" | grep CacheBlock
@@ -29,8 +30,10 @@ COUNTER="$BUILD_DIR/bin/kvpage_step_counter"
 if [ -n "${KVPAGE_TREE:-}" ]; then
   COUNTER="$OUT/kvpage_step_counter"
   # shellcheck disable=SC2046  # pkg-config prints several flags
-  g++ -O2 -g -std=c++20 -I"$KVPAGE_TREE/include" -Ibenchmarks benchmarks/decode_step_counter.cc \
-    -o "$COUNTER" "$KVPAGE_TREE/build/lib/libkvpage.a" \
+  LIBS=("$KVPAGE_TREE/build/lib/libkvpage.a")
+  [ -f "${LIBS[0]}" ] || LIBS=("$KVPAGE_TREE"/build/lib/libkvpage_{scheduler,block,model}.a)
+  g++ -O2 -g -std=c++20 -I"$KVPAGE_TREE/include" -Ibenchmarks -Isrc benchmarks/decode_step_counter.cc \
+    -o "$COUNTER" "${LIBS[@]}" \
     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_flat_hash_map) \
     -lxxhash -lcrypto -lpthread
 else

@@ -36,10 +36,10 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kvpage/huge_page_allocator.h"
+#include "internal/huge_page_allocator.h"
+#include "internal/prefetch.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
-#include "kvpage/prefetch.h"
 #include "kvpage/types.h"
 
 namespace kvpage {

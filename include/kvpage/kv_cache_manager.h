@@ -100,7 +100,9 @@ class RequestHandle {
 
  private:
   friend class KvCacheManager;
-  RequestHandle(int32_t slot, uint32_t generation) : slot_(slot), generation_(generation) {}
+  RequestHandle(uint32_t manager, int32_t slot, uint32_t generation)
+      : manager_(manager), slot_(slot), generation_(generation) {}
+  uint32_t manager_ = 0;     // which KvCacheManager issued it (each has its own number)
   int32_t slot_ = -1;        // the request's place in the manager, reused after Free
   uint32_t generation_ = 0;  // how many requests held that place before
 };

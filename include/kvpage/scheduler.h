@@ -61,6 +61,8 @@ struct SchedulerConfig {
   // longest request the KV cache can hold on its own; an explicit value that does not fit,
   // or exceeds kMaxSchedulerModelLen, is an error (such a request could never run).
   int64_t max_model_len = 0;
+  // Off: a prompt runs in one step, so max_model_len may not exceed max_num_batched_tokens
+  // (an explicit one that does is an error; the model's own is lowered to it).
   bool enable_chunked_prefill = true;
   // A request computes at most this many prompt tokens per step (0 = no cap): long prompts
   // then share the budget instead of filling it.
@@ -224,9 +226,12 @@ class Scheduler {
   absl::Status Abort(RequestId id);
 
   // Decides the next step. The returned output lives in the scheduler until the next call.
+  // While the latest output has not been through Update, Schedule returns it again unchanged:
+  // a step is scheduled once and applied once.
   const SchedulerOutput& Schedule();
   // Applies the step's results: appends sampled tokens, rolls back rejected drafts, finishes
-  // requests (stop token, max_new_tokens, max_model_len) and frees their blocks.
+  // requests (stop token, max_new_tokens, max_model_len) and frees their blocks. A request
+  // aborted since Schedule may be given its tokens or none; they are dropped.
   // InvalidArgument (nothing changed) when `result` does not match `output` (sizes, a token
   // for a request that does not sample, more tokens than drafts + 1, negative ids);
   // FailedPrecondition when `output` is not the latest Schedule() output or was applied.

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "block/prefix_index.h"
+#include "internal/prefetch.h"
 #include "internal/status_macros.h"
-#include "kvpage/prefetch.h"
 
 namespace kvpage {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "kvpage/huge_page_allocator.h"
+#include "internal/huge_page_allocator.h"
 
 namespace kvpage::internal {
 

@@ -56,7 +56,9 @@ int32_t KvCacheManager::group_window(GroupId group) const {
 
 RequestState* KvCacheManager::Impl::Get(RequestHandle h) const {
   const uint32_t slot = static_cast<uint32_t>(h.slot_);
-  if (slot >= states.size() || generations[slot] != h.generation_) return nullptr;
+  if (h.manager_ != id || slot >= states.size() || generations[slot] != h.generation_) {
+    return nullptr;
+  }
   return states[slot].get();
 }
 
@@ -136,13 +138,13 @@ absl::StatusOr<RequestHandle> KvCacheManager::AddRequest(KvRequestSpec spec) {
   m.summaries[slot] = Impl::Summary{.num_tokens = st->prompt_len, .next_event = 0};
   m.slot_of.emplace(spec.id, slot);
   m.states[slot] = std::move(st);
-  return RequestHandle(slot, m.generations[slot]);
+  return RequestHandle(m.id, slot, m.generations[slot]);
 }
 
 std::optional<RequestHandle> KvCacheManager::Find(RequestId id) const {
   auto it = impl_->slot_of.find(id);
   if (it == impl_->slot_of.end()) return std::nullopt;
-  return RequestHandle(it->second, impl_->generations[it->second]);
+  return RequestHandle(impl_->id, it->second, impl_->generations[it->second]);
 }
 
 absl::StatusOr<RequestId> KvCacheManager::Id(RequestHandle request) const {

@@ -129,6 +129,7 @@ class KvCacheManager::Impl {
   }
 
   // ---- State ----
+  uint32_t id = 0;  // this manager's number, in every handle it issues (never 0)
   KvCacheConfig config;
   internal::GroupContext context;  // shared with the groups
   int64_t max_model_len = 0;

@@ -2,14 +2,15 @@
 // a different layout (groups sharing one pool) and parameters of the groups
 // (GroupContext::mode), not a different code path.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
-#include "planner/policies.h"
-#include "planner/vllm_layout.h"
+#include "model/kv_sizing.h"
+#include "model/vllm_layout.h"
 
 namespace kvpage {
 namespace {
@@ -161,6 +162,10 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has no layers"));
   }
   auto m = std::make_unique<Impl>();
+  // Numbers handles with their manager, so that one manager's handle names nothing in another.
+  static std::atomic<uint32_t> next_id{1};
+  m->id = next_id.fetch_add(1, std::memory_order_relaxed);
+  if (m->id == 0) m->id = next_id.fetch_add(1, std::memory_order_relaxed);
   m->config = config;
   m->max_model_len = config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
   m->events.set_enabled(config.enable_kv_events);

@@ -36,8 +36,8 @@
 #endif
 
 #include "absl/status/status.h"
-#include "kvpage/huge_page_allocator.h"
-#include "kvpage/prefetch.h"
+#include "internal/huge_page_allocator.h"
+#include "internal/prefetch.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {

@@ -28,6 +28,17 @@ bool ParseFlagsOrExit(FlagSet& fs, const std::vector<std::string>& args, const c
   return true;
 }
 
+std::string DataDir() {
+  if (const char* env = std::getenv("KVPAGE_DATA_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  // /proc/self/exe names the binary itself, not a link to it on the PATH.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return KVPAGE_DATA_RELATIVE_DIR;
+  return (exe.parent_path() / KVPAGE_DATA_RELATIVE_DIR).lexically_normal().string();
+}
+
 std::string ShellQuote(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -19,6 +19,13 @@ int FailUsage(const char* command, const absl::Status& status);
 bool ParseFlagsOrExit(FlagSet& fs, const std::vector<std::string>& args, const char* command,
                       int* exit_code);
 
+// The directory of the CLI's run-time files: scripts/ (the plot scripts), traces/, models/ and
+// hardware/. $KVPAGE_DATA_DIR when set; otherwise KVPAGE_DATA_RELATIVE_DIR (normally
+// ../share/kvpage) from the directory of the running binary, which is where `cmake --install`
+// puts them and where the build tree links them, so an installed kvpage keeps working after
+// the source tree moves.
+std::string DataDir();
+
 // 'text' for a POSIX shell.
 std::string ShellQuote(const std::string& text);
 

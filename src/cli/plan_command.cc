@@ -174,7 +174,7 @@ int Fail(const absl::Status& s) { return FailUsage("plan", s); }
 
 std::string PlotScript() {
   if (const char* env = std::getenv("KVPAGE_PLOT_SCRIPT")) return env;
-  return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_plan.py";
+  return DataDir() + "/scripts/plot_plan.py";
 }
 
 // Runs the planner over a power-of-two sweep and hands its JSON to the plotting script.

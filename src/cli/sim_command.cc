@@ -85,7 +85,8 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
                 "hardware JSON file.");
   fs.String("trace", &f.trace,
             "Trace file. A bare file name not found in the working directory is looked up in\n"
-            "the bundled sim/data/traces/ (e.g. mooncake_conversation_trace.jsonl).");
+            "the bundled traces, share/kvpage/traces/ next to bin/ (e.g.\n"
+            "mooncake_conversation_trace.jsonl; $KVPAGE_DATA_DIR overrides share/kvpage).");
   fs.String("trace-format", &f.trace_format,
             "mooncake, azure, lengths, or auto (default: .jsonl is mooncake; a CSV is azure\n"
             "when its header has ContextTokens, lengths when it has num_prefill_tokens).");
@@ -161,7 +162,7 @@ absl::Status Positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 3
 
 std::string ResolveTrace(const std::string& path) {
   if (std::filesystem::exists(path)) return path;
-  const std::string bundled = std::string(KVPAGE_SOURCE_DIR) + "/sim/data/traces/" + path;
+  const std::string bundled = DataDir() + "/traces/" + path;
   if (path.find('/') == std::string::npos && std::filesystem::exists(bundled)) return bundled;
   return path;
 }
@@ -442,7 +443,7 @@ std::string SummaryTable(const std::vector<std::pair<std::string, const sim::Sim
 
 std::string PlotScript() {
   if (const char* env = std::getenv("KVPAGE_SIM_PLOT_SCRIPT")) return env;
-  return std::string(KVPAGE_SOURCE_DIR) + "/scripts/plot_sim.py";
+  return DataDir() + "/scripts/plot_sim.py";
 }
 
 // requests.csv, steps.csv and sim.png in `dir`. 1 on failure (message printed).

@@ -102,13 +102,4 @@ absl::StatusOr<int64_t> KvBudgetFromGpu(const ModelSpec& model, int64_t gpu_memo
   return usable - weights;
 }
 
-namespace internal {
-
-absl::StatusOr<int64_t> AttentionTokenBytes(const AttentionShape& shape, DType dtype) {
-  KVPAGE_ASSIGN_OR_RETURN(int64_t k, RowBytes(dtype, shape.KValuesPerToken()));
-  KVPAGE_ASSIGN_OR_RETURN(int64_t v, RowBytes(dtype, shape.VValuesPerToken()));
-  return k + v;
-}
-
-}  // namespace internal
 }  // namespace kvpage

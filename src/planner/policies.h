@@ -1,4 +1,5 @@
 // The three reservation policies behind MakePlan. Each fills one PlanRow for one context.
+// CeilDiv, RoundUp and AttentionTokenBytes come from model/kv_sizing.h.
 #ifndef KVPAGE_PLANNER_POLICIES_H_
 #define KVPAGE_PLANNER_POLICIES_H_
 
@@ -8,14 +9,9 @@
 #include "absl/status/statusor.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/planner.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage::internal {
-
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
-
-// K + V bytes of one token in one attention layer (MLA: the latent only).
-absl::StatusOr<int64_t> AttentionTokenBytes(const AttentionShape& shape, DType dtype);
 
 // REQUIRES: options.Validate().ok(), context > 0, *budget >= 0 when set.
 absl::StatusOr<PlanRow> PlanKvpageRow(const ModelSpec& model, const PlanOptions& options,

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "model/vllm_layout.h"
 #include "planner/policies.h"
-#include "planner/vllm_layout.h"
 
 namespace kvpage::internal {
 namespace {

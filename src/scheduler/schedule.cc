@@ -12,6 +12,7 @@ using internal::SchedRequest;
 
 const SchedulerOutput& Scheduler::Schedule() {
   Impl& s = *impl_;
+  if (!s.applied) return s.out;  // the latest step is still to be applied
   ++s.step;
   s.applied = false;
   s.preempted_this_step = false;

@@ -111,12 +111,41 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
         model.name, ": its linear-attention state cannot roll back rejected drafts"));
   }
   if (impl->cache_block_size == 0) impl->cache_block_size = kv.block_size;
+  if (!config.enable_chunked_prefill && impl->max_model_len > config.max_num_batched_tokens) {
+    // A prompt runs in one step: a longer one could never be scheduled, and would block the
+    // queue behind it.
+    if (config.max_model_len > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_model_len ", config.max_model_len, " exceeds max_num_batched_tokens ",
+          config.max_num_batched_tokens, " with chunked prefill off: such a prompt never runs"));
+    }
+    impl->max_model_len = config.max_num_batched_tokens;
+  }
   KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
   impl->InitTables();
   return impl;
 }
 
+int64_t Scheduler::Impl::GrowingBytes(int64_t len) const {
+  int64_t bytes = 0;
+  const KvCacheUsage usage = kv->Usage();
+  for (int32_t g = 0; g < kv->num_groups(); ++g) {
+    const LayerKind kind = kv->group_kind(GroupId(g));
+    if (kind != LayerKind::kFullAttention && kind != LayerKind::kMla) continue;
+    const int64_t bs = kv->group_block_size(GroupId(g));
+    const int64_t blocks = (len + bs - 1) / bs;
+    const int64_t block_bytes = usage.pools[g].block_bytes;
+    if (blocks > std::numeric_limits<int64_t>::max() / block_bytes - bytes / block_bytes) {
+      return std::numeric_limits<int64_t>::max();
+    }
+    bytes += blocks * block_bytes;
+  }
+  return bytes;
+}
+
 bool Scheduler::Impl::RequestFits(int64_t len) {
+  // What the growing groups alone need rules most lengths out without building a prompt.
+  if (GrowingBytes(len) > config.kv.kv_budget_bytes) return false;
   // A probe request of `len` tokens goes through the real allocator, in steps of the token
   // budget with windows advancing, as a prompt would; then everything is given back.
   const RequestId probe(std::numeric_limits<int64_t>::max());  // no request exists yet
@@ -388,6 +417,8 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
     const int32_t k = result.sampled_offsets.empty() ? (num_sampled == n ? 1 : 0)
                                                      : CsrCount(result.sampled_offsets, i);
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
+    // Aborted since Schedule: whatever the server sampled for it (or not) is dropped.
+    if (k == 0 && ScheduledIndexOf(sr) < 0) continue;
     if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));

@@ -105,6 +105,9 @@ class Scheduler::Impl {
   // when the length was set explicitly (a request that long could never run).
   absl::Status FitMaxModelLen(bool explicit_len);
   bool RequestFits(int64_t len);
+  // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
+  // MLA) alone: a lower bound on what it needs, without building it.
+  int64_t GrowingBytes(int64_t len) const;
 
   // ---- Queues (scheduler.cc) ----
   void PushWaiting(int32_t q, bool front);

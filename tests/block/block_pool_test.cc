@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvpage/huge_page_allocator.h"
+#include "internal/huge_page_allocator.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
 #include "kvpage/types.h"

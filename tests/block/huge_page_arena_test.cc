@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "kvpage/huge_page_allocator.h"
+#include "internal/huge_page_allocator.h"
 
 namespace kvpage::internal {
 namespace {

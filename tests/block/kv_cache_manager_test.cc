@@ -712,6 +712,11 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   EXPECT_EQ(*m->Id(h6), RequestId(6));
   EXPECT_FALSE(RequestHandle().valid());
   EXPECT_TRUE(absl::IsNotFound(m->Id(RequestHandle()).status()));
+  // Another manager's handle names nothing here, even at the same slot and generation.
+  auto other = *KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), c);
+  const RequestHandle foreign = *other->AddRequest({RequestId(5), testing::Tokens(4, 0)});
+  EXPECT_TRUE(absl::IsNotFound(m->Id(foreign).status()));
+  EXPECT_TRUE(absl::IsNotFound(m->Free(foreign)));
   ASSERT_TRUE(*m->AllocateSlots(h5, {.num_new_tokens = 31}));
   ASSERT_TRUE(*m->AllocateSlots(h6, {.num_new_tokens = 20}));
   // A negative token anywhere: nothing is appended.

@@ -22,9 +22,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr, interleaved
 };
 
-CommandResult RunKvpage(const std::string& args) {
+// `env`: assignments put before the command, e.g. "KVPAGE_DATA_DIR=/x ".
+CommandResult RunKvpage(const std::string& args, const std::string& env = "") {
   const std::string command =
-      std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " --no-progress 2>&1";
+      env + std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " --no-progress 2>&1";
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -61,6 +62,22 @@ std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("kvpage_sim_cli_" + std::to_string(::getpid()) + "_" + name))
       .string();
+}
+
+// Bare trace names are looked up in share/kvpage/traces beside bin/ (links in the build tree,
+// copies once installed), or in $KVPAGE_DATA_DIR/traces when it is set; never in the sources.
+TEST(SimCliTest, BundledTracesComeFromTheDataDir) {
+  const std::string empty = TempPath("empty_data_dir");
+  std::filesystem::create_directories(empty);
+  CommandResult r = RunKvpage(kBase, "KVPAGE_DATA_DIR=" + empty + " ");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot read trace file 'mooncake_conversation_trace.jsonl'"));
+  std::filesystem::remove_all(empty);
+
+  r = RunKvpage(kBase, "KVPAGE_DATA_DIR=" + std::string(KVPAGE_BINARY_DIR) + "/share/kvpage ");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = RunKvpage(kBase);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(SimCliTest, HelpListsEveryFlag) {

@@ -954,5 +954,74 @@ TEST(SchedulerEndToEnd, RealGemmaAndQwen35) {
   }
 }
 
+// Schedule() again before Update() returns the pending step unchanged: nothing is scheduled
+// twice, and applying it lets every request finish.
+TEST(SchedulerTest, ScheduleTwiceReturnsThePendingStep) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(64));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->AddRequest(Req(i, Tokens(20, 100 * i), 4)).ok());
+  const SchedulerOutput& first = s->Schedule();
+  const uint64_t step = first.step;
+  EXPECT_EQ(first.total_num_scheduled_tokens, 60);
+  const SchedulerOutput& again = s->Schedule();
+  EXPECT_EQ(&again, &first);
+  EXPECT_EQ(again.step, step);
+  EXPECT_EQ(again.total_num_scheduled_tokens, 60);
+  EXPECT_SCHED_INVARIANTS(*s);
+  ASSERT_TRUE(s->Update(again, SampleAll(again)).ok());
+  int finished = 0;
+  for (int i = 0; i < 10 && s->HasUnfinishedRequests(); ++i) {
+    finished += static_cast<int>(Step(*s).finished.size());
+  }
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+}
+
+// A request aborted between Schedule() and Update(): the server may leave out its sample.
+TEST(SchedulerTest, AbortBeforeUpdateDropsTheMissingSample) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(64));
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(30, 0), 4)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, Tokens(20, 500), 4)).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 2u);
+  ASSERT_TRUE(s->Abort(RequestId(1)).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+  ModelOutput m;
+  m.sampled_token_ids = {7};        // request 2's token only
+  m.sampled_offsets = {0, 0, 1};
+  auto u = s->Update(out, m);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), 2))->back(), 7);
+  // A sample for a request that is still running is not optional.
+  const SchedulerOutput& next = s->Schedule();
+  EXPECT_THAT(next.finished_ids, ElementsAre(RequestId(1)));
+  ModelOutput none;
+  none.sampled_offsets = {0, 0};
+  EXPECT_TRUE(absl::IsInvalidArgument(s->Update(next, none).status()));
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// Without chunked prefill a prompt runs whole: max_model_len may not exceed the token budget.
+TEST(SchedulerTest, UnchunkedPrefillBoundsMaxModelLen) {
+  SchedulerConfig c = TinyConfig(400, 256);
+  c.enable_chunked_prefill = false;
+  c.max_model_len = 1024;
+  EXPECT_TRUE(absl::IsInvalidArgument(Scheduler::Create(TinyModel(testing::kTinyFull), c).status()));
+  c.max_model_len = 0;  // the model's 4,096, lowered to the budget
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->max_model_len(), 256);
+  EXPECT_TRUE(absl::IsOutOfRange(s->AddRequest(Req(1, Tokens(300)))));
+}
+
+// A max_model_len far beyond the budget is refused from the growing groups' size alone (no
+// probe prompt of that length is built).
+TEST(SchedulerTest, HugeMaxModelLenIsRefusedWithoutAProbe) {
+  SchedulerConfig c = TinyConfig(64);
+  c.max_model_len = kMaxSchedulerModelLen;
+  auto s = Scheduler::Create(TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("max_model_len 1073741824"));
+}
+
 }  // namespace
 }  // namespace kvpage

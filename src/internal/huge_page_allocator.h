@@ -6,8 +6,8 @@
 // less often. Smaller allocations come from operator new (its aligned form for an
 // over-aligned type). Where transparent huge pages are off ("never"), the advice is ignored
 // and nothing else changes.
-#ifndef KVPAGE_HUGE_PAGE_ALLOCATOR_H_
-#define KVPAGE_HUGE_PAGE_ALLOCATOR_H_
+#ifndef KVPAGE_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
+#define KVPAGE_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 
 #include <sys/mman.h>
 
@@ -68,4 +68,4 @@ class HugePageAllocator {
 
 }  // namespace kvpage
 
-#endif  // KVPAGE_HUGE_PAGE_ALLOCATOR_H_
+#endif  // KVPAGE_INTERNAL_HUGE_PAGE_ALLOCATOR_H_

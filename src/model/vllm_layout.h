@@ -1,8 +1,8 @@
 // vLLM 0.29's KV cache layout for a model: hybrid block alignment, page unification and
 // equal-size grouping (internal; used by the vllm planner policy and the vllm accounting mode
 // of the block manager). Sources: vllm.md §1.4–1.6.
-#ifndef KVPAGE_PLANNER_VLLM_LAYOUT_H_
-#define KVPAGE_PLANNER_VLLM_LAYOUT_H_
+#ifndef KVPAGE_MODEL_VLLM_LAYOUT_H_
+#define KVPAGE_MODEL_VLLM_LAYOUT_H_
 
 #include <cstdint>
 #include <vector>
@@ -37,4 +37,4 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
 
 }  // namespace kvpage::internal
 
-#endif  // KVPAGE_PLANNER_VLLM_LAYOUT_H_
+#endif  // KVPAGE_MODEL_VLLM_LAYOUT_H_

@@ -8,8 +8,8 @@
 // doubled the decode step's cost of caching blocks. The empty volatile asm marks the call as
 // having an effect, so it is never deleted; it emits no instruction and orders no memory
 // access.
-#ifndef KVPAGE_PREFETCH_H_
-#define KVPAGE_PREFETCH_H_
+#ifndef KVPAGE_INTERNAL_PREFETCH_H_
+#define KVPAGE_INTERNAL_PREFETCH_H_
 
 namespace kvpage {
 
@@ -32,4 +32,4 @@ inline void PrefetchToL2(const void* p) {
 
 }  // namespace kvpage
 
-#endif  // KVPAGE_PREFETCH_H_
+#endif  // KVPAGE_INTERNAL_PREFETCH_H_

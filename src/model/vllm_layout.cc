@@ -1,11 +1,11 @@
-#include "planner/vllm_layout.h"
+#include "model/vllm_layout.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
-#include "planner/policies.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage::internal {
 

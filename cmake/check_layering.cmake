@@ -1,0 +1,87 @@
+# Checks kvpage's layering (cmake -DSOURCE_DIR=<checkout> -P check_layering.cmake; a CTest
+# test runs it): every #include "..." of a layer's sources and public headers names a header
+# of the same layer or of one below it.
+#
+#   model <- block <- scheduler <- sim        planner -> block, model
+#   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
+cmake_minimum_required(VERSION 3.25)
+
+set(allowed_model model internal)
+set(allowed_block model block internal)
+set(allowed_scheduler model block scheduler internal)
+set(allowed_planner model block planner internal)
+set(allowed_sim model block scheduler sim internal)
+set(allowed_kernels model kernels internal)
+set(allowed_internal internal)
+
+# The layer of each public header in include/kvpage/.
+set(public_model dtype model_spec catalog)
+set(public_block types block_hash block_pool memory_budget kv_events kv_cache_manager)
+set(public_scheduler scheduler)
+set(public_planner planner plan_format)
+set(public_kernels kernel_layout kernel_reference)
+
+# Sets ${out} to the layer of the included path, or "" for a header outside kvpage.
+function(layer_of_include path out)
+  set(layer "")
+  if(path MATCHES "^kvpage/cuda/")
+    set(layer kernels)
+  elseif(path MATCHES "^kvpage/([a-z_0-9]+)\\.h$")
+    set(name ${CMAKE_MATCH_1})
+    foreach(candidate model block scheduler planner kernels)
+      if(name IN_LIST public_${candidate})
+        set(layer ${candidate})
+      endif()
+    endforeach()
+    if(NOT layer)
+      message(SEND_ERROR "include/kvpage/${name}.h has no layer: add it to cmake/check_layering.cmake")
+    endif()
+  elseif(path MATCHES "^(src/)?(internal|profile)/")
+    set(layer internal)
+  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels)/")
+    set(layer ${CMAKE_MATCH_1})
+  endif()
+  set(${out} "${layer}" PARENT_SCOPE)
+endfunction()
+
+set(violations "")
+function(check_files layer)
+  foreach(file IN LISTS ARGN)
+    file(STRINGS ${file} includes REGEX "^#include \"")
+    foreach(line IN LISTS includes)
+      string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" path "${line}")
+      layer_of_include(${path} included)
+      if(included AND NOT included IN_LIST allowed_${layer})
+        file(RELATIVE_PATH rel ${SOURCE_DIR} ${file})
+        string(APPEND violations "  ${rel} (${layer}) includes ${path} (${included})\n")
+      endif()
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+endfunction()
+
+foreach(layer model block scheduler planner internal)
+  file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.h ${SOURCE_DIR}/src/${layer}/*.cc)
+  check_files(${layer} ${files})
+endforeach()
+file(GLOB files ${SOURCE_DIR}/src/profile/*.h ${SOURCE_DIR}/src/profile/*.cc)
+check_files(internal ${files})
+file(GLOB files ${SOURCE_DIR}/sim/*.h ${SOURCE_DIR}/sim/*.cc)
+check_files(sim ${files})
+file(GLOB_RECURSE files ${SOURCE_DIR}/src/kernels_ref/*.cc ${SOURCE_DIR}/kernels/*.h
+     ${SOURCE_DIR}/kernels/*.cc ${SOURCE_DIR}/kernels/*.cuh ${SOURCE_DIR}/kernels/*.cu
+     ${SOURCE_DIR}/include/kvpage/cuda/*.h)
+check_files(kernels ${files})
+file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h)
+foreach(file IN LISTS files)
+  get_filename_component(name ${file} NAME)
+  layer_of_include(kvpage/${name} layer)
+  if(layer)
+    check_files(${layer} ${file})
+  endif()
+endforeach()
+
+if(violations)
+  message(FATAL_ERROR "includes against the layering:\n${violations}")
+endif()
+message(STATUS "layering ok")

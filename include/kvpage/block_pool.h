@@ -21,6 +21,7 @@
 //
 // The prefix-cache map is keyed by (block hash, group id). It does not de-duplicate: two blocks
 // may carry the same key (a request that did not read the cache), so tables stay append-only.
+// Lookup returns the oldest block still cached under a key, as vLLM does.
 //
 // Memory follows use, not capacity: the records of blocks and chunks grow (geometrically) as
 // chunks are mapped and their blocks first handed out, and the prefix-cache map grows with
@@ -239,7 +240,8 @@ class BlockPool {
   void PrefetchCacheSlot(BlockHash hash, GroupId group) const;
   // Starts loading what CacheBlock(block, ...) reads and writes of the block's own records.
   void PrefetchCacheRecords(BlockId block) const;
-  // A block cached under (hash, group), or kNullBlock. Does not take a reference.
+  // The block cached under (hash, group) longest ago among those still cached, or kNullBlock.
+  // Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
   // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A
   // cached-free block becomes clean; a used block stays with its holders. Returns whether a

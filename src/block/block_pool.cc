@@ -428,14 +428,16 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   internal::PrefixKey& key = keys_[b];
   key.hash = hash;
   key.group = group.value;
+  key.dup_next = -1;
   const int32_t head = index_->FindOrInsert(hash, group.value, b);
   if (head == 0) {
-    key.dup_next = -1;
+    key.dup_last = b;
     events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
   } else {
-    // Keep the first block as the one lookups return; chain the duplicate behind it.
-    key.dup_next = keys_[head].dup_next;
-    keys_[head].dup_next = b;
+    // A duplicate goes to the end of the chain: lookups keep returning the oldest block
+    // under the key, and after it is evicted the next oldest, as vLLM's do.
+    keys_[keys_[head].dup_last].dup_next = b;
+    keys_[head].dup_last = b;
   }
 }
 
@@ -462,11 +464,14 @@ void BlockPool::DropHash(int32_t b) {
     index_->Replace(hash, group, b, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
       events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
+    } else {
+      keys_[key.dup_next].dup_last = key.dup_last;  // the next oldest heads the chain
     }
   } else {
     int32_t p = head;
     while (keys_[p].dup_next != b) p = keys_[p].dup_next;
     keys_[p].dup_next = key.dup_next;
+    if (keys_[head].dup_last == b) keys_[head].dup_last = p;
   }
   blocks_[b].has_hash = 0;
   key = internal::PrefixKey{};
@@ -683,15 +688,19 @@ absl::Status BlockPool::CheckInvariants() const {
   if (absl::Status index = index_->CheckInvariants(); !index.ok()) return index;
   int64_t chained = 0;
   int32_t bad = 0;
+  int32_t bad_last = 0;
   index_->ForEach([&](int32_t head) {
-    for (int32_t b = head; b >= 0; b = keys_[b].dup_next, ++chained) {
+    int32_t last = head;
+    for (int32_t b = head; b >= 0; last = b, b = keys_[b].dup_next, ++chained) {
       if (!blocks_[b].has_hash || !(keys_[b].hash == keys_[head].hash) ||
           keys_[b].group != keys_[head].group) {
         bad = b;
       }
     }
+    if (keys_[head].dup_last != last) bad_last = head;
   });
   if (bad != 0) return fail("hash map entry points at block ", bad, " which carries another key");
+  if (bad_last != 0) return fail("the duplicate chain of block ", bad_last, " ends elsewhere");
   int64_t hashed = 0;
   for (size_t b = 1; b < blocks_.size(); ++b) hashed += blocks_[b].has_hash;
   if (hashed != chained) return fail(hashed, " hashed blocks but ", chained, " in the map");

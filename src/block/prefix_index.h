@@ -45,11 +45,17 @@ namespace kvpage::internal {
 
 // A block's prefix-cache record, in the pool's array indexed by block id: its key and the next
 // block cached under the same key. 32 bytes, so confirming a key reads one cache line.
+//
+// Blocks cached under one key form a chain in the order they were cached, oldest first; the
+// index holds the first, so a lookup returns the oldest block still cached (vLLM's map of
+// duplicates keeps insertion order too).
 struct alignas(32) PrefixKey {
   BlockHash hash;
   int32_t group = -1;     // -1 while the block carries no hash
   int32_t dup_next = -1;  // next block with the same key, -1 at the end of the chain
+  int32_t dup_last = -1;  // in a chain's first block: its last block (itself when alone)
 };
+static_assert(sizeof(PrefixKey) == 32);
 
 class PrefixIndex {
  public:

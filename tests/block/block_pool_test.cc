@@ -389,6 +389,55 @@ TEST(BlockPoolTest, DuplicateKeysEvictSecondBlockFirst) {
   EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG1, H(7))));
 }
 
+// Issue 24's minimal case, as vLLM runs it: three requests cache the same first block (1, then
+// duplicates 3 and 5); the first request is freed and a 96-token request evicts block 1. A
+// lookup now returns the oldest duplicate left, 3 (kvpage returned the newest, 5), and after 3
+// is evicted, 5.
+TEST(BlockPoolTest, DuplicateLookupReturnsTheOldestRemaining) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  for (int32_t first : {1, 3, 5}) {  // 17-token prompts: one full block and one partial
+    EXPECT_THAT(Take(pool, 2), ElementsAre(first, first + 1));
+    pool.CacheBlock(BlockId(first), H(1), kG0, kRoot);
+    ASSERT_POOL_OK(pool);
+  }
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(1), kRoot)));
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(1));
+  pool.Free(Blocks({2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 6), ElementsAre(2, 7, 8, 9, 10, 1));  // 96 tokens: block 1 evicted
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(3));
+  pool.Free(Blocks({4, 3}));
+  pool.Free(Blocks({6, 5}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(6, 4, 3));  // clean blocks, then 3 is evicted
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(5));
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(5));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), kNullBlock);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(1))));
+}
+
+// A duplicate dropped from the middle or the end of its chain keeps the others in order.
+TEST(BlockPoolTest, UncachingADuplicateKeepsTheChainInOrder) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 4), ElementsAre(1, 2, 3, 4));
+  for (int32_t b : {1, 2, 3, 4}) pool.CacheBlock(BlockId(b), H(9), kG0, kRoot);
+  EXPECT_TRUE(pool.Uncache(BlockId(4)));  // the last
+  EXPECT_TRUE(pool.Uncache(BlockId(2)));  // one in the middle
+  ASSERT_POOL_OK(pool);
+  pool.CacheBlock(BlockId(2), H(9), kG0, kRoot);  // back at the end: 1, 3, 2
+  ASSERT_POOL_OK(pool);
+  EXPECT_TRUE(pool.Uncache(BlockId(1)));
+  EXPECT_EQ(pool.Lookup(H(9), kG0), BlockId(3));
+  EXPECT_TRUE(pool.Uncache(BlockId(3)));
+  EXPECT_EQ(pool.Lookup(H(9), kG0), BlockId(2));
+  ASSERT_POOL_OK(pool);
+}
+
 // T11: reset is refused while a block is used and afterwards clears every hash.
 TEST(BlockPoolTest, ResetPrefixCache) {
   OneChunk f;

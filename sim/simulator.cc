@@ -131,6 +131,14 @@ absl::Status Loop::NeverRuns() const {
   for (size_t i = 0; i < next_; ++i) {
     if (live_[i].finished) continue;
     const TraceRequest& tr = trace_[i];
+    const SchedulerConfig& sc = sched_.config();
+    if (!sc.enable_chunked_prefill && tr.prompt_len > sc.max_num_batched_tokens) {
+      // Not memory: without chunked prefill a prompt must run in one step.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "request ", tr.index, " (", tr.prompt_len, " prompt tokens) can never be scheduled: "
+          "chunked prefill is off and its prompt exceeds max_num_batched_tokens ",
+          sc.max_num_batched_tokens));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "request ", tr.index, " (", tr.prompt_len, " prompt tokens, ", tr.output_len,
         " output tokens) can never be scheduled: the KV budget of ",

@@ -178,6 +178,21 @@ TEST(SimulatorTest, HugePromptIsDroppedWithoutBuildingIt) {
   EXPECT_EQ(r->prefix_cache.queried_tokens, 8);
 }
 
+// Without chunked prefill a 10,000-token prompt never fits the 8,192-token step: the error
+// says so rather than blaming the KV budget, which could hold it many times over.
+TEST(SimulatorTest, PromptOverTheStepBudgetWithoutChunkingNamesTheStepBudget) {
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.cost_model = &cost;
+  c.scheduler.enable_chunked_prefill = false;
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 10000, 2)};
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("request 0 (10000 prompt tokens) can never be scheduled: chunked prefill "
+                        "is off and its prompt exceeds max_num_batched_tokens 8192"));
+}
+
 TEST(SimulatorTest, UnsortedTraceIsInvalid) {
   SimConfig c = QwenConfig(4 * kGiB);
   const std::vector<TraceRequest> trace = {Request(0, 2.0, 8, 2), Request(1, 1.0, 8, 2)};

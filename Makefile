@@ -17,7 +17,7 @@ RUN_SIM_REQUESTS ?= 2000
 ASAN_BUILD_DIR ?= build-asan
 PREFIX ?= /usr/local
 
-.PHONY: all bootstrap configure build run test test-sanitize bench install clean
+.PHONY: all bootstrap configure build run test test-sanitize fuzz bench install clean
 
 all: build
 
@@ -52,6 +52,11 @@ test-sanitize: bootstrap
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer harnesses (fuzz/) built with clang 16 and run FUZZ_SECONDS each (default 60);
+# needs clang-16: KVPAGE_FUZZ_DEPS=1 bash scripts/bootstrap.sh. make test replays their corpora.
+fuzz:
+	bash scripts/fuzz.sh
 
 bench: build
 	$(BUILD_DIR)/bin/kvpage_benchmarks

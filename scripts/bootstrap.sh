@@ -10,6 +10,11 @@ PACKAGES=(
   nlohmann-json3-dev libxxhash-dev libssl-dev
   python3 python3-matplotlib
 )
+# Optional: clang 16 for the libFuzzer harnesses (scripts/fuzz.sh); make test does not need
+# it. KVPAGE_FUZZ_DEPS=1 bash scripts/bootstrap.sh adds it.
+if [[ "${KVPAGE_FUZZ_DEPS:-0}" == "1" ]]; then
+  PACKAGES+=(clang-16 libclang-rt-16-dev)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

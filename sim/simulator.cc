@@ -96,13 +96,18 @@ absl::Status Loop::AddArrivals(SimResult& result) {
     l.record.index = tr.index;
     l.record.arrival_s = tr.arrival_s;
     l.record.prompt_len = tr.prompt_len;
-    if (config_.record_token_times) l.record.token_times_s.reserve(tr.output_len);
-    RequestSpec spec;
-    spec.id = RequestId(static_cast<int64_t>(next_));
-    spec.prompt_token_ids = PromptTokens(tr);
-    spec.max_new_tokens = tr.output_len;
-    spec.arrival_time = tr.arrival_s;
-    absl::Status s = sched_.AddRequest(std::move(spec));
+    // A prompt that leaves no room for an output token is refused (OutOfRange) before its
+    // tokens are built: a trace row may describe 2^31 - 1 of them (8 GiB of ids).
+    absl::Status s = absl::OutOfRangeError("prompt too long for max_model_len");
+    if (tr.prompt_len < sched_.max_model_len()) {
+      if (config_.record_token_times) l.record.token_times_s.reserve(tr.output_len);
+      RequestSpec spec;
+      spec.id = RequestId(static_cast<int64_t>(next_));
+      spec.prompt_token_ids = PromptTokens(tr);
+      spec.max_new_tokens = tr.output_len;
+      spec.arrival_time = tr.arrival_s;
+      s = sched_.AddRequest(std::move(spec));
+    }
     if (absl::IsOutOfRange(s)) {
       // Too long for max_model_len: vLLM rejects such a request; count it and go on.
       ++result.dropped_requests;
@@ -318,8 +323,8 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
   const KvCacheManager& kv = scheduler->kv_cache();
   result.kv_budget_bytes = kv.config().kv_budget_bytes;
   result.block_size = kv.group_block_size(GroupId(0));
-  result.max_model_len = kv.config().max_model_len > 0 ? kv.config().max_model_len
-                                                       : config.model.max_position_embeddings;
+  // The length in effect: the scheduler lowers the model's when the KV budget cannot hold it.
+  result.max_model_len = scheduler->max_model_len();
   Loop loop(trace, config, *cost, *scheduler);
   KVPAGE_RETURN_IF_ERROR(loop.Run(result));
 

@@ -116,7 +116,7 @@ struct SimResult {
   int64_t truncated_requests = 0;  // finished at max_model_len before output_len
   int64_t kv_budget_bytes = 0;
   int32_t block_size = 0;        // the cache's block size (vLLM mode may enlarge it)
-  int64_t max_model_len = 0;
+  int64_t max_model_len = 0;     // in effect: lowered when the KV budget cannot hold the model's
   double simulated_seconds = 0;  // virtual clock at the end of the run
   double wall_seconds = 0;       // host time Simulate took (the only non-deterministic field)
 };

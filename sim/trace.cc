@@ -68,14 +68,19 @@ absl::StatusOr<int32_t> JsonCount(const nlohmann::json& row, const char* field,
   return ParseCount(absl::StrCat(it->get<int64_t>()), field, source, line);
 }
 
-// Calls fn(line_text, line_number) for every non-blank line; stops at the first error.
+// Calls fn(line_text, line_number) for every non-blank line; stops at the first error. A NUL
+// byte is an error: the JSON reader would stop at it and take the row before it, silently
+// dropping whatever follows.
 template <typename Fn>
-absl::Status ForEachLine(absl::string_view text, Fn fn) {
+absl::Status ForEachLine(absl::string_view text, absl::string_view source, Fn fn) {
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty()) continue;
+    if (const size_t nul = line.find('\0'); nul != absl::string_view::npos) {
+      return LineError(source, line_no, absl::StrCat("NUL byte at column ", nul + 1));
+    }
     KVPAGE_RETURN_IF_ERROR(fn(line, line_no));
   }
   return absl::OkStatus();
@@ -88,7 +93,7 @@ bool Done(const TraceOptions& options, const std::vector<TraceRequest>& out) {
 absl::Status ParseMooncake(absl::string_view text, absl::string_view source,
                            const TraceOptions& options, std::vector<TraceRequest>* out) {
   double last_ms = -std::numeric_limits<double>::infinity();
-  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
     if (Done(options, *out)) return absl::OkStatus();
     nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (row.is_discarded() || !row.is_object()) {
@@ -154,6 +159,13 @@ int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
   return era * 146097 + doe - 719468;
 }
 
+// Days in month m (1-12) of year y, proleptic Gregorian.
+int64_t DaysInMonth(int64_t y, int64_t m) {
+  static constexpr int64_t kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m == 2 && leap ? 29 : kDays[m - 1];
+}
+
 // Seconds since the epoch as (whole, fraction) so a fraction's 7 digits survive the subtraction.
 struct WallTime {
   int64_t seconds = 0;
@@ -181,8 +193,10 @@ absl::StatusOr<WallTime> ParseWallTime(absl::string_view cell, absl::string_view
       return bad();
     }
   }
-  if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 60) {
-    return bad();
+  if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[3] > 23 || f[4] > 59 || f[5] > 60) return bad();
+  if (f[2] > DaysInMonth(f[0], f[1])) {
+    return LineError(source, line, absl::StrCat("TIMESTAMP '", cell, "': ", s.substr(0, 7),
+                                                " has ", DaysInMonth(f[0], f[1]), " days"));
   }
   WallTime t;
   t.seconds = DaysFromCivil(f[0], f[1], f[2]) * 86400 + f[3] * 3600 + f[4] * 60 + f[5];
@@ -235,7 +249,7 @@ absl::Status ParseAzure(absl::string_view text, absl::string_view source,
                         const TraceOptions& options, std::vector<TraceRequest>* out) {
   std::vector<size_t> columns;
   WallTime first, last;
-  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
     if (columns.empty()) {
       KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"TIMESTAMP", "ContextTokens",
                                                           "GeneratedTokens"}, source, line_no));
@@ -266,7 +280,7 @@ absl::Status ParseLengths(absl::string_view text, absl::string_view source,
                           const TraceOptions& options, std::vector<TraceRequest>* out) {
   std::vector<size_t> columns;
   ArrivalClock clock(options.arrival, options.seed);
-  return ForEachLine(text, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
     if (columns.empty()) {
       KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"num_prefill_tokens",
                                                           "num_decode_tokens"}, source, line_no));
@@ -391,25 +405,33 @@ IdealPrefixHits ComputeIdealPrefixHits(const std::vector<TraceRequest>& trace,
   // chain hashes is a trie of every cached prefix.
   absl::flat_hash_set<uint64_t> cached;
   IdealPrefixHits hits;
-  std::vector<int32_t> tokens;
   for (const TraceRequest& r : trace) {
-    tokens.clear();
-    AppendPromptTokens(r, &tokens);
     ++hits.num_requests;
     hits.input_tokens += r.prompt_len;
     const int64_t full_blocks = r.prompt_len / block_size;
     const int64_t max_hit_blocks = (r.prompt_len - 1) / block_size;
     uint64_t chain = 0x6b767061676500ULL;  // "kvpage": a fixed non-zero root
     bool matching = true;
-    for (int64_t b = 0; b < full_blocks; ++b) {
-      for (int32_t i = 0; i < block_size; ++i) {
-        chain = SplitMix64Finalize(chain ^ static_cast<uint32_t>(tokens[b * block_size + i]));
-      }
-      const bool seen = !cached.insert(chain).second;
-      if (matching && seen && b < max_hit_blocks) {
-        hits.hit_tokens += block_size;
-      } else {
-        matching = false;
+    // The tokens are generated as AppendPromptTokens does, one at a time, never stored: a
+    // prompt may be 2^31 - 1 tokens long.
+    const uint64_t vocab = static_cast<uint64_t>(r.vocab_size);
+    int64_t b = 0;
+    int32_t in_block = 0;
+    for (const PromptSegment& seg : r.segments) {
+      uint64_t state = seg.key;
+      for (int32_t j = 0; j < seg.length && b < full_blocks; ++j) {
+        state += kSplitMix64Gamma;
+        const int32_t token = static_cast<int32_t>(SplitMix64Finalize(state) % vocab);
+        chain = SplitMix64Finalize(chain ^ static_cast<uint32_t>(token));
+        if (++in_block < block_size) continue;
+        in_block = 0;
+        const bool seen = !cached.insert(chain).second;
+        if (matching && seen && b < max_hit_blocks) {
+          hits.hit_tokens += block_size;
+        } else {
+          matching = false;
+        }
+        ++b;
       }
     }
   }

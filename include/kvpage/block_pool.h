@@ -21,6 +21,13 @@
 //
 // The prefix-cache map is keyed by (block hash, group id). It does not de-duplicate: two blocks
 // may carry the same key (a request that did not read the cache), so tables stay append-only.
+// Lookup returns the oldest block still cached under a key, as vLLM does.
+//
+// Memory follows use, not capacity: the records of blocks and chunks grow (geometrically) as
+// chunks are mapped and their blocks first handed out, and the prefix-cache map grows with
+// them, so a pool whose budget could hold 2^31 blocks costs what the blocks it touched cost.
+// A block beyond the records (never handed out since the pool was built) is clean and
+// unhashed; a chunk beyond them is unmapped.
 //
 // Not thread-safe: one scheduler thread owns a pool. Capacity queries are exact and cheap; an
 // allocation that passed CanAllocate cannot fail. Misuse (freeing an unused block, touching a
@@ -86,7 +93,8 @@ class BlockPool {
   // The chunk holding `block`, and whether a mapped chunk has no used block.
   int32_t ChunkIndex(BlockId block) const { return ChunkOf(block.value); }
   bool IsIdleChunk(int32_t chunk) const {
-    return chunks_[chunk].mapped && chunks_[chunk].used == 0;
+    return static_cast<size_t>(chunk) < chunks_.size() && chunks_[chunk].mapped &&
+           chunks_[chunk].used == 0;
   }
   // Chunks not yet mapped that this pool could still map.
   int32_t num_unmapped_chunks() const { return max_chunks_ - num_mapped_chunks_; }
@@ -232,7 +240,8 @@ class BlockPool {
   void PrefetchCacheSlot(BlockHash hash, GroupId group) const;
   // Starts loading what CacheBlock(block, ...) reads and writes of the block's own records.
   void PrefetchCacheRecords(BlockId block) const;
-  // A block cached under (hash, group), or kNullBlock. Does not take a reference.
+  // The block cached under (hash, group) longest ago among those still cached, or kNullBlock.
+  // Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
   // Drops the block's hash, if it has one (e.g. a KV connector reports its data invalid). A
   // cached-free block becomes clean; a used block stays with its holders. Returns whether a
@@ -249,8 +258,16 @@ class BlockPool {
   int32_t NumCleanIdleChunks() const;
 
   // ---- Introspection ------------------------------------------------------------------------
-  int32_t ref_count(BlockId block) const { return blocks_[block.value].ref; }
-  bool is_cached(BlockId block) const { return blocks_[block.value].has_hash != 0; }
+  // 0 / false for an id the pool never handed out (beyond its records) or out of range.
+  int32_t ref_count(BlockId block) const {
+    return HasRecord(block.value) ? blocks_[block.value].ref : 0;
+  }
+  bool is_cached(BlockId block) const {
+    return HasRecord(block.value) && blocks_[block.value].has_hash != 0;
+  }
+  // Ids below this have records; every id from it up to capacity() is unused and unhashed
+  // (a walk over the pool's blocks may stop here). At most capacity() + 1.
+  int32_t num_block_records() const { return static_cast<int32_t>(blocks_.size()); }
   BlockHash block_hash(BlockId block) const;
   bool is_mapped(BlockId block) const;
   // Clean blocks in the order Allocate would hand them out, then cached-free blocks in
@@ -262,11 +279,18 @@ class BlockPool {
 
  private:
   // 32 bytes, two to a cache line: a block handed out touches one chunk record.
+  //
+  // A chunk's clean blocks, in the order they are handed out, are its clean stack (blocks
+  // freed without a hash since it was mapped, last freed first: `clean - fresh` of them,
+  // linked through Block::next) and then its `fresh` tail: the last `fresh` ids of the chunk,
+  // in id order, not handed out since it was mapped. Mapping a chunk writes no block record,
+  // so a chunk of a billion blocks (vLLM's one pool) costs records only for what it hands out.
   struct alignas(32) Chunk {
     int32_t used = 0;         // blocks with ref > 0
     int32_t cached = 0;       // cached-free blocks
-    int32_t clean = 0;        // clean blocks
-    int32_t clean_top = -1;   // head of the clean stack (a block id), -1 when empty
+    int32_t clean = 0;        // clean blocks: the stack's, then the fresh tail's
+    int32_t clean_top = -1;   // head of the clean stack (a block id), -1 when the stack is empty
+    int32_t fresh = 0;        // the fresh tail: ids [end - fresh, end), end = the chunk's last + 1
     int32_t bucket_pos = -1;  // index in buckets_[used] while clean > 0
     bool mapped = false;
     bool idle_listed = false;  // on idle_stack_ (which may hold it after it stopped being idle)
@@ -274,10 +298,21 @@ class BlockPool {
 
   // How many chunks ahead of the one it takes Allocate prefetches.
   static constexpr size_t kPrefetchDistance = 8;
+  // Buckets made up front; a chunk reaching a higher used count grows buckets_ (doubling).
+  static constexpr size_t kInitialBuckets = 4096;
 
   int32_t ChunkOf(int32_t block) const {
     return chunk_shift_ >= 0 ? (block - 1) >> chunk_shift_ : (block - 1) / bpc_;
   }
+  bool HasRecord(int32_t block) const { return static_cast<size_t>(block) < blocks_.size(); }
+  // Grows the records (blocks_, keys_ and the prefix-cache map with them) to hold id `block`,
+  // at least doubling them (up to capacity() + 1) so that growth costs O(1) per block.
+  void GrowBlockRecords(int32_t block);
+  void EnsureBlockRecord(int32_t block) {
+    if (!HasRecord(block)) [[unlikely]] GrowBlockRecords(block);
+  }
+  // The same for chunk records (up to max_chunks).
+  void EnsureChunkRecord(int32_t chunk);
   // k blocks through OneBlockTakes (Allocate's run for a pool of one-block chunks).
   // REQUIRES: bpc_ == 1 and k <= num_clean_.
   [[gnu::noinline]] void TakeOneBlockChunks(int32_t k, std::vector<BlockId>* out);
@@ -316,11 +351,13 @@ class BlockPool {
     int32_t prev = -1;  // LRU prev
     uint8_t has_hash = 0;
   };
-  // Per block, indexed by id (index 0 = the null block).
+  // Per block, indexed by id (index 0 = the null block), for ids below the records' end.
   std::vector<Block, HugePageAllocator<Block>> blocks_;
-  // Hash, group and duplicate chain of every block.
+  // Hash, group and duplicate chain of every block: as many as blocks_ while caching is on,
+  // none while it is off.
   std::vector<internal::PrefixKey, HugePageAllocator<internal::PrefixKey>> keys_;
 
+  // Per chunk, for the chunks below the records' end (every chunk above is unmapped).
   std::vector<Chunk, HugePageAllocator<Chunk>> chunks_;
   // buckets_[u]: the chunks with clean blocks and u used blocks, as arrays (not linked lists)
   // so that taking the next chunk reads no neighbour's record and the chunks handed out next

@@ -36,16 +36,14 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
       enable_caching_(config.enable_caching),
       budget_(budget),
       events_(events) {
-  const size_t n = static_cast<size_t>(capacity()) + 1;
-  blocks_.assign(n, Block{});
-  keys_.assign(n, internal::PrefixKey{});
+  // Records start with the null block's and grow as chunks are mapped (GrowBlockRecords):
+  // what a budget could hold says nothing of what a run will touch.
+  blocks_.assign(1, Block{});
+  if (enable_caching_) keys_.assign(1, internal::PrefixKey{});
   index_ = std::make_unique<internal::PrefixIndex>(keys_.data());
-  // The prefix-cache map is sized once, like the block records, for every block the pool can
-  // ever hold (about 18 bytes per block at half load): it never rehashes while serving, where
-  // growing with the mapped chunks would stop one step for a rehash of every cached block.
-  if (enable_caching_) index_->Reserve(static_cast<size_t>(capacity()));
-  chunks_.assign(max_chunks_, Chunk{});
-  buckets_.resize(static_cast<size_t>(bpc_) + 1);
+  // One bucket per used count a chunk can have (0..bpc), made as counts are reached: vLLM's
+  // one chunk of every block would otherwise start with a billion empty buckets.
+  buckets_.resize(std::min(static_cast<size_t>(bpc_) + 1, kInitialBuckets));
   if (max_chunks_ <= 1) {
     chunk_shift_ = 31;  // every id is in chunk 0
   } else if ((bpc_ & (bpc_ - 1)) == 0) {
@@ -55,17 +53,48 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
 
 BlockPool::~BlockPool() = default;
 
-BlockHash BlockPool::block_hash(BlockId block) const { return keys_[block.value].hash; }
+void BlockPool::GrowBlockRecords(int32_t block) {
+  KVPAGE_DCHECK(block > 0 && block <= capacity());
+  // Double, so the copies cost O(1) per record; 64 at least, capacity() + 1 at most.
+  const size_t limit = static_cast<size_t>(capacity()) + 1;
+  const size_t size = std::min(
+      limit, std::max({static_cast<size_t>(block) + 1, 2 * blocks_.size(), size_t{64}}));
+  blocks_.resize(size, Block{});
+  if (enable_caching_) {
+    keys_.resize(size, internal::PrefixKey{});
+    index_->set_keys(keys_.data());
+    // Room for every block with a record at half load: the map rehashes when the records
+    // grow (O(1) per block over a run), never on a CacheBlock in between.
+    index_->Reserve(size);
+  }
+}
+
+void BlockPool::EnsureChunkRecord(int32_t chunk) {
+  if (static_cast<size_t>(chunk) < chunks_.size()) return;
+  const size_t size = std::min(
+      static_cast<size_t>(max_chunks_),
+      std::max({static_cast<size_t>(chunk) + 1, 2 * chunks_.size(), size_t{16}}));
+  chunks_.resize(size, Chunk{});
+}
+
+BlockHash BlockPool::block_hash(BlockId block) const {
+  if (static_cast<size_t>(block.value) >= keys_.size()) return BlockHash{};
+  return keys_[block.value].hash;
+}
 
 bool BlockPool::is_mapped(BlockId block) const {
   if (block.value <= 0 || block.value > capacity()) return false;
-  return chunks_[ChunkOf(block.value)].mapped;
+  const size_t c = static_cast<size_t>(ChunkOf(block.value));
+  return c < chunks_.size() && chunks_[c].mapped;
 }
 
 // ---- Chunk buckets: chunks with clean blocks, indexed by how many blocks they have in use. ----
 
 void BlockPool::BucketInsert(int32_t c) {
   Chunk& ch = chunks_[c];
+  if (static_cast<size_t>(ch.used) >= buckets_.size()) [[unlikely]] {
+    buckets_.resize(std::min(static_cast<size_t>(bpc_) + 1, 2 * static_cast<size_t>(ch.used)));
+  }
   std::vector<int32_t>& bucket = buckets_[ch.used];
   ch.bucket_pos = static_cast<int32_t>(bucket.size());
   bucket.push_back(c);
@@ -104,13 +133,10 @@ BlockPool::Chunk& BlockPool::MarkMapped(int32_t c) {
 }
 
 void BlockPool::MapChunk(int32_t c) {
+  KVPAGE_DCHECK(bpc_ > 1);  // a one-block chunk is mapped straight into use (MapChunkInUse)
   Chunk& ch = MarkMapped(c);
-  // Stack the ids so the lowest id is handed out first.
-  const int32_t first = 1 + c * bpc_;
-  for (int32_t b = first + bpc_ - 1; b >= first; --b) {
-    blocks_[b].next = ch.clean_top;
-    ch.clean_top = b;
-  }
+  // Every id is fresh: handed out lowest first, its record written only then.
+  ch.fresh = bpc_;
   ch.clean = bpc_;
   num_clean_ += bpc_;
   IdleInsert(c);
@@ -119,6 +145,7 @@ void BlockPool::MapChunk(int32_t c) {
 
 int32_t BlockPool::MapChunkInUse(int32_t c) {
   KVPAGE_DCHECK(bpc_ == 1);
+  EnsureBlockRecord(1 + c);
   MarkMapped(c).used = 1;
   blocks_[1 + c].ref = 1;
   ++num_used_;
@@ -140,7 +167,8 @@ void BlockPool::UnmapChunk(int32_t c) {
   if (ch.clean > 0) BucketRemove(c);
   num_clean_ -= ch.clean;
   const int32_t first = 1 + c * bpc_;
-  for (int32_t b = first; b < first + bpc_; ++b) blocks_[b].next = -1;
+  const int32_t end = std::min(first + bpc_, num_block_records());
+  for (int32_t b = first; b < end; ++b) blocks_[b].next = -1;
   IdleRemove(c);
   const bool listed = ch.idle_listed;
   ch = Chunk{};
@@ -155,7 +183,7 @@ void BlockPool::UnmapChunk(int32_t c) {
 void BlockPool::PushClean(int32_t b) {
   const int32_t c = ChunkOf(b);
   Chunk& ch = chunks_[c];
-  if (ch.clean == 0) {
+  if (ch.clean == ch.fresh) {
     ch.clean_top = -1;
   }
   blocks_[b].next = ch.clean_top;
@@ -220,19 +248,22 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
         (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
       // Map the lowest unmapped chunk: keeps the live id range compact. Chunks below the
-      // hint are all mapped, so the search does not rescan them.
+      // hint are all mapped, so the search does not rescan them; chunks without a record
+      // are unmapped.
       int32_t c = first_unmapped_hint_;
-      while (chunks_[c].mapped) ++c;
+      while (static_cast<size_t>(c) < chunks_.size() && chunks_[c].mapped) ++c;
       first_unmapped_hint_ = c;
       // A pool that grows maps its chunks in id order, one per block taken when chunks hold
       // one block: the records of the chunk kPrefetchDistance further on, untouched since
-      // the pool was built and so in memory, are fetched now for that later map.
-      if (c + static_cast<int32_t>(kPrefetchDistance) < max_chunks_) {
-        const int32_t ahead = c + static_cast<int32_t>(kPrefetchDistance);
+      // the records grew and so in memory, are fetched now for that later map.
+      const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;
+      if (ahead < chunks_.size()) {
         PrefetchForWrite(&chunks_[ahead]);
-        PrefetchForWrite(&blocks_[1 + static_cast<size_t>(ahead) * bpc_]);
+        const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
+        if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
       }
       if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) {
+        EnsureChunkRecord(c);
         if (bpc_ == 1) {
           // Its one block is handed out at once: the chunk is mapped straight into use,
           // never entering the idle stack or a bucket (what MapChunk, then
@@ -261,20 +292,35 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
       if (bucket.size() >= kPrefetchDistance) {
         const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
         PrefetchForWrite(&chunks_[ahead]);
-        PrefetchForWrite(&blocks_[1 + static_cast<size_t>(ahead) * bpc_].ref);
+        const size_t ahead_block = 1 + static_cast<size_t>(ahead) * bpc_;
+        if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block].ref);
       }
       Chunk& ch = chunks_[c];
       ch.bucket_pos = -1;
       const int32_t k = std::min(n, ch.clean);
       if (ch.used == 0) IdleRemove(c);
-      // Used blocks' `next` links are dead: only the links still needed are read.
+      // The stack first. Used blocks' `next` links are dead: only the links still needed
+      // are read.
+      const int32_t stacked = ch.clean - ch.fresh;
+      const int32_t from_stack = std::min(k, stacked);
       int32_t b = ch.clean_top;
-      for (int32_t i = 0; i < k; ++i) {
+      for (int32_t i = 0; i < from_stack; ++i) {
         blocks_[b].ref = 1;
         out->push_back(BlockId(b));
-        b = i + 1 < ch.clean ? blocks_[b].next : -1;
+        b = i + 1 < stacked ? blocks_[b].next : -1;
       }
       ch.clean_top = b;
+      if (k > from_stack) {
+        // Then the fresh tail, in id order; their records may not exist yet.
+        const int32_t from = 1 + (c + 1) * bpc_ - ch.fresh;
+        const int32_t to = from + (k - from_stack);
+        EnsureBlockRecord(to - 1);
+        for (int32_t f = from; f < to; ++f) {
+          blocks_[f].ref = 1;
+          out->push_back(BlockId(f));
+        }
+        ch.fresh -= k - from_stack;
+      }
       ch.clean -= k;
       ch.used += k;
       num_clean_ -= k;
@@ -363,7 +409,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
       ++ch.cached;
       ++num_cached_free_;
     } else {
-      blocks_[b].next = ch.clean > 0 ? ch.clean_top : -1;
+      blocks_[b].next = ch.clean > ch.fresh ? ch.clean_top : -1;
       ch.clean_top = b;
       ++ch.clean;
       ++num_clean_;
@@ -382,14 +428,16 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   internal::PrefixKey& key = keys_[b];
   key.hash = hash;
   key.group = group.value;
+  key.dup_next = -1;
   const int32_t head = index_->FindOrInsert(hash, group.value, b);
   if (head == 0) {
-    key.dup_next = -1;
+    key.dup_last = b;
     events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
   } else {
-    // Keep the first block as the one lookups return; chain the duplicate behind it.
-    key.dup_next = keys_[head].dup_next;
-    keys_[head].dup_next = b;
+    // A duplicate goes to the end of the chain: lookups keep returning the oldest block
+    // under the key, and after it is evicted the next oldest, as vLLM's do.
+    keys_[keys_[head].dup_last].dup_next = b;
+    keys_[head].dup_last = b;
   }
 }
 
@@ -399,7 +447,7 @@ void BlockPool::PrefetchCacheSlot(BlockHash hash, GroupId group) const {
 
 void BlockPool::PrefetchCacheRecords(BlockId block) const {
   PrefetchForWrite(&blocks_[block.value]);
-  PrefetchForWrite(&keys_[block.value]);
+  if (enable_caching_) PrefetchForWrite(&keys_[block.value]);  // no keys while caching is off
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
@@ -416,11 +464,14 @@ void BlockPool::DropHash(int32_t b) {
     index_->Replace(hash, group, b, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
       events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
+    } else {
+      keys_[key.dup_next].dup_last = key.dup_last;  // the next oldest heads the chain
     }
   } else {
     int32_t p = head;
     while (keys_[p].dup_next != b) p = keys_[p].dup_next;
     keys_[p].dup_next = key.dup_next;
+    if (keys_[head].dup_last == b) keys_[head].dup_last = p;
   }
   blocks_[b].has_hash = 0;
   key = internal::PrefixKey{};
@@ -428,7 +479,7 @@ void BlockPool::DropHash(int32_t b) {
 
 bool BlockPool::Uncache(BlockId block) {
   const int32_t b = block.value;
-  if (b <= 0 || b > capacity() || !blocks_[b].has_hash) return false;
+  if (b <= 0 || !HasRecord(b) || !blocks_[b].has_hash) return false;
   if (blocks_[b].ref == 0) {
     LruRemove(b);
     --chunks_[ChunkOf(b)].cached;
@@ -456,7 +507,7 @@ absl::Status BlockPool::ResetPrefixCache() {
     PushClean(b);
   }
   index_->Clear();
-  index_->Reserve(static_cast<size_t>(capacity()));  // as sized at construction
+  if (enable_caching_) index_->Reserve(blocks_.size());  // as sized by GrowBlockRecords
   events_->Add(KvEvent{KvEvent::Type::kAllCleared, GroupId(), BlockHash{}, BlockHash{}});
   return absl::OkStatus();
 }
@@ -490,7 +541,8 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
   idle_stack_.resize(kept);
   if (best < 0) return false;
   const int32_t first = 1 + best * bpc_;
-  for (int32_t b = first; b < first + bpc_; ++b) {
+  const int32_t end = std::min(first + bpc_, num_block_records());
+  for (int32_t b = first; b < end; ++b) {
     if (!blocks_[b].has_hash) continue;
     LruRemove(b);
     DropHash(b);
@@ -507,11 +559,15 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
 
 std::vector<BlockId> BlockPool::FreeOrder() const {
   std::vector<BlockId> order;
-  for (int32_t u = bpc_; u >= 0; --u) {
+  for (int32_t u = static_cast<int32_t>(buckets_.size()) - 1; u >= 0; --u) {
     const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(u)];
     for (auto it = bucket.rbegin(); it != bucket.rend(); ++it) {
       const int32_t c = *it;
-      for (int32_t b = chunks_[c].clean_top, k = 0; k < chunks_[c].clean; b = blocks_[b].next, ++k) {
+      const Chunk& ch = chunks_[c];
+      for (int32_t b = ch.clean_top, k = 0; k < ch.clean - ch.fresh; b = blocks_[b].next, ++k) {
+        order.push_back(BlockId(b));
+      }
+      for (int32_t b = 1 + (c + 1) * bpc_ - ch.fresh; b < 1 + (c + 1) * bpc_; ++b) {
         order.push_back(BlockId(b));
       }
     }
@@ -522,16 +578,28 @@ std::vector<BlockId> BlockPool::FreeOrder() const {
 
 absl::Status BlockPool::CheckInvariants() const {
   auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
-  if (blocks_[0].ref != 0 || blocks_[0].has_hash) return fail("null block is referenced or hashed");
+  if (blocks_.empty() || blocks_[0].ref != 0 || blocks_[0].has_hash) {
+    return fail("null block is referenced or hashed");
+  }
+  if (blocks_.size() > static_cast<size_t>(capacity()) + 1 ||
+      chunks_.size() > static_cast<size_t>(max_chunks_) ||
+      (enable_caching_ ? keys_.size() != blocks_.size() : !keys_.empty())) {
+    return fail("records for ", blocks_.size(), " blocks, ", keys_.size(), " keys and ",
+                chunks_.size(), " chunks in a pool of ", capacity(), " blocks");
+  }
+  // Blocks and chunks beyond the records are unused, unhashed and unmapped by construction;
+  // only what has a record is walked.
+  const int32_t records = num_block_records();
   int32_t used = 0, cached = 0, clean = 0, mapped = 0, idle = 0;
-  for (int32_t c = 0; c < max_chunks_; ++c) {
+  for (int32_t c = 0; c < static_cast<int32_t>(chunks_.size()); ++c) {
     const Chunk& ch = chunks_[c];
     if (c < first_unmapped_hint_ && !ch.mapped) {
       return fail("chunk ", c, " is unmapped below the hint ", first_unmapped_hint_);
     }
     const int32_t first = 1 + c * bpc_;
+    const int32_t end = first + bpc_;
     int32_t u = 0, k = 0;
-    for (int32_t b = first; b < first + bpc_; ++b) {
+    for (int32_t b = first; b < std::min(end, records); ++b) {
       if (blocks_[b].ref < 0) return fail("block ", b, " has ref ", blocks_[b].ref);
       if (!ch.mapped && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
         return fail("block ", b, " of unmapped chunk ", c, " is in use or hashed");
@@ -546,11 +614,31 @@ absl::Status BlockPool::CheckInvariants() const {
       return fail("chunk ", c, " counters used/cached/clean ", ch.used, "/", ch.cached, "/",
                   ch.clean, " but blocks say ", u, "/", k, "/", bpc_ - u - k);
     }
+    if (ch.fresh < 0 || ch.fresh > ch.clean || (bpc_ == 1 && ch.fresh != 0)) {
+      return fail("chunk ", c, " has ", ch.fresh, " fresh blocks of ", ch.clean, " clean");
+    }
+    // The stack holds blocks below the fresh tail; the tail's blocks are free and unhashed.
+    const int32_t tail = end - ch.fresh;
     int32_t walked = 0;
-    for (int32_t b = ch.clean_top; walked < ch.clean; b = blocks_[b].next, ++walked) {
-      if (b < first || b >= first + bpc_ || blocks_[b].ref != 0 || blocks_[b].has_hash) {
+    for (int32_t b = ch.clean_top; walked < ch.clean - ch.fresh; b = blocks_[b].next, ++walked) {
+      if (b < first || b >= tail || b >= records || blocks_[b].ref != 0 || blocks_[b].has_hash) {
         return fail("clean stack of chunk ", c, " holds block ", b);
       }
+    }
+    if (ch.clean > ch.fresh ? ch.clean_top < 0 : ch.clean_top != -1) {
+      return fail("chunk ", c, " has stack head ", ch.clean_top, " for ", ch.clean - ch.fresh,
+                  " stacked blocks");
+    }
+    for (int32_t b = tail; b < std::min(end, records); ++b) {
+      if (blocks_[b].ref != 0 || blocks_[b].has_hash) {
+        return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
+      }
+    }
+    if (static_cast<size_t>(ch.used) >= buckets_.size()) {
+      if (ch.clean > 0) return fail("chunk ", c, " has clean blocks but no bucket");
+      used += u;
+      cached += k;
+      continue;
     }
     const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
     const bool in_bucket = ch.bucket_pos >= 0 &&
@@ -574,14 +662,14 @@ absl::Status BlockPool::CheckInvariants() const {
   }
   // The idle stack holds each listed chunk once (idle ones must be listed, checked above).
   int32_t listed = 0;
-  std::vector<uint8_t> seen(static_cast<size_t>(max_chunks_), 0);
+  std::vector<uint8_t> seen(chunks_.size(), 0);
   for (const int32_t c : idle_stack_) {
-    if (c < 0 || c >= max_chunks_ || seen[c] || !chunks_[c].idle_listed) {
+    if (c < 0 || static_cast<size_t>(c) >= chunks_.size() || seen[c] || !chunks_[c].idle_listed) {
       return fail("idle stack is broken at chunk ", c);
     }
     seen[c] = 1;
   }
-  for (int32_t c = 0; c < max_chunks_; ++c) listed += chunks_[c].idle_listed ? 1 : 0;
+  for (const Chunk& ch : chunks_) listed += ch.idle_listed ? 1 : 0;
   if (listed != static_cast<int32_t>(idle_stack_.size())) {
     return fail(listed, " chunks are marked listed but the idle stack holds ", idle_stack_.size());
   }
@@ -600,15 +688,19 @@ absl::Status BlockPool::CheckInvariants() const {
   if (absl::Status index = index_->CheckInvariants(); !index.ok()) return index;
   int64_t chained = 0;
   int32_t bad = 0;
+  int32_t bad_last = 0;
   index_->ForEach([&](int32_t head) {
-    for (int32_t b = head; b >= 0; b = keys_[b].dup_next, ++chained) {
+    int32_t last = head;
+    for (int32_t b = head; b >= 0; last = b, b = keys_[b].dup_next, ++chained) {
       if (!blocks_[b].has_hash || !(keys_[b].hash == keys_[head].hash) ||
           keys_[b].group != keys_[head].group) {
         bad = b;
       }
     }
+    if (keys_[head].dup_last != last) bad_last = head;
   });
   if (bad != 0) return fail("hash map entry points at block ", bad, " which carries another key");
+  if (bad_last != 0) return fail("the duplicate chain of block ", bad_last, " ends elsewhere");
   int64_t hashed = 0;
   for (size_t b = 1; b < blocks_.size(); ++b) hashed += blocks_[b].has_hash;
   if (hashed != chained) return fail(hashed, " hashed blocks but ", chained, " in the map");

@@ -19,8 +19,9 @@
 // longer than the entries in the table require, and no periodic rebuild is needed: the table
 // is only rebuilt when it grows.
 //
-// Capacity: Reserve(n) keeps the load at or under half of the slots for n keys, so an insert
-// rarely finds its home full (at that load, about 3 % of buckets are home to more than seven
+// Capacity: Reserve(n) keeps the load at or under half of the slots for n keys (the pool
+// reserves for the blocks it has records for, as they grow), so an insert rarely finds its
+// home full (at that load, about 3 % of buckets are home to more than seven
 // keys: Poisson(3.5)).
 //
 // Not thread-safe; owned by one BlockPool.
@@ -44,17 +45,24 @@ namespace kvpage::internal {
 
 // A block's prefix-cache record, in the pool's array indexed by block id: its key and the next
 // block cached under the same key. 32 bytes, so confirming a key reads one cache line.
+//
+// Blocks cached under one key form a chain in the order they were cached, oldest first; the
+// index holds the first, so a lookup returns the oldest block still cached (vLLM's map of
+// duplicates keeps insertion order too).
 struct alignas(32) PrefixKey {
   BlockHash hash;
   int32_t group = -1;     // -1 while the block carries no hash
   int32_t dup_next = -1;  // next block with the same key, -1 at the end of the chain
+  int32_t dup_last = -1;  // in a chain's first block: its last block (itself when alone)
 };
+static_assert(sizeof(PrefixKey) == 32);
 
 class PrefixIndex {
  public:
-  // `keys` is the pool's per-block record array (indexed by block id, stable for the index's
-  // life): a block in the index has its key there.
+  // `keys` is the pool's per-block record array (indexed by block id): a block in the index
+  // has its key there. The pool calls set_keys when that array moves (it grows with use).
   explicit PrefixIndex(const PrefixKey* keys) : keys_(keys) {}
+  void set_keys(const PrefixKey* keys) { keys_ = keys; }
 
   // The block registered under the key, or 0 (the null block) if none.
   int32_t Find(BlockHash hash, int32_t group) const {

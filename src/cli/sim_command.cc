@@ -91,7 +91,7 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
             "mooncake, azure, lengths, or auto (default: .jsonl is mooncake; a CSV is azure\n"
             "when its header has ContextTokens, lengths when it has num_prefill_tokens).");
   fs.Double("kv-budget-gib", &f.kv_budget_gib,
-            "KV budget in GiB (2^30 bytes, all GPUs together); overrides\n"
+            "KV budget in GiB (2^30 bytes, all GPUs together), up to 1e9; overrides\n"
             "--gpu-memory-utilization.");
   fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
             "KV budget = GPU memory x this x tp - weights (default 0.9; activations not\n"
@@ -116,8 +116,8 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.String("kv-cache-dtype", &f.kv_cache_dtype,
             "auto (default: the model dtype), f32, f16, bf16, fp8 or q8_0.");
   fs.Int("tp", &f.tp,
-         "Tensor-parallel degree: divides the cost model's FLOPs and bytes, and multiplies\n"
-         "GPU memory for the budget (default 1).");
+         "Tensor-parallel degree, 1 to 1024: divides the cost model's FLOPs and bytes, and\n"
+         "multiplies GPU memory for the budget (default 1).");
   fs.String("allocator", &f.allocator,
             "KV accounting: kvpage (default) or vllm (what vLLM 0.29 would reserve).");
   fs.Int("kv-chunk-mib", &f.kv_chunk_mib,
@@ -151,6 +151,9 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
 }
 
 int Fail(const absl::Status& s) { return FailUsage("sim", s); }
+
+// The largest --tp taken.
+constexpr int64_t kMaxTp = 1024;
 
 absl::Status Positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 30) {
   if (v < 1 || v > max) {
@@ -273,10 +276,11 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   c.gpu = *std::move(gpu);
   for (auto [flag, v] : {std::pair{"block-size", f.block_size},
                          {"max-num-batched-tokens", f.max_num_batched_tokens},
-                         {"max-num-seqs", f.max_num_seqs},
-                         {"tp", f.tp}}) {
+                         {"max-num-seqs", f.max_num_seqs}}) {
     if (absl::Status s = Positive(flag, v); !s.ok()) return s;
   }
+  // GPU memory x tp must stay far inside int64 (a 141 GB GPU x 1024 is 1.4e14 bytes).
+  if (absl::Status s = Positive("tp", f.tp, kMaxTp); !s.ok()) return s;
   if (f.max_model_len < 0 || f.max_model_len > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-model-len must be in [1, 2^30], got ", f.max_model_len));
@@ -326,7 +330,7 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   if (fs.WasSet("kv-budget-gib")) {
     if (!(f.kv_budget_gib > 0) || f.kv_budget_gib > 1e9) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--kv-budget-gib must be positive, got ", f.kv_budget_gib));
+          absl::StrCat("--kv-budget-gib must be in (0, 1e9], got ", f.kv_budget_gib));
     }
     s.kv.kv_budget_bytes = static_cast<int64_t>(f.kv_budget_gib * 1073741824.0);
   } else {

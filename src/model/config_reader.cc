@@ -22,6 +22,12 @@ absl::StatusOr<ConfigReader> ConfigReader::Parse(absl::string_view text,
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": expected a JSON object at the top level"));
   }
+  // A multimodal config nests the language model's fields in text_config; anything but an
+  // object there would be ignored silently and the top-level fields (if any) read instead.
+  if (auto it = root.find("text_config"); it != root.end() && !it->is_null() && !it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": field 'text_config' must be an object, got ", it->dump().substr(0, 80)));
+  }
   return ConfigReader(std::move(root), std::string(source));
 }
 

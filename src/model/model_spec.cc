@@ -231,6 +231,12 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
                      absl::StrCat("(", attention.num_kv_heads,
                                   ") exceeds num_attention_heads (", num_heads, ")"));
   }
+  // Grouped-query attention shares each KV head among the same number of query heads.
+  if (num_heads % attention.num_kv_heads != 0) {
+    return cfg.Error("num_key_value_heads",
+                     absl::StrCat("(", attention.num_kv_heads,
+                                  ") does not divide num_attention_heads (", num_heads, ")"));
+  }
   if (is_mla) {
     if (any_sliding) return cfg.Error("kv_lora_rank", "with sliding-window layers is unsupported");
     KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));

@@ -162,8 +162,13 @@ absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const Model
   KVPAGE_ASSIGN_OR_RETURN(Counts<double> estimate, Count<double>(cfg, spec));
   constexpr double kMaxParams = 1e16;  // ~10,000× the largest published models
   if (!(estimate.total < kMaxParams)) {
-    return cfg.Error("num_hidden_layers", absl::StrCat("and the layer shapes give an implausible ",
-                                                       estimate.total, " parameters"));
+    // No one field is to blame: name the shapes the count multiplies.
+    const int32_t head_dim = spec.groups.empty() ? 0 : spec.groups[0].spec.attention.head_dim_k;
+    return absl::InvalidArgumentError(absl::StrCat(
+        cfg.source(), ": the layer shapes give an implausible ", estimate.total,
+        " parameters (over 1e16): num_hidden_layers ", spec.num_layers(), ", hidden_size ",
+        spec.hidden_size, ", num_attention_heads ", spec.num_attention_heads, ", head_dim ",
+        head_dim, ", vocab_size ", spec.vocab_size));
   }
   KVPAGE_ASSIGN_OR_RETURN(Counts<int64_t> exact, Count<int64_t>(cfg, spec));
   return ParamCounts{exact.total, exact.routed_experts, exact.embeddings};

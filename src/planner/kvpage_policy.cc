@@ -19,6 +19,11 @@ namespace {
 
 // Large enough for every real context; bounds the dry run's memory (a few MiB of tables).
 constexpr int64_t kMaxDryRunContext = int64_t{1} << 24;
+// Blocks per chunk of the smallest pool. A pool keeps a 32-byte record per chunk it maps, so
+// one-block chunks cost 32 bytes per block held: 537 MiB of records at a 16M-token context
+// with 1-token blocks. Every pool's chunk is then a power of two of at most this many blocks,
+// which divides it, so a budget of whole multiples of it per group never runs short.
+constexpr int64_t kDryRunChunkBlocks = 64;
 
 struct DryRun {
   std::vector<int64_t> held_blocks;  // per group, after the decode step
@@ -35,8 +40,8 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
   config.enable_prefix_caching = false;  // snapshots are cache, not reservation
   config.max_num_batched_tokens = options.max_num_batched_tokens;
   config.max_model_len = context;
-  // Room for the whole context plus one step in flight in every pool, one block per chunk so
-  // the count is in blocks, not chunks.
+  // Room for the whole context plus one step in flight in every pool, rounded up to whole
+  // chunks (the counts below are of blocks held, whatever the chunk size).
   const int64_t bs = options.block_size;
   int64_t budget = 0, smallest_block = 0;
   for (const LayerGroup& g : model.groups) {
@@ -46,11 +51,12 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
                               AttentionTokenBytes(g.spec.attention, *config.kv_cache_dtype));
       block_bytes = bs * token_bytes * g.num_layers();
     }
-    budget += (CeilDiv(context + options.max_num_batched_tokens, bs) + 4) * block_bytes;
+    const int64_t blocks = CeilDiv(context + options.max_num_batched_tokens, bs) + 4;
+    budget += CeilDiv(blocks, kDryRunChunkBlocks) * kDryRunChunkBlocks * block_bytes;
     smallest_block = smallest_block == 0 ? block_bytes : std::min(smallest_block, block_bytes);
   }
   config.kv_budget_bytes = budget;
-  config.chunk_bytes = smallest_block;
+  config.chunk_bytes = kDryRunChunkBlocks * smallest_block;
   KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheManager> manager,
                           KvCacheManager::Create(model, config));
 

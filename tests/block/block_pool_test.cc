@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <utility>
 #include <vector>
 
+#include "block/manager_test_util.h"
 #include "internal/huge_page_allocator.h"
+#include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
 #include "kvpage/memory_budget.h"
 #include "kvpage/types.h"
@@ -37,6 +40,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using testing::H;
 
 constexpr GroupId kG0{0};
 constexpr GroupId kG1{1};
@@ -384,6 +388,55 @@ TEST(BlockPoolTest, DuplicateKeysEvictSecondBlockFirst) {
   EXPECT_THAT(Take(pool, 1), ElementsAre(3));
   ASSERT_POOL_OK(pool);
   EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG1, H(7))));
+}
+
+// Issue 24's minimal case, as vLLM runs it: three requests cache the same first block (1, then
+// duplicates 3 and 5); the first request is freed and a 96-token request evicts block 1. A
+// lookup now returns the oldest duplicate left, 3 (kvpage returned the newest, 5), and after 3
+// is evicted, 5.
+TEST(BlockPoolTest, DuplicateLookupReturnsTheOldestRemaining) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  for (int32_t first : {1, 3, 5}) {  // 17-token prompts: one full block and one partial
+    EXPECT_THAT(Take(pool, 2), ElementsAre(first, first + 1));
+    pool.CacheBlock(BlockId(first), H(1), kG0, kRoot);
+    ASSERT_POOL_OK(pool);
+  }
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Stored(kG0, H(1), kRoot)));
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(1));
+  pool.Free(Blocks({2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 6), ElementsAre(2, 7, 8, 9, 10, 1));  // 96 tokens: block 1 evicted
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(3));
+  pool.Free(Blocks({4, 3}));
+  pool.Free(Blocks({6, 5}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(6, 4, 3));  // clean blocks, then 3 is evicted
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(5));
+  EXPECT_EQ(f.events.size(), 0u);
+  EXPECT_THAT(Take(pool, 1), ElementsAre(5));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), kNullBlock);
+  EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(1))));
+}
+
+// A duplicate dropped from the middle or the end of its chain keeps the others in order.
+TEST(BlockPoolTest, UncachingADuplicateKeepsTheChainInOrder) {
+  OneChunk f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Take(pool, 4), ElementsAre(1, 2, 3, 4));
+  for (int32_t b : {1, 2, 3, 4}) pool.CacheBlock(BlockId(b), H(9), kG0, kRoot);
+  EXPECT_TRUE(pool.Uncache(BlockId(4)));  // the last
+  EXPECT_TRUE(pool.Uncache(BlockId(2)));  // one in the middle
+  ASSERT_POOL_OK(pool);
+  pool.CacheBlock(BlockId(2), H(9), kG0, kRoot);  // back at the end: 1, 3, 2
+  ASSERT_POOL_OK(pool);
+  EXPECT_TRUE(pool.Uncache(BlockId(1)));
+  EXPECT_EQ(pool.Lookup(H(9), kG0), BlockId(3));
+  EXPECT_TRUE(pool.Uncache(BlockId(3)));
+  EXPECT_EQ(pool.Lookup(H(9), kG0), BlockId(2));
+  ASSERT_POOL_OK(pool);
 }
 
 // T11: reset is refused while a block is used and afterwards clears every hash.
@@ -736,6 +789,139 @@ TEST(BlockPoolChunkTest, IdleChunkMovesBetweenPoolsSharingABudget) {
 // Arrays of 2 MiB and more start on a 2 MiB boundary (so they can be backed by huge pages);
 // smaller ones are ordinary allocations. Either way they hold what is written to them, and a
 // vector that grows across the threshold keeps its contents.
+// ---- Records follow use ----------------------------------------------------------------------
+
+// A pool whose budget could hold 2^31 - 2 one-block chunks keeps records only for the chunks
+// it mapped (at least 64, doubling): the records of the whole capacity would take 100 GiB.
+TEST(BlockPoolGrowthTest, OneBlockChunkRecordsFollowMappedChunks) {
+  MemoryBudget budget{std::numeric_limits<int64_t>::max()};
+  KvEventLog events{/*enabled=*/false};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 1, .max_chunks = 2147483646},
+                 &budget, &events};
+  EXPECT_EQ(pool.capacity(), 2147483646);
+  EXPECT_EQ(pool.num_block_records(), 1);  // the null block's
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(1, 2, 3));
+  EXPECT_EQ(pool.num_block_records(), 64);
+  pool.CacheBlock(BlockId(2), H(1), kG0, kRoot);
+  pool.Free(Blocks({3, 2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 2), ElementsAre(1, 3));  // clean chunks first, last freed first
+  const std::vector<int32_t> more = Take(pool, 100);
+  ASSERT_EQ(more.size(), 100u);
+  EXPECT_EQ(more.front(), 4);
+  EXPECT_EQ(more.back(), 103);
+  EXPECT_EQ(pool.num_block_records(), 128);
+  EXPECT_EQ(pool.num_mapped_chunks(), 103);
+  EXPECT_EQ(pool.Lookup(H(1), kG0), BlockId(2));
+  EXPECT_EQ(budget.used_bytes(), 103 * kBlockBytes);
+  ASSERT_POOL_OK(pool);
+  // Ids beyond the records read as unused, unhashed and unmapped.
+  EXPECT_EQ(pool.ref_count(BlockId(1000000)), 0);
+  EXPECT_FALSE(pool.is_cached(BlockId(1000000)));
+  EXPECT_FALSE(pool.is_mapped(BlockId(1000000)));
+  EXPECT_FALSE(pool.IsIdleChunk(1000000));
+  EXPECT_FALSE(pool.Uncache(BlockId(1000000)));
+  EXPECT_EQ(pool.block_hash(BlockId(1000000)), BlockHash{});
+}
+
+// vLLM's one pool: a single chunk of 2^31 - 2 blocks. Mapping it writes no block record;
+// its ids are handed out in order, freed hash-less blocks first, as from a fully built stack.
+TEST(BlockPoolGrowthTest, OneHugeChunkHandsOutIdsInOrderWithoutItsRecords) {
+  MemoryBudget budget{std::numeric_limits<int64_t>::max()};
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 2147483646, .max_chunks = 1},
+                 &budget, &events};
+  EXPECT_THAT(Take(pool, 5), ElementsAre(1, 2, 3, 4, 5));
+  EXPECT_EQ(pool.num_block_records(), 64);
+  EXPECT_EQ(pool.num_clean_blocks(), 2147483646 - 5);
+  pool.CacheBlock(BlockId(3), H(3), kG0, kRoot);
+  pool.Free(Blocks({4, 3, 2}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 4), ElementsAre(2, 4, 6, 7));  // the stack, then the untouched ids
+  EXPECT_EQ(pool.Lookup(H(3), kG0), BlockId(3));
+  const std::vector<int32_t> run = Take(pool, 200);
+  EXPECT_EQ(run.front(), 8);
+  EXPECT_EQ(run.back(), 207);
+  EXPECT_EQ(pool.num_block_records(), 208);
+  EXPECT_EQ(pool.num_used_blocks(), 207 - 1);  // all but the cached-free block 3
+  ASSERT_POOL_OK(pool);
+  EXPECT_TRUE(pool.Uncache(BlockId(3)));  // cached-free -> clean: on top of the stack
+  EXPECT_THAT(Take(pool, 2), ElementsAre(3, 208));
+  ASSERT_POOL_OK(pool);
+}
+
+// A multi-block chunk mapped again after a release hands out its ids in order once more.
+TEST(BlockPoolGrowthTest, RemappedChunkStartsFreshAgain) {
+  MemoryBudget budget{8 * kBlockBytes};
+  KvEventLog events{/*enabled=*/false};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 4, .max_chunks = 2},
+                 &budget, &events};
+  EXPECT_THAT(Take(pool, 6), ElementsAre(1, 2, 3, 4, 5, 6));
+  pool.Free(Blocks({6, 5}));
+  pool.Free(Blocks({3, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_TRUE(pool.ReleaseIdleChunk(/*allow_cache_loss=*/false));  // chunk 1: 5..8 all clean
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Take(pool, 5), ElementsAre(1, 3, 5, 6, 7));
+  ASSERT_POOL_OK(pool);
+}
+
+// With caching off the pool keeps no key records at all.
+TEST(BlockPoolGrowthTest, CachingOffKeepsNoKeys) {
+  MemoryBudget budget{std::numeric_limits<int64_t>::max()};
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool{BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 16, .max_chunks = 1 << 20,
+                                 .enable_caching = false},
+                 &budget, &events};
+  EXPECT_THAT(Take(pool, 2), ElementsAre(1, 2));
+  pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  EXPECT_FALSE(pool.is_cached(BlockId(1)));
+  EXPECT_EQ(pool.Lookup(H(1), kG0), kNullBlock);
+  EXPECT_EQ(pool.block_hash(BlockId(1)), BlockHash{});
+  pool.Free(Blocks({2, 1}));
+  ASSERT_POOL_OK(pool);
+  EXPECT_EQ(events.size(), 0u);
+}
+
+// ---- A whole manager on a budget of INT64_MAX ------------------------------------------------
+
+// The budget could hold some 2^31 blocks per pool; the pools cost what the requests touch.
+// (The manager's own CheckInvariants walks every id of a pool, so it is not called here.)
+TEST(BlockPoolGrowthTest, ManagerWithUnlimitedBudgetServesAndHits) {
+  for (const AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
+    SCOPED_TRACE(mode == AccountingMode::kKvpage ? "kvpage" : "vllm");
+    KvCacheConfig config;
+    config.mode = mode;
+    config.kv_budget_bytes = std::numeric_limits<int64_t>::max();
+    config.hash_seed = 1;
+    auto manager = KvCacheManager::Create(testing::TinyModel(testing::kTinyFull), config);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    KvCacheManager& m = **manager;
+    for (int64_t id = 0; id < 2; ++id) {
+      ASSERT_TRUE(m.AddRequest({RequestId(id), testing::Tokens(40)}).ok());
+      auto hit = m.GetComputedBlocks(H(m, RequestId(id)));
+      ASSERT_TRUE(hit.ok()) << hit.status();
+      EXPECT_EQ(hit->num_tokens, id == 0 ? 0 : 32);  // the second hits the two full blocks
+      auto ok = m.AllocateSlots(H(m, RequestId(id)), {.num_computed_tokens = hit->num_tokens,
+                                                .num_new_tokens = 40 - hit->num_tokens,
+                                                .hit = &*hit});
+      ASSERT_TRUE(ok.ok()) << ok.status();
+      EXPECT_TRUE(*ok);
+      ASSERT_TRUE(m.Free(H(m, RequestId(id))).ok());
+    }
+    const KvCacheUsage usage = m.Usage();
+    ASSERT_EQ(usage.pools.size(), 1u);
+    EXPECT_EQ(usage.pools[0].used_blocks, 0);
+    EXPECT_EQ(usage.pools[0].cached_free_blocks, 2);
+  }
+}
+
 TEST(HugePageAllocatorTest, LargeArraysAreHugePageAligned) {
   HugePageAllocator<int32_t> alloc;
   const size_t large = (kHugePageBytes + 100) / sizeof(int32_t);

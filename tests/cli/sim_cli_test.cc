@@ -101,6 +101,10 @@ TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
   ExpectUsageError(kBase + " --max-num-seqs abc", "abc");
   ExpectUsageError(kBase + " --gpu-memory-utilization 1.5", "1.5");
   ExpectUsageError(kBase + " --kv-budget-gib -3", "-3");
+  ExpectUsageError(kBase + " --kv-budget-gib 1e30", "must be in (0, 1e9], got 1e+30");
+  // GPU memory x tp used to overflow ("do not fit in -365804879733168576 bytes").
+  ExpectUsageError(kBase + " --tp 4294967296", "--tp must be in [1, 1024], got 4294967296");
+  ExpectUsageError(kBase + " --tp 1025", "--tp must be in [1, 1024], got 1025");
   ExpectUsageError(kBase + " --scheduling-policy lifo", "lifo");
   ExpectUsageError(kBase + " --trace-format parquet", "parquet");
   ExpectUsageError(kBase + " --kv-cache-dtype int3", "int3");

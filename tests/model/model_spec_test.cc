@@ -523,7 +523,24 @@ TEST(ParseModelSpecErrorsTest, ImplausibleParameterCount) {
   cfg["hidden_size"] = int64_t{2000000000};
   cfg["vocab_size"] = int64_t{2000000000};
   cfg["intermediate_size"] = int64_t{2000000000};
-  ExpectInvalid(cfg, {"implausible"});
+  // The message names the shapes, not num_hidden_layers alone (issue 25, item 14).
+  ExpectInvalid(cfg, {"implausible", "hidden_size 2000000000", "vocab_size 2000000000"});
+}
+
+// A text_config that is not an object used to be ignored, the top-level fields read instead.
+TEST(ParseModelSpecErrorsTest, TextConfigNotAnObject) {
+  json cfg = LlamaConfig();
+  cfg["text_config"] = "a string";
+  ExpectInvalid(cfg, {"text_config", "must be an object", "\"a string\""});
+}
+
+// 5 KV heads cannot be shared evenly by 32 query heads.
+TEST(ParseModelSpecErrorsTest, KvHeadsNotDividingAttentionHeads) {
+  json cfg = LlamaConfig();
+  cfg["num_attention_heads"] = 32;
+  cfg["num_key_value_heads"] = 5;
+  cfg["head_dim"] = 128;
+  ExpectInvalid(cfg, {"num_key_value_heads", "(5) does not divide num_attention_heads (32)"});
 }
 
 // ---- Files ------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "sim/simulator.h"
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -145,10 +147,51 @@ TEST(SimulatorTest, RequestsLongerThanTheCacheAreDroppedOrRejected) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->dropped_requests, 1);
   EXPECT_EQ(r->summary.completed, 1);
+  EXPECT_EQ(r->max_model_len, 16);  // the length in effect, not the model's 40,960
+  EXPECT_EQ(nlohmann::json::parse(SimResultToJson(*r))["max_model_len"], 16);
   c.scheduler.max_model_len = 200;
   r = Simulate(trace, c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("max_model_len 200"));
+}
+
+// A trace row may describe a 2^31 - 1 token prompt (Mooncake's input_length is an int32): it is
+// dropped without its 8 GiB of token ids ever being built. Outside sanitizer builds the test
+// runs under a 2 GiB address-space limit, so building them fails it with bad_alloc.
+TEST(SimulatorTest, HugePromptIsDroppedWithoutBuildingIt) {
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  if (!KVPAGE_UNDER_SANITIZER) {
+    const rlimit two_gib{int64_t{2} << 30, old.rlim_max};
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &two_gib), 0);
+  }
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.cost_model = &cost;
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 2147483647, 2),
+                                           Request(1, 1.0, 8, 2)};
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  setrlimit(RLIMIT_AS, &old);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->dropped_requests, 1);
+  EXPECT_EQ(r->summary.completed, 1);
+  EXPECT_EQ(r->prefix_cache.queried_tokens, 8);
+}
+
+// Without chunked prefill a 10,000-token prompt never fits the 8,192-token step: the error
+// says so rather than blaming the KV budget, which could hold it many times over.
+// Without chunked prefill a prompt runs in one step, so the scheduler's max_model_len is the
+// step budget (8,192) and a longer prompt is dropped, as one over max_model_len always is.
+TEST(SimulatorTest, PromptOverTheStepBudgetWithoutChunkingIsDropped) {
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.cost_model = &cost;
+  c.scheduler.enable_chunked_prefill = false;
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 10000, 2), Request(1, 0.0, 100, 2)};
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->dropped_requests, 1);
+  EXPECT_EQ(r->max_model_len, 8192);
 }
 
 TEST(SimulatorTest, UnsortedTraceIsInvalid) {

@@ -126,6 +126,10 @@ TEST(MooncakeTest, MalformedRowsNameFileLineAndValue) {
        "hash id -1"},
       {R"({"timestamp": 6, "input_length": 10, "output_length": 2})", "'hash_ids'"},
       {R"({"timestamp": 6, "input_length": 10,)", "not a JSON object"},
+      // The JSON reader would stop at the NUL and take the row, dropping what follows.
+      {std::string(R"({"timestamp": 6, "input_length": 10, "output_length": 2, "hash_ids": [0]})"
+                   "\0garbage", 81),
+       "NUL byte at column 74"},
   };
   for (const Case& c : cases) {
     absl::Status st = ParseError(TraceFormat::kMooncake, good + c.row + "\n");
@@ -173,6 +177,8 @@ TEST(AzureTest, MalformedRowsNameFileLineAndValue) {
       {"2023-11-16 18:15:45,5,3", "'2023-11-16 18:15:45' goes back"},
       {"16/11/2023 18:15:47,5,3", "TIMESTAMP '16/11/2023 18:15:47'"},
       {"2023-13-16 18:15:47,5,3", "TIMESTAMP '2023-13-16 18:15:47'"},
+      {"2023-02-31 18:15:47,5,3", "TIMESTAMP '2023-02-31 18:15:47': 2023-02 has 28 days"},
+      {"2023-11-31 18:15:47,5,3", "2023-11 has 30 days"},
   };
   for (const Case& c : cases) {
     absl::Status st = ParseError(TraceFormat::kAzure, head + c.row + "\n");
@@ -180,6 +186,15 @@ TEST(AzureTest, MalformedRowsNameFileLineAndValue) {
     EXPECT_THAT(st.message(), HasSubstr("t.txt:3: ")) << c.row;
     EXPECT_THAT(st.message(), HasSubstr(c.expected)) << st.message();
   }
+  // 29 February exists in leap years only.
+  EXPECT_TRUE(ParseTrace(TraceFormat::kAzure,
+                         "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-02-29 00:00:00,5,3\n",
+                         "t.txt", {})
+                  .ok());
+  EXPECT_THAT(ParseError(TraceFormat::kAzure,
+                         "TIMESTAMP,ContextTokens,GeneratedTokens\n2100-02-29 00:00:00,5,3\n")
+                  .message(),
+              HasSubstr("2100-02 has 28 days"));
   absl::Status header = ParseError(TraceFormat::kAzure, "TIME,ContextTokens,GeneratedTokens\n");
   EXPECT_THAT(header.message(), HasSubstr("t.txt:1: header"));
   EXPECT_THAT(header.message(), HasSubstr("'TIMESTAMP'"));

@@ -307,6 +307,9 @@ def main():
     ap.add_argument("--all-reduce-from", help="network folder prefix when it differs from --gpu")
     ap.add_argument("--max-tokens", type=int, default=8192, help="largest step scored")
     ap.add_argument("--write", action="store_true", help="splice the fit into --hardware")
+    ap.add_argument("--table", metavar="TOKENS",
+                    help="also print predicted vs measured linear time per layer at these "
+                         "comma-separated token counts, every model, tp 1")
     ap.add_argument("--trim", metavar="OUT_DIR", help="write a trimmed copy of --profiles")
     args = ap.parse_args()
     if args.trim:
@@ -352,6 +355,25 @@ def main():
             print("| %s | %d | %.1f%% | %+.1f%% | %s, tp %d, %d: %.1f / %.1f |" % (
                 op, len(e), 100 * sum(abs(x[0]) for x in e) / len(e), 100 * w[0], w[1], w[2],
                 w[3], w[4] * 1e6, w[5] * 1e6))
+    if args.table:
+        counts = [int(x) for x in args.table.split(",")]
+        print("\nLinear layers of one decoder layer, tp 1, predicted / measured median (us):")
+        print("| model | set | " + " | ".join("%d tok" % m for m in counts) + " |")
+        print("|---|---|" + "---:|" * len(counts))
+        for model in models:
+            cells = []
+            for m in counts:
+                r = next((x for x in rows if x["model"] == model and x["tp"] == 1 and
+                          x["tokens"] == m), None)
+                if r is None or 1 not in curves:
+                    cells.append("—")
+                    continue
+                p = sum(predict_linear(curves[1], k * n, m, peak, bw)
+                        for op, (k, n) in gemm_shapes(r).items() if op in r["times"])
+                t = sum(r["times"][op] for op in LINEAR_OPS if op in r["times"])
+                cells.append("%.0f / %.0f (%+.0f%%)" % (p * 1e6, t * 1e6, 100 * (p / t - 1)))
+            print("| %s | %s | %s |" % (model, "held out" if model in held else "fit",
+                                        " | ".join(cells)))
     # Interpolation check of the all-reduce table on the sizes it leaves out.
     for tp, pts in sorted(ar.items()):
         kept = monotone(trim_all_reduce(pts))

@@ -18,8 +18,10 @@
 #define KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/optional.h"
 #include "kvpage/catalog.h"
 #include "kvpage/model_spec.h"
 #include "sim/cost_model.h"
@@ -55,7 +57,9 @@ class CalibratedCostModel : public CostModel {
  private:
   CalibratedCostModel() = default;
 
-  RooflineCostModel::Constants c_;  // FLOP and byte counts shared with the roofline
+  // Counts FLOPs and bytes (its constants and per-request attention work); its own
+  // efficiency factors are unused.
+  std::unique_ptr<RooflineCostModel> counts_;
   GemmCurve gemm_;
   std::vector<SmallOpCost> small_ops_;
   absl::optional<AllReduceTable> all_reduce_;  // tp > 1 only

@@ -72,7 +72,9 @@ absl::StatusOr<std::vector<double>> Numbers(const Json& obj, absl::string_view s
 
 absl::StatusOr<int32_t> Tp(const Json& obj, absl::string_view source, int32_t min_tp) {
   KVPAGE_ASSIGN_OR_RETURN(double tp, Number(obj, source, "tp", min_tp, 1024));
-  if (tp != std::floor(tp)) return FieldError(source, "tp", absl::StrCat("must be an integer, got ", tp));
+  if (tp != std::floor(tp)) {
+    return FieldError(source, "tp", absl::StrCat("must be an integer, got ", tp));
+  }
   return static_cast<int32_t>(tp);
 }
 

@@ -345,16 +345,18 @@ def main():
     if test:
         errs = score(test, curves, small, peak, bw, args.max_tokens)
         print("\nHeld-out error, predicted / measured median - 1, tokens 1..%d:" % args.max_tokens)
-        print("| operation | cells | mean abs | worst | worst cell (model, tp, tokens: pred / meas us) |")
-        print("|---|---:|---:|---:|---|")
+        print("| operation | cells | over 10% | mean abs | worst | worst cell (model, tp, tokens: "
+              "pred / meas us) |")
+        print("|---|---:|---:|---:|---:|---|")
         for op in ["linear (sum of 4)"] + LINEAR_OPS + [s[0] for s in SMALL_OPS]:
             if op not in errs:
                 continue
             e = errs[op]
             w = max(e, key=lambda x: abs(x[0]))
-            print("| %s | %d | %.1f%% | %+.1f%% | %s, tp %d, %d: %.1f / %.1f |" % (
-                op, len(e), 100 * sum(abs(x[0]) for x in e) / len(e), 100 * w[0], w[1], w[2],
-                w[3], w[4] * 1e6, w[5] * 1e6))
+            print("| %s | %d | %d | %.1f%% | %+.1f%% | %s, tp %d, %d: %.1f / %.1f |" % (
+                op, len(e), sum(abs(x[0]) > 0.1 for x in e),
+                100 * sum(abs(x[0]) for x in e) / len(e), 100 * w[0], w[1], w[2], w[3],
+                w[4] * 1e6, w[5] * 1e6))
     if args.table:
         counts = [int(x) for x in args.table.split(",")]
         print("\nLinear layers of one decoder layer, tp 1, predicted / measured median (us):")

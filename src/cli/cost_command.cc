@@ -150,8 +150,10 @@ int RunCost(const std::vector<std::string>& args) {
     }
   }
   const std::string header_base =
-      absl::StrFormat("%s on %s, tp %d: %d requests, %d new tokens\n", model->name, gpu->name,
-                      f.tp, step->requests.size(), step->NumNewTokens());
+      absl::StrFormat("%s on %s, tp %d: %d request%s, %d new token%s\n", model->name,
+                      gpu->name, f.tp, step->requests.size(),
+                      step->requests.size() == 1 ? "" : "s", step->NumNewTokens(),
+                      step->NumNewTokens() == 1 ? "" : "s");
   if (cal.ok()) {
     auto m = sim::CalibratedCostModel::Create(*model, *gpu, *cal, options);
     if (!m.ok()) return Fail(m.status());

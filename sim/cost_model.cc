@@ -118,14 +118,30 @@ absl::StatusOr<std::unique_ptr<RooflineCostModel>> RooflineCostModel::Create(
   return std::unique_ptr<RooflineCostModel>(new RooflineCostModel(c, gpu.roofline, options.tp));
 }
 
+RooflineCostModel::AttentionWork RooflineCostModel::Attention(const ScheduledRequest& r) const {
+  const int64_t ctx = r.num_computed_tokens, n = r.num_new_tokens;
+  // Query at 1-based position q sees q keys (causal); positions ctx+1 .. ctx+n are new.
+  const double pairs = static_cast<double>(n) * static_cast<double>(ctx) +
+                       static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
+  AttentionWork w;
+  w.flops = c_.full_flops_per_pair * pairs + c_.linear_flops_per_token * static_cast<double>(n);
+  if (c_.sliding_window > 0) {
+    w.flops += c_.sliding_flops_per_pair * WindowedKeys(ctx + 1, ctx + n, c_.sliding_window);
+  }
+  w.bytes = c_.full_kv_bytes_per_token * static_cast<double>(ctx + n) +
+            c_.sliding_kv_bytes_per_token *
+                static_cast<double>(std::min<int64_t>(ctx, c_.sliding_window) + n) +
+            2.0 * c_.linear_state_bytes;
+  return w;
+}
+
 StepCost RooflineCostModel::Cost(const StepShape& step) const {
   StepCost cost;
   if (step.requests.empty()) return cost;
   const double tokens = static_cast<double>(step.NumNewTokens());
   const double requests = static_cast<double>(step.requests.size());
 
-  double flops = c_.matmul_flops_per_token * tokens + c_.lm_head_flops_per_request * requests +
-                 c_.linear_flops_per_token * tokens;
+  double flops = c_.matmul_flops_per_token * tokens + c_.lm_head_flops_per_request * requests;
   double weights = c_.dense_weight_bytes;
   if (c_.num_experts > 0) {
     // Expected share of experts at least one of `tokens` uniform top-k draws lands on.
@@ -134,18 +150,9 @@ StepCost RooflineCostModel::Cost(const StepShape& step) const {
   }
   double kv = 0;
   for (const ScheduledRequest& r : step.requests) {
-    const int64_t ctx = r.num_computed_tokens, n = r.num_new_tokens;
-    // Query at 1-based position q sees q keys (causal); positions ctx+1 .. ctx+n are new.
-    const double pairs = static_cast<double>(n) * static_cast<double>(ctx) +
-                         static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
-    flops += c_.full_flops_per_pair * pairs;
-    if (c_.sliding_window > 0) {
-      flops += c_.sliding_flops_per_pair * WindowedKeys(ctx + 1, ctx + n, c_.sliding_window);
-    }
-    kv += c_.full_kv_bytes_per_token * static_cast<double>(ctx + n) +
-          c_.sliding_kv_bytes_per_token *
-              static_cast<double>(std::min<int64_t>(ctx, c_.sliding_window) + n) +
-          2.0 * c_.linear_state_bytes;
+    const AttentionWork a = Attention(r);
+    flops += a.flops;
+    kv += a.bytes;
   }
   const double tp = tp_;
   cost.flops = flops / tp;

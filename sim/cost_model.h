@@ -3,8 +3,10 @@
 // A step runs a set of scheduled requests; request r contributes `num_new_tokens` tokens whose
 // attention covers its `num_computed_tokens` earlier tokens (prefix-cache hits and earlier
 // prefill chunks or decode steps included) plus the new tokens themselves. `CostModel` is the
-// interface the event loop calls; `RooflineCostModel` is the default, built only from a model
-// config and a GPU datasheet plus the efficiency factors in the hardware file.
+// interface the event loop calls. The default is `CalibratedCostModel`
+// (sim/calibrated_cost_model.h), fitted to measured kernel times; `RooflineCostModel`, built
+// only from a model config and a GPU datasheet plus the efficiency factors in the hardware
+// file, is the fallback for a GPU without a calibration.
 //
 // Roofline (docs/simulator.md derives every term):
 //   time = max(FLOPs / (peak · mfu), bytes / (bandwidth · hbm_efficiency))
@@ -87,6 +89,14 @@ class RooflineCostModel : public CostModel {
 
   double StepTime(const StepShape& step) const override { return Cost(step).total_s; }
   StepCost Cost(const StepShape& step) const;
+
+  // Attention work of one request in a step, whole model (before dividing by tp): score and
+  // output FLOPs (linear-attention updates included) and KV / state bytes read and written.
+  struct AttentionWork {
+    double flops = 0;
+    double bytes = 0;
+  };
+  AttentionWork Attention(const ScheduledRequest& r) const;
 
   // Per-model constants (whole model, before dividing by tp), exposed for tests and docs.
   struct Constants {

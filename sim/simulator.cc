@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "sim/calibrated_cost_model.h"
 #include "sim/random.h"
 #include "spdlog/spdlog.h"
 
@@ -307,12 +308,12 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
           trace[i - 1].arrival_s, " s"));
     }
   }
-  std::unique_ptr<RooflineCostModel> roofline;
+  std::unique_ptr<CostModel> owned_cost;
   const CostModel* cost = config.cost_model;
   if (cost == nullptr) {
-    KVPAGE_ASSIGN_OR_RETURN(roofline, RooflineCostModel::Create(config.model, config.gpu,
-                                                                config.cost));
-    cost = roofline.get();
+    KVPAGE_ASSIGN_OR_RETURN(owned_cost,
+                            CreateDefaultCostModel(config.model, config.gpu, config.cost));
+    cost = owned_cost.get();
   }
   SchedulerConfig sc = config.scheduler;
   if (!sc.kv.hash_seed.has_value()) sc.kv.hash_seed = config.seed;

@@ -11,6 +11,7 @@ namespace kvpage::cli {
 int RunPlan(const std::vector<std::string>& args);
 int RunModels(const std::vector<std::string>& args);
 int RunSim(const std::vector<std::string>& args);
+int RunCost(const std::vector<std::string>& args);
 
 }  // namespace kvpage::cli
 

@@ -16,6 +16,9 @@ Usage:
   kvpage sim    --model M --gpu G --trace FILE [--compare-allocators] [flags]
                 Replays a request trace through the scheduler and block manager on a
                 simulated GPU: TTFT, TPOT, throughput, preemptions, prefix hits, KV usage.
+  kvpage cost   --model M --gpu G --batch CTX:NEW[,CTX:NEW…] [--format json]
+                The predicted time of one forward step and its terms (the model
+                `kvpage sim` uses).
   kvpage models [--model M]
                 The bundled model configs and their layer groups.
 
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return kvpage::cli::RunPlan(args);
   if (command == "models") return kvpage::cli::RunModels(args);
   if (command == "sim") return kvpage::cli::RunSim(args);
+  if (command == "cost") return kvpage::cli::RunCost(args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

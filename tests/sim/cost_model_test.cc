@@ -1,11 +1,14 @@
 #include "sim/cost_model.h"
 
 #include <cmath>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "kvpage/catalog.h"
+#include "sim/calibrated_cost_model.h"
+#include "sim/hardware_calibration.h"
 
 namespace kvpage::sim {
 namespace {
@@ -227,6 +230,187 @@ TEST(GpuSpecTest, RooflineFactorsAreOptional) {
   EXPECT_DOUBLE_EQ(h100->roofline.layer_overhead_s, 32e-6);
   EXPECT_DOUBLE_EQ(h100->roofline.request_overhead_s, 4e-6);
   EXPECT_EQ(LoadGpu("a100")->roofline.mfu, 0.38);
+}
+
+// ---- Calibrated model -------------------------------------------------------------------
+
+TEST(GemmCurveTest, InterpolatesInLog2TokensAndClamps) {
+  GemmCurve c;
+  c.tokens = {1, 4, 16};
+  c.efficiency = {0.1, 0.3, 0.5};
+  EXPECT_DOUBLE_EQ(c.EfficiencyAt(2), 0.2);   // halfway between 1 and 4 in log2
+  EXPECT_DOUBLE_EQ(c.EfficiencyAt(8), 0.4);
+  EXPECT_DOUBLE_EQ(c.EfficiencyAt(0.5), 0.1);  // clamped below
+  EXPECT_DOUBLE_EQ(c.EfficiencyAt(100), 0.5);  // clamped above
+}
+
+TEST(AllReduceTableTest, LogLogInsideLinearPastTheEnd) {
+  AllReduceTable t;
+  t.bytes = {1000, 4000};
+  t.seconds = {10e-6, 40e-6};
+  EXPECT_DOUBLE_EQ(t.SecondsFor(2000), 20e-6);  // exp(log 10 + 0.5 log 4) us
+  EXPECT_DOUBLE_EQ(t.SecondsFor(10), 10e-6);    // the smallest message's time
+  EXPECT_DOUBLE_EQ(t.SecondsFor(8000), 80e-6);  // bandwidth of the largest
+}
+
+// A GPU with round numbers: peak 1e15 FLOP/s, 1e12 B/s; GEMMs at half of each, 5 us launch;
+// attention prefill at a quarter of peak; one per-layer small op (2 us + 1 ns per element)
+// and an embedding (3 us per step); all-reduce at tp 2 from 20 us (1 MB) to 200 us (100 MB).
+const char* kToyGpu = R"({"name": "Toy", "memory_bytes": 1, "hbm_bandwidth_bytes_per_s": 1000000000000,
+  "peak_dense_flops": {"bf16": 1000000000000000, "fp16": 1000000000000000, "fp8": 0},
+  "calibration": {
+    "gemm": [{"tp": 1, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024], "efficiency": [0.5, 0.5]},
+             {"tp": 2, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024], "efficiency": [0.5, 0.5]}],
+    "small_ops": [{"op": "norm", "width": "hidden", "per": "layer", "launch_us": 2, "ns_per_kilo_element": 1000},
+                  {"op": "emb", "width": "hidden", "per": "step", "launch_us": 3, "ns_per_kilo_element": 0}],
+    "all_reduce": [{"tp": 2, "bytes": [1000000, 100000000], "us": [20, 200]}],
+    "attention": {"prefill_efficiency": 0.25}}})";
+
+std::unique_ptr<CalibratedCostModel> MakeToy(int32_t tp) {
+  auto gpu = ParseGpuSpec(kToyGpu, "toy");
+  auto cal = ParseGpuCalibration(kToyGpu, "toy");
+  auto spec = LoadModel("qwen3-8b");
+  EXPECT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
+  RooflineOptions options;
+  options.tp = tp;
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal, options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
+// Qwen3-8B (see kQwenParams): 6,946,075,648 decoder parameters, 13,892,151,296 bytes; LM head
+// 622,329,856 values = 1,244,659,712 bytes; 36 layers; KV 147,456 B/token; 589,824 FLOPs per
+// query-key pair over all layers.
+TEST(CalibratedCostModelTest, QwenDecodeOnToyGpuByHand) {
+  auto m = MakeToy(1);
+  const CalibratedStepCost c = m->Cost(Step({{1023, 1}}));
+  // 36 · 4 · 5 us + 13,892,151,296 B / 5e11 B/s (memory-bound).
+  EXPECT_NEAR(c.linear_s, 7.2e-4 + 0.027784302592, 1e-12);
+  EXPECT_NEAR(c.lm_head_s, 5e-6 + 0.002489319424, 1e-12);
+  // 1,024 keys · 147,456 B / 5e11 B/s.
+  EXPECT_NEAR(c.attention_s, 0.000301989888, 1e-12);
+  // 36 · (2 us + 4,096 ns) + 3 us.
+  EXPECT_NEAR(c.small_ops_s, 0.000222456, 1e-12);
+  EXPECT_EQ(c.all_reduce_s, 0);
+  EXPECT_NEAR(c.total_s, 0.031523067904, 1e-12);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency, 0.5);
+}
+
+TEST(CalibratedCostModelTest, TensorParallelPrefillAddsAllReduce) {
+  auto m = MakeToy(2);
+  const CalibratedStepCost c = m->Cost(Step({{0, 1024}}));
+  // 1,024 tokens · 4,096 · 2 B = 8,388,608 B per all-reduce, 2 per layer.
+  const double ar = std::exp(std::log(20e-6) + std::log(8388608 / 1e6) / std::log(100.0) *
+                                                   std::log(10.0));
+  EXPECT_NEAR(c.all_reduce_s, 72 * ar, 1e-12);
+  EXPECT_NEAR(c.all_reduce_s, 0.004170685501065743, 1e-12);
+  // 36 · 4 · 5 us + 2 · 1,024 · 6,946,075,648 / 2 / 5e14 (compute-bound).
+  EXPECT_NEAR(c.linear_s, 0.014945562927104, 1e-12);
+  // 524,800 pairs · 589,824 / 2 / 2.5e14.
+  EXPECT_NEAR(c.attention_s, 0.0006190792704, 1e-12);
+  EXPECT_NEAR(c.total_s, 0.17205493141056977, 1e-11);
+}
+
+TEST(CalibratedCostModelTest, RejectsUnprofiledTp) {
+  auto gpu = ParseGpuSpec(kToyGpu, "toy");
+  auto cal = ParseGpuCalibration(kToyGpu, "toy");
+  auto spec = LoadModel("qwen3-8b");
+  ASSERT_TRUE(gpu.ok() && cal.ok() && spec.ok());
+  RooflineOptions options;
+  options.tp = 4;
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal, options);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("tp 4 was not profiled"));
+  EXPECT_THAT(m.status().message(), HasSubstr("has tp 1, 2"));
+}
+
+TEST(HardwareCalibrationTest, ParseErrorsNameTheField) {
+  EXPECT_EQ(ParseGpuCalibration(R"({"name": "X"})", "x.json").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ParseGpuCalibration("[1]", "x.json").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto with = [](const std::string& gemm) {
+    return ParseGpuCalibration(
+        R"({"calibration": {"attention": {"prefill_efficiency": 0.5}, "gemm": [)" + gemm + "]}}",
+        "x.json");
+  };
+  EXPECT_TRUE(with(R"({"tp": 1, "launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1], "efficiency": [0.5]})").ok());
+  auto bad_eff = with(R"({"tp": 1, "launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1], "efficiency": [1.5]})");
+  EXPECT_EQ(bad_eff.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_eff.status().message(), HasSubstr("'efficiency' values must be in [1e-06, 1], got 1.5"));
+  auto unordered = with(R"({"tp": 1, "launch_us": 1, "hbm_efficiency": 0.8, "tokens": [4, 2], "efficiency": [0.5, 0.5]})");
+  EXPECT_THAT(unordered.status().message(), HasSubstr("'tokens' must be increasing, got 2 after 4"));
+  auto lengths = with(R"({"tp": 1, "launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1, 2], "efficiency": [0.5]})");
+  EXPECT_THAT(lengths.status().message(), HasSubstr("one value per token count (2), got 1"));
+  auto no_tp = with(R"({"launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1], "efficiency": [0.5]})");
+  EXPECT_THAT(no_tp.status().message(), HasSubstr("gemm[0]: calibration field 'tp' is missing"));
+  EXPECT_EQ(LoadGpuCalibration("no-such-gpu").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The bundled fits (sim/data/hardware/*.json). These numbers move when the constants are
+// refitted: rerun `kvpage cost` with the same arguments and update them.
+TEST(CalibratedCostModelTest, BundledA100ExampleBatch) {
+  auto spec = LoadModel("llama-3.1-8b");
+  auto gpu = LoadGpu("a100");
+  auto cal = LoadGpuCalibration("a100");
+  ASSERT_TRUE(spec.ok() && gpu.ok() && cal.ok()) << cal.status();
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CalibratedStepCost c = (*m)->Cost(Step({{1024, 512}, {2048, 1}, {2048, 1}}));
+  EXPECT_NEAR(c.linear_s, 0.0339421828, 1e-10);
+  EXPECT_NEAR(c.lm_head_s, 0.000658032495, 1e-12);
+  EXPECT_NEAR(c.attention_s, 0.00253758206, 1e-11);
+  EXPECT_NEAR(c.small_ops_s, 0.00297258116, 1e-11);
+  EXPECT_EQ(c.all_reduce_s, 0);
+  EXPECT_NEAR(c.total_s, 0.0401103785, 1e-10);
+  EXPECT_NEAR(c.gemm_efficiency, 0.688861536, 1e-9);
+}
+
+// Issue 21's gate: Llama-3(.1)-8B prefill of 512..8,192 tokens on A100 at 55-75% MFU.
+TEST(CalibratedCostModelTest, A100PrefillMfuIsInTheMeasuredRange) {
+  auto spec = LoadModel("llama-3.1-8b");
+  auto gpu = LoadGpu("a100");
+  auto cal = LoadGpuCalibration("a100");
+  ASSERT_TRUE(spec.ok() && gpu.ok() && cal.ok());
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
+  ASSERT_TRUE(m.ok());
+  for (int32_t n : {512, 1024, 2048, 4096, 8192}) {
+    const double mfu = (*m)->Cost(Step({{0, n}})).mfu;
+    EXPECT_GE(mfu, 0.55) << n;
+    EXPECT_LE(mfu, 0.75) << n;
+  }
+  // Decode stays bandwidth-bound: one token reads every weight once.
+  const CalibratedStepCost d = (*m)->Cost(Step({{2047, 1}}));
+  EXPECT_LT(d.mfu, 0.01);
+}
+
+TEST(CalibratedCostModelTest, H100TensorParallelCostsAllReduce) {
+  auto spec = LoadModel("llama-3.1-70b");
+  auto gpu = LoadGpu("h100");
+  auto cal = LoadGpuCalibration("h100");
+  ASSERT_TRUE(spec.ok() && gpu.ok() && cal.ok());
+  RooflineOptions tp4;
+  tp4.tp = 4;
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal, tp4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CalibratedStepCost c = (*m)->Cost(Step({{0, 2048}}));
+  // 80 layers · 2 · AllReduce(2,048 · 8,192 · 2 B = 32 MiB) on 4 H100s.
+  EXPECT_NEAR(c.all_reduce_s, 160 * cal->AllReduceFor(4)->SecondsFor(33554432), 1e-12);
+  EXPECT_NEAR(c.all_reduce_s, 0.02672, 1e-9);
+}
+
+TEST(CalibratedCostModelTest, DefaultModelIsCalibratedWhenTheGpuHasACalibration) {
+  auto spec = LoadModel("qwen3-8b");
+  auto h100 = LoadGpu("h100");
+  ASSERT_TRUE(spec.ok() && h100.ok());
+  auto calibrated = CreateDefaultCostModel(*spec, *h100, {});
+  ASSERT_TRUE(calibrated.ok());
+  EXPECT_NE(dynamic_cast<const CalibratedCostModel*>(calibrated->get()), nullptr);
+  GpuSpec custom = *h100;
+  custom.name = "Custom";
+  auto roofline = CreateDefaultCostModel(*spec, custom, {});
+  ASSERT_TRUE(roofline.ok());
+  EXPECT_NE(dynamic_cast<const RooflineCostModel*>(roofline->get()), nullptr);
 }
 
 }  // namespace

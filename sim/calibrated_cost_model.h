@@ -1,0 +1,83 @@
+// The simulator's default step-time model: per-operation costs fitted to measured GPU
+// profiles (sim/hardware_calibration.h), with attention from first principles.
+//
+// One step on each of `tp` GPUs, summed kernel by kernel (kernels of a step run one after
+// another, so the terms add; docs/simulator.md derives each one and reports its error):
+//   linear     L · 4 · launch + max(W / (B · hbm_eff), F / (P · eff(T)))  dense weights
+//              + max(W_e · touched / (B · hbm_eff), F_e / (P · eff(T · k / E)))  MoE experts
+//   lm_head    launch + max(W_head / (B · hbm_eff), 2 · R · vocab · hidden / (P · eff(R)))
+//   attention  Σ_requests max(attention FLOPs / (P · attention_eff), KV bytes / (B · hbm_eff))
+//   small ops  L · Σ_layer ops (launch + per_element · T · hidden [/ tp]) + embedding
+//   all-reduce tp > 1: 2 · L · AllReduce(T · hidden · 2 bytes)
+// T new tokens, R requests, L layers; W and F the step's linear weights (bytes) and FLOPs per
+// GPU; B, P the datasheet bandwidth and peak; eff(T) the measured GEMM efficiency at T tokens
+// for this tp. Attention FLOPs and KV bytes are those of RooflineCostModel.
+//
+// Thread-safety: Cost is const and touches no shared state.
+#ifndef KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
+#define KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "kvpage/catalog.h"
+#include "kvpage/model_spec.h"
+#include "sim/cost_model.h"
+#include "sim/hardware_calibration.h"
+
+namespace kvpage::sim {
+
+// The terms of one step, per GPU, in seconds unless named otherwise.
+struct CalibratedStepCost {
+  double linear_s = 0;      // decoder-layer projections and MLPs (experts included)
+  double lm_head_s = 0;     // logits of the last token of each request
+  double attention_s = 0;   // scores and KV reads (first principles)
+  double small_ops_s = 0;   // norms, rope, activation, residual adds, embedding
+  double all_reduce_s = 0;  // tensor-parallel collectives (0 at tp 1)
+  double total_s = 0;       // sum of the above
+  double gemm_efficiency = 0;  // measured FLOP/s fraction at this step's token count
+  double flops = 0;         // matmul and attention FLOPs per GPU
+  double bytes = 0;         // weights and KV read or written per GPU
+  double mfu = 0;           // flops / (total_s · peak): model FLOPs utilisation of the step
+};
+
+class CalibratedCostModel : public CostModel {
+ public:
+  // InvalidArgument for bad options, a KV dtype the model cannot use, or a tp with no
+  // GEMM curve or all-reduce table in `calibration` (the message lists the profiled ones).
+  static absl::StatusOr<std::unique_ptr<CalibratedCostModel>> Create(
+      const ModelSpec& model, const GpuSpec& gpu, const GpuCalibration& calibration,
+      const RooflineOptions& options = {});
+
+  double StepTime(const StepShape& step) const override { return Cost(step).total_s; }
+  CalibratedStepCost Cost(const StepShape& step) const;
+
+ private:
+  CalibratedCostModel() = default;
+
+  // Counts FLOPs and bytes (its constants and per-request attention work); its own
+  // efficiency factors are unused.
+  std::unique_ptr<RooflineCostModel> counts_;
+  GemmCurve gemm_;
+  std::vector<SmallOpCost> small_ops_;
+  absl::optional<AllReduceTable> all_reduce_;  // tp > 1 only
+  double attention_efficiency_ = 1;
+  int32_t tp_ = 1;
+  int32_t hidden_size_ = 0;
+  double dense_params_ = 0;         // decoder linear parameters that every token runs
+  double dense_bytes_ = 0;
+  double routed_active_params_ = 0;  // expert parameters one token runs
+  double lm_head_bytes_ = 0;
+};
+
+// The model `kvpage sim` and `kvpage cost` use: calibrated when the bundled hardware file of
+// `gpu` carries a calibration, else the roofline (RooflineCostModel).
+absl::StatusOr<std::unique_ptr<CostModel>> CreateDefaultCostModel(const ModelSpec& model,
+                                                                  const GpuSpec& gpu,
+                                                                  const RooflineOptions& options);
+
+}  // namespace kvpage::sim
+
+#endif  // KVPAGE_SIM_CALIBRATED_COST_MODEL_H_

@@ -1,0 +1,112 @@
+// End-to-end tests of `kvpage cost`: runs the binary in a shell and checks exit status and output.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr, interleaved
+};
+
+CommandResult RunKvpage(const std::string& args) {
+  const std::string command = std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed: " << command;
+    return result;
+  }
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+const std::string kExample =
+    "cost --model llama-3.1-8b --gpu a100 --batch 1024:512,2048:1,2048:1";
+
+// The numbers come from the bundled A100 fit (sim/data/hardware/a100-sxm-80gb.json); they are
+// the same as CalibratedCostModelTest.BundledA100ExampleBatch's and move with a refit.
+TEST(CostCliTest, JsonTermsOfTheExampleBatch) {
+  const CommandResult r = RunKvpage(kExample + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["cost_model"], "calibrated");
+  EXPECT_EQ(j["gpu"], "A100-SXM4-80GB");
+  EXPECT_EQ(j["new_tokens"], 514);
+  ASSERT_EQ(j["requests"].size(), 3u);
+  EXPECT_EQ(j["requests"][0]["context"], 1024);
+  EXPECT_EQ(j["requests"][0]["new_tokens"], 512);
+  const auto& t = j["terms_s"];
+  EXPECT_NEAR(t["linear"].get<double>(), 0.0339421828, 1e-10);
+  EXPECT_NEAR(t["lm_head"].get<double>(), 0.000658032495, 1e-12);
+  EXPECT_NEAR(t["attention"].get<double>(), 0.00253758206, 1e-11);
+  EXPECT_NEAR(t["small_ops"].get<double>(), 0.00297258116, 1e-11);
+  EXPECT_EQ(t["all_reduce"].get<double>(), 0);
+  EXPECT_NEAR(j["total_s"].get<double>(), 0.0401103785, 1e-10);
+  EXPECT_NEAR(j["mfu"].get<double>(), 0.601229449, 1e-9);
+}
+
+TEST(CostCliTest, TextTable) {
+  const CommandResult r = RunKvpage(kExample);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("llama-3.1-8b on A100-SXM4-80GB, tp 1: 3 requests, 514 new tokens"));
+  EXPECT_THAT(r.output, HasSubstr("linear            33.9422   84.6%"));
+  EXPECT_THAT(r.output, HasSubstr("total             40.1104"));
+  EXPECT_THAT(r.output, HasSubstr("GEMM efficiency at 514 tokens 0.689; step MFU 0.601"));
+}
+
+TEST(CostCliTest, RooflineOnRequest) {
+  const CommandResult r = RunKvpage(kExample + " --cost-model roofline --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["cost_model"], "roofline");
+  // max(compute, memory) + overhead with the file's mfu 0.38 and 126 + 32·32 + 3·4 us.
+  EXPECT_NEAR(j["terms_s"]["overhead"].get<double>(), 0.001162, 1e-12);
+  EXPECT_NEAR(j["total_s"].get<double>(), 0.0646239, 1e-6);
+}
+
+TEST(CostCliTest, TensorParallelAddsAllReduce) {
+  const CommandResult r =
+      RunKvpage("cost --model llama-3.1-70b --gpu h100 --tp 4 --batch 0:2048 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_NEAR(j["terms_s"]["all_reduce"].get<double>(), 0.02672, 1e-9);
+}
+
+TEST(CostCliTest, BadInputNamesTheValue) {
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"cost --model llama-3.1-8b --gpu a100 --batch 1024", "got '1024'"},
+      {"cost --model llama-3.1-8b --gpu a100 --batch 5:0", "got '0'"},
+      {"cost --model llama-3.1-8b --gpu a100 --batch x:1", "got 'x'"},
+      {"cost --model llama-3.1-8b --gpu a100", "--batch is required"},
+      {"cost --model llama-3.1-8b --gpu a100 --batch 0:1 --tp 3", "tp 3 was not profiled"},
+      {"cost --model llama-3.1-8b --gpu a100 --batch 0:1 --format xml", "got 'xml'"},
+      {"cost --model llama-3.1-8b --gpu a100 --batch 0:1 --cost-model magic", "got 'magic'"},
+      {"cost --model llama-3.1-8b --gpu tpu --batch 0:1", "unknown GPU 'tpu'"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = RunKvpage(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
+  }
+}
+
+}  // namespace

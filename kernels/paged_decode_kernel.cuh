@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   state.Init();
 
   const TokenRange range = SplitRange(AttendedRange(a.seq_lens[seq], a.window_left),
-                                      a.chunk_tokens, split);
+                                      a.chunk_tokens, split, a.num_splits);
   const int32_t* table_row = a.table + seq * a.row_stride;
   const T* cache = static_cast<const T*>(a.cache);
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/check/bandwidth_targets.h"
 #include "kernels/check/decode_problem.h"
 #include "kernels/copy_slots_kernel.cuh"
 #include "kernels/emulation/cuda_emulation.h"
@@ -105,18 +106,54 @@ TEST(EmulatedKernelsTest, PagedDecodeMatchesReference) {
       {DType::kF16, 7, 1, 8, 256, 64, 300, 100, 0},
       {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 5},  // split-KV
       {DType::kF16, 6, 1, 4, 64, 16, 500, 150, 3},   // split-KV inside a window
-      {DType::kBF16, 7, 1, 4, 128, 16, 1200, -1, 0},  // planned split (target 64 CTAs)
+      {DType::kBF16, 7, 1, 4, 128, 16, 1200, -1, 0},  // planned split (a wave of 64 CTAs)
   };
   uint32_t seed = 300;
   for (const DecodeCase& c : cases) {
     DecodeProblem p;
-    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 64, &p).ok());
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
     if (c.num_splits > 0 || c.max_len == 1200) {
       EXPECT_GT(p.plan.num_splits, 1) << c.Name();
     }
     double err = 0;
     EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
   }
+}
+
+// Plans made for shorter sequences than the batch has (a CUDA graph captured early and
+// replayed after the sequences grew): the last split runs to the end, so the output is still
+// the reference's. Planned for 100 tokens, 3 splits of 48 cover 144 of up to 700.
+TEST(EmulatedKernelsTest, PagedDecodeWithAPlanForShorterSequences) {
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits, planned for
+  const DecodeCase cases[] = {
+      {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 3, 100},
+      {DType::kF16, 7, 2, 2, 64, 16, 900, -1, 0, 300},    // PlanDecode: 2 x 160 for 300
+      {DType::kBF16, 6, 1, 4, 128, 16, 900, 400, 2, 150},  // window of 401; 2 x 80
+  };
+  uint32_t seed = 400;
+  for (const DecodeCase& c : cases) {
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+    EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+    EXPECT_LT(int64_t{p.plan.num_splits} * p.plan.chunk_tokens, c.max_len) << c.Name();
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// The GPU check flags rows below the project's targets: paged_decode 85% of the copy ceiling
+// at batch >= 64 and context >= 4K, write_kv and copy_blocks 90%.
+TEST(GpuCheckTargetsTest, DecodeTargetIs85PercentAtBatch64Context4K) {
+  EXPECT_EQ(check::TargetPercent("paged_decode", 64, 4096), 85.0);
+  EXPECT_FALSE(check::MeetsTarget("paged_decode", 64, 4096, 84.9));
+  EXPECT_FALSE(check::MeetsTarget("paged_decode", 256, 32768, 80.0));
+  EXPECT_TRUE(check::MeetsTarget("paged_decode", 64, 4096, 85.0));
+  EXPECT_EQ(check::TargetPercent("paged_decode", 8, 32768), 0.0);  // too small a batch
+  EXPECT_EQ(check::TargetPercent("paged_decode", 256, 1024), 0.0);
+  EXPECT_TRUE(check::MeetsTarget("paged_decode", 8, 32768, 20.0));
+  EXPECT_EQ(check::TargetPercent("write_kv", 0, 0), 90.0);
+  EXPECT_EQ(check::TargetPercent("copy_blocks", 0, 0), 90.0);
+  EXPECT_EQ(check::TargetPercent("zero_slots", 0, 0), 0.0);
 }
 
 TEST(EmulatedKernelsTest, MergeMatchesReference) {

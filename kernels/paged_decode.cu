@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_status.h"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_mma_kernel.cuh"
 #include "kvpage/cuda/paged_decode.h"
 
 namespace kvpage::cuda {
@@ -40,14 +41,17 @@ DecodeKernelFn KernelForTile(int32_t group_tile) {
 }
 
 template <typename T>
-DecodeKernelFn KernelFor(int32_t head_dim, int32_t group_tile) {
+DecodeKernelFn KernelFor(int32_t head_dim, int32_t group_tile, bool tensor_cores) {
   switch (head_dim) {
     case 64:
-      return KernelForTile<T, 64>(group_tile);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 64>
+                          : KernelForTile<T, 64>(group_tile);
     case 128:
-      return KernelForTile<T, 128>(group_tile);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 128>
+                          : KernelForTile<T, 128>(group_tile);
     default:
-      return KernelForTile<T, 256>(group_tile);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 256>
+                          : KernelForTile<T, 256>(group_tile);
   }
 }
 
@@ -64,7 +68,8 @@ int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t n
          static_cast<int64_t>(sizeof(float));
 }
 
-absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size) {
+absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
+                                        bool tensor_cores) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecodeCtasPerSm: dtype ", DTypeName(dtype), " is not f16 or bf16"));
@@ -78,18 +83,21 @@ absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t g
         absl::StrCat("DecodeCtasPerSm: group_size ", group_size, " must be positive"));
   }
   const int32_t tile = internal::GroupTile(group_size);
-  const DecodeKernelFn kernel = dtype == DType::kBF16 ? KernelFor<__nv_bfloat16>(head_dim, tile)
-                                                      : KernelFor<__half>(head_dim, tile);
+  const DecodeKernelFn kernel = dtype == DType::kBF16
+                                    ? KernelFor<__nv_bfloat16>(head_dim, tile, tensor_cores)
+                                    : KernelFor<__half>(head_dim, tile, tensor_cores);
+  const int threads =
+      tensor_cores ? internal::MmaDecodeThreads(head_dim) : internal::kDecodeThreads;
   int ctas = 0;
   const cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kDecodeThreads, 0);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, threads, 0);
   if (err != cudaSuccess) return internal::CudaStatus(err, "DecodeCtasPerSm");
   return ctas;
 }
 
 absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
                                  int32_t group_size, DecodePlan* plan) {
-  absl::StatusOr<int32_t> ctas = DecodeCtasPerSm(dtype, head_dim, group_size);
+  absl::StatusOr<int32_t> ctas = DecodeCtasPerSm(dtype, head_dim, group_size, in.tensor_cores);
   if (!ctas.ok()) return ctas.status();
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -118,6 +126,11 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   }
   if (cache.dtype == DType::kFP8) {
     return absl::InvalidArgumentError("PagedDecode: fp8 caches are not supported yet");
+  }
+  if (plan.use_tensor_cores && cache.block_size % internal::kMmaStepTokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: the tensor-core kernel needs a "
+                                                   "block_size multiple of 16, not ",
+                                                   cache.block_size));
   }
   const int32_t hq = params.num_q_heads;
   if (hq <= 0 || hq % cache.num_kv_heads != 0) {
@@ -155,10 +168,11 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   const DecodeArgs& a = launch.args;
   const int32_t group_tile = launch.group_tile;
   const dim3 grid(launch.grid[0], launch.grid[1], launch.grid[2]);
+  const bool mma = launch.tensor_cores;
   const DecodeKernelFn kernel = cache.dtype == DType::kBF16
-                                   ? KernelFor<__nv_bfloat16>(d, group_tile)
-                                   : KernelFor<__half>(d, group_tile);
-  kernel<<<grid, kDecodeThreads, 0, stream>>>(a);
+                                    ? KernelFor<__nv_bfloat16>(d, group_tile, mma)
+                                    : KernelFor<__half>(d, group_tile, mma);
+  kernel<<<grid, launch.threads, 0, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return internal::CudaStatus(err, "PagedDecodeKernel");
   if (plan.num_splits == 1) return absl::OkStatus();

@@ -158,6 +158,9 @@ struct DecodeParams {
 struct DecodePlan {
   int32_t num_splits = 1;
   int32_t chunk_tokens = 0;  // tokens per split; a multiple of block_size
+  // The tensor-core kernel (mma.sync; block_size a multiple of 16) instead of the CUDA-core
+  // one. Off by default until it has passed the GPU check (docs/kernels.md §3).
+  bool use_tensor_cores = false;
 };
 
 // Host planning, FlashInfer's rule in simplified form. One wave is num_sms * ctas_per_sm CTAs
@@ -178,6 +181,7 @@ struct DecodePlanInputs {
   int32_t ctas_per_sm = 0;  // resident decode CTAs per SM
   int32_t min_chunk_tokens = 256;
   int32_t max_splits = 64;
+  bool tensor_cores = false;  // copied to DecodePlan::use_tensor_cores
 };
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan);
 

@@ -24,6 +24,7 @@ std::string DecodeCase::Name() const {
                       DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
                       max_len, window_left, num_splits);
   if (plan_tokens > 0) name += absl::StrFormat(" planned for %d", plan_tokens);
+  if (tensor_cores) name += " tensor cores";
   return name;
 }
 
@@ -82,7 +83,7 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   if (c.num_splits > 0) {
     const int32_t tokens = std::max(max_attended, 1);
     const int32_t chunk = std::max(1, CeilDiv(CeilDiv(tokens, c.num_splits), bs)) * bs;
-    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk};
+    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk, c.tensor_cores};
     return absl::OkStatus();
   }
   DecodePlanInputs in;
@@ -93,6 +94,7 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   in.block_size = bs;
   in.num_sms = num_sms;
   in.ctas_per_sm = ctas_per_sm;
+  in.tensor_cores = c.tensor_cores;
   return PlanDecode(in, &p->plan);
 }
 

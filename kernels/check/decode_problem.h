@@ -26,6 +26,7 @@ struct DecodeCase {
   // 0: plan for the batch's longest attended range; n: plan as if it were n tokens (a plan
   // captured in a graph for shorter sequences, replayed after they grew).
   int32_t plan_tokens = 0;
+  bool tensor_cores = false;  // the plan asks for the tensor-core kernel
   std::string Name() const;
 };
 

@@ -93,7 +93,10 @@ int Correctness(bool quick, uint32_t seed) {
   auto decode_cases = DecodeCases();
   if (quick) {
     write_cases.resize(2);
-    decode_cases = {decode_cases[0], decode_cases[2], decode_cases[8], decode_cases[11]};
+    const size_t n = decode_cases.size() / 2;  // then the same cases on tensor cores
+    decode_cases = {decode_cases[0],     decode_cases[2],     decode_cases[8],
+                    decode_cases[11],    decode_cases[n],     decode_cases[n + 2],
+                    decode_cases[n + 8], decode_cases[n + 11]};
     for (auto& c : decode_cases) c.max_len = std::min(c.max_len, 600);
   }
   for (const auto& c : write_cases) report(c.Name(), CheckWriteKv(c, seeds()));
@@ -201,6 +204,7 @@ absl::StatusOr<Row> BenchStateSlots(Bench& bench, bool zero) {
 
 struct DecodeBenchCase {
   int32_t seqs, len, kv_heads, group, head_dim, block_size;
+  bool tensor_cores = false;
 };
 
 absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt19937& rng) {
@@ -227,6 +231,7 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
   in.head_tiles = DecodeHeadTiles(c.group);
   in.max_attended_tokens = c.len;
   in.block_size = c.block_size;
+  in.tensor_cores = c.tensor_cores;
   DecodePlan plan;
   KVPAGE_RETURN_IF_ERROR(PlanDecodeForDevice(in, DType::kBF16, c.head_dim, c.group, &plan));
   const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.seqs, hq, c.head_dim);
@@ -242,8 +247,9 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
   // Bytes the kernel must move: K and V of every token, q in, out, the table.
   const double bytes = 2.0 * c.seqs * c.len * row * 2 + 2.0 * q.bytes() + 4.0 * blocks;
   return Row{"paged_decode",
-             absl::StrFormat("bf16 B=%d ctx=%d Hkv=%d G=%d D=%d bs=%d splits=%d", c.seqs, c.len,
-                             c.kv_heads, c.group, c.head_dim, c.block_size, plan.num_splits),
+             absl::StrFormat("bf16 B=%d ctx=%d Hkv=%d G=%d D=%d bs=%d splits=%d%s", c.seqs,
+                             c.len, c.kv_heads, c.group, c.head_dim, c.block_size,
+                             plan.num_splits, c.tensor_cores ? " mma" : ""),
              bytes, t, c.seqs, c.len};
 }
 
@@ -292,15 +298,21 @@ int Run(int argc, char** argv) {
   rows.push_back(BenchStateSlots(bench, false));
   rows.push_back(BenchStateSlots(bench, true));
   // The sweep: batch 1/8/64/256 x context 1K/4K/32K x GQA 1/4/8 (bf16, 8 KV heads, D 128,
-  // block 16; the largest moves 34 GB of K/V), then block 64 and D 256 at the target shape.
+  // block 16; the largest moves 34 GB of K/V), GQA 4/8 also on tensor cores ("mma"), then
+  // block 64 and D 256 at the target shape on both kernels.
   std::vector<DecodeBenchCase> decode_cases;
   for (int32_t batch : {1, 8, 64, 256}) {
     for (int32_t context : {1024, 4096, 32768}) {
       for (int32_t group : {1, 4, 8}) decode_cases.push_back({batch, context, 8, group, 128, 16});
+      for (int32_t group : {4, 8}) {
+        decode_cases.push_back({batch, context, 8, group, 128, 16, /*tensor_cores=*/true});
+      }
     }
   }
   decode_cases.push_back({64, 4096, 8, 4, 128, 64});
   decode_cases.push_back({64, 4096, 2, 8, 256, 16});
+  decode_cases.push_back({64, 4096, 8, 4, 128, 64, true});
+  decode_cases.push_back({64, 4096, 2, 8, 256, 16, true});
   for (const auto& c : decode_cases) rows.push_back(BenchDecode(bench, c, rng));
 
   double ceiling = 0;

@@ -171,6 +171,7 @@ absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
   splits = (max_tokens + chunk - 1) / chunk;
   plan->num_splits = static_cast<int32_t>(splits);
   plan->chunk_tokens = static_cast<int32_t>(chunk);
+  plan->use_tensor_cores = in.tensor_cores;
   return absl::OkStatus();
 }
 

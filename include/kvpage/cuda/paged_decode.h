@@ -23,14 +23,17 @@ int32_t DecodeHeadTiles(int32_t group_size);
 int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t num_q_heads,
                              int32_t head_dim);
 
-// Resident CTAs per SM of the decode kernel PagedDecode launches for this dtype, head_dim and
-// GQA group on the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor on that
-// instantiation: its registers and shared memory). InvalidArgument for an unsupported
-// dtype/head_dim/group; the CUDA error (Unavailable without a device) otherwise.
-absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size);
+// Resident CTAs per SM of the decode kernel PagedDecode launches for this dtype, head_dim, GQA
+// group and kernel (tensor cores or not) on the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor on that instantiation: its registers and
+// shared memory). InvalidArgument for an unsupported dtype/head_dim/group; the CUDA error
+// (Unavailable without a device) otherwise.
+absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
+                                        bool tensor_cores = false);
 
 // PlanDecode for the current device: `in` with num_sms and ctas_per_sm filled from the device
-// and DecodeCtasPerSm, so the split grid fills whole waves of the kernel's real occupancy.
+// and DecodeCtasPerSm (for the kernel in.tensor_cores picks), so the split grid fills whole
+// waves of the kernel's real occupancy.
 // Errors as DecodeCtasPerSm and PlanDecode. Host only; call it outside graph capture.
 absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
                                  int32_t group_size, DecodePlan* plan);
@@ -45,7 +48,10 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 //      may be null when plan.num_splits == 1.
 //
 // Grid (kv_head x head tile, sequence, split): the CTA holds every query head of its KV head,
-// so each K/V row is read once; scores and the running softmax state are fp32. Only blocks
+// so each K/V row is read once; scores and the running softmax state are fp32. With
+// plan.use_tensor_cores (block_size a multiple of 16) the scores and outputs run on tensor
+// cores (mma.sync m16n8k16, P rounded to the cache dtype) with cp.async double buffering;
+// otherwise on CUDA cores. Only blocks
 // of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
 // may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
 // to the workspace and MergeAttnStates combines them in a second launch on the same stream.

@@ -12,9 +12,11 @@
 // through kernels/mma.cuh) are emulated with the PTX fragment layouts; cp.async copies at once.
 //
 // What it proves: indexing, masking, fragment bookkeeping, the online-softmax merges and the
-// split/merge protocol of the real kernel source. What it does not prove: timing, memory-model races beyond those
-// barriers, register limits, or fp rounding of the fast intrinsics (__expf, __log2f, exp2f map
-// to libm here). Test-only: nothing in the library includes it.
+// split/merge protocol of the real kernel source. What it does not prove: timing, memory-model
+// races beyond those barriers, register limits, that the PTX fragment layouts are as this file
+// reads them (only a GPU run can), the accumulation order of mma, or fp rounding of the fast
+// intrinsics (__expf, __log2f, exp2f map to libm here). Test-only: nothing in the library
+// includes it.
 #ifndef KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
 #define KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
 

@@ -59,7 +59,8 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 // Any plan is exact for any seq_lens: the last split runs to the end of its sequence, so a
 // graph captured with a plan for a shorter maximum stays correct when replayed (it is only
 // less balanced; PlanDecodeForDevice with the batch's maximum keeps it balanced).
-// REQUIRES: every table entry in an attended range is a valid block id. Asynchronous, never synchronizes, graph-capturable.
+// REQUIRES: every table entry in an attended range is a valid block id. Asynchronous, never
+// synchronizes, graph-capturable.
 // Returns InvalidArgument naming the value for an unsupported head_dim or dtype, num_q_heads
 // not a multiple of num_kv_heads, null or misaligned pointers, a workspace that is too small,
 // or a batch/split count past the grid limit (65535); a CUDA launch error otherwise.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_status.h"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_mma_kernel.cuh"
 #include "kvpage/cuda/paged_decode.h"
 
 namespace kvpage::cuda {
@@ -20,40 +21,39 @@ using internal::DecodeLaunch;
 using internal::MakeDecodeLaunch;
 using internal::PagedDecodeKernel;
 
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The kernel PagedDecode launches for (T, head_dim, group tile), as a function pointer.
+using DecodeKernelFn = void (*)(DecodeArgs);
+
 template <typename T, int kHeadDim>
-cudaError_t LaunchForHeadDim(const DecodeArgs& a, int32_t group_tile, dim3 grid,
-                             cudaStream_t stream) {
+DecodeKernelFn KernelForTile(int32_t group_tile) {
   switch (group_tile) {
     case 1:
-      PagedDecodeKernel<T, kHeadDim, 1><<<grid, kDecodeThreads, 0, stream>>>(a);
-      break;
+      return PagedDecodeKernel<T, kHeadDim, 1>;
     case 2:
-      PagedDecodeKernel<T, kHeadDim, 2><<<grid, kDecodeThreads, 0, stream>>>(a);
-      break;
+      return PagedDecodeKernel<T, kHeadDim, 2>;
     case 4:
-      PagedDecodeKernel<T, kHeadDim, 4><<<grid, kDecodeThreads, 0, stream>>>(a);
-      break;
+      return PagedDecodeKernel<T, kHeadDim, 4>;
     default:
-      PagedDecodeKernel<T, kHeadDim, 8><<<grid, kDecodeThreads, 0, stream>>>(a);
-      break;
+      return PagedDecodeKernel<T, kHeadDim, 8>;
   }
-  return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchForType(const DecodeArgs& a, int32_t head_dim, int32_t group_tile, dim3 grid,
-                          cudaStream_t stream) {
+DecodeKernelFn KernelFor(int32_t head_dim, int32_t group_tile, bool tensor_cores) {
   switch (head_dim) {
     case 64:
-      return LaunchForHeadDim<T, 64>(a, group_tile, grid, stream);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 64>
+                          : KernelForTile<T, 64>(group_tile);
     case 128:
-      return LaunchForHeadDim<T, 128>(a, group_tile, grid, stream);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 128>
+                          : KernelForTile<T, 128>(group_tile);
     default:
-      return LaunchForHeadDim<T, 256>(a, group_tile, grid, stream);
+      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 256>
+                          : KernelForTile<T, 256>(group_tile);
   }
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -66,6 +66,48 @@ int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t n
   if (plan.num_splits <= 1) return 0;
   return static_cast<int64_t>(num_seqs) * num_q_heads * plan.num_splits * (head_dim + 1) *
          static_cast<int64_t>(sizeof(float));
+}
+
+absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
+                                        bool tensor_cores) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeCtasPerSm: dtype ", DTypeName(dtype), " is not f16 or bf16"));
+  }
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeCtasPerSm: head_dim ", head_dim, " is not 64, 128 or 256"));
+  }
+  if (group_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeCtasPerSm: group_size ", group_size, " must be positive"));
+  }
+  const int32_t tile = internal::GroupTile(group_size);
+  const DecodeKernelFn kernel = dtype == DType::kBF16
+                                    ? KernelFor<__nv_bfloat16>(head_dim, tile, tensor_cores)
+                                    : KernelFor<__half>(head_dim, tile, tensor_cores);
+  const int threads =
+      tensor_cores ? internal::MmaDecodeThreads(head_dim) : internal::kDecodeThreads;
+  int ctas = 0;
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, threads, 0);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "DecodeCtasPerSm");
+  return ctas;
+}
+
+absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
+                                 int32_t group_size, DecodePlan* plan) {
+  absl::StatusOr<int32_t> ctas = DecodeCtasPerSm(dtype, head_dim, group_size, in.tensor_cores);
+  if (!ctas.ok()) return ctas.status();
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  if (err != cudaSuccess) return internal::CudaStatus(err, "PlanDecodeForDevice");
+  in.num_sms = sms;
+  in.ctas_per_sm = *ctas;
+  return PlanDecode(in, plan);
 }
 
 absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
@@ -84,6 +126,11 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   }
   if (cache.dtype == DType::kFP8) {
     return absl::InvalidArgumentError("PagedDecode: fp8 caches are not supported yet");
+  }
+  if (plan.use_tensor_cores && cache.block_size % internal::kMmaStepTokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: the tensor-core kernel needs a "
+                                                   "block_size multiple of 16, not ",
+                                                   cache.block_size));
   }
   const int32_t hq = params.num_q_heads;
   if (hq <= 0 || hq % cache.num_kv_heads != 0) {
@@ -121,10 +168,12 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   const DecodeArgs& a = launch.args;
   const int32_t group_tile = launch.group_tile;
   const dim3 grid(launch.grid[0], launch.grid[1], launch.grid[2]);
-  const cudaError_t err =
-      cache.dtype == DType::kBF16
-          ? LaunchForType<__nv_bfloat16>(a, d, group_tile, grid, stream)
-          : LaunchForType<__half>(a, d, group_tile, grid, stream);
+  const bool mma = launch.tensor_cores;
+  const DecodeKernelFn kernel = cache.dtype == DType::kBF16
+                                    ? KernelFor<__nv_bfloat16>(d, group_tile, mma)
+                                    : KernelFor<__half>(d, group_tile, mma);
+  kernel<<<grid, launch.threads, 0, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return internal::CudaStatus(err, "PagedDecodeKernel");
   if (plan.num_splits == 1) return absl::OkStatus();
   return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, table.num_seqs, hq, plan.num_splits, d,

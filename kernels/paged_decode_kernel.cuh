@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   state.Init();
 
   const TokenRange range = SplitRange(AttendedRange(a.seq_lens[seq], a.window_left),
-                                      a.chunk_tokens, split);
+                                      a.chunk_tokens, split, a.num_splits);
   const int32_t* table_row = a.table + seq * a.row_stride;
   const T* cache = static_cast<const T*>(a.cache);
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;
@@ -301,11 +301,17 @@ inline int32_t HeadTiles(int32_t group_size) {
   return (group_size + tile - 1) / tile;
 }
 
+// Threads of the tensor-core decode CTA (paged_decode_mma_kernel.cuh) for a head_dim: 256 / D
+// warps, so its double-buffered 16-token K/V steps take 32 KiB of shared memory for every D.
+constexpr int MmaDecodeThreads(int head_dim) { return 32 * (256 / head_dim); }
+
 // Kernel arguments, template tile and grid (x, y, z) of one call, shared by the launcher and
 // the host emulation test. REQUIRES: arguments already validated by PagedDecode.
 struct DecodeLaunch {
   DecodeArgs args;
-  int32_t group_tile;
+  int32_t group_tile;   // CUDA-core kernel: query heads a CTA holds
+  bool tensor_cores;    // PagedDecodeMmaKernel instead (8 heads a CTA)
+  int32_t threads;      // CTA size of the chosen kernel
   unsigned int grid[3];
 };
 inline DecodeLaunch MakeDecodeLaunch(void* out, const void* q, int64_t q_seq_stride,
@@ -339,7 +345,9 @@ inline DecodeLaunch MakeDecodeLaunch(void* out, const void* q, int64_t q_seq_str
   const int64_t partial_rows = static_cast<int64_t>(table.num_seqs) * hq * plan.num_splits;
   a.ws_o = plan.num_splits == 1 ? nullptr : ws;
   a.ws_lse = plan.num_splits == 1 ? nullptr : ws + partial_rows * cache.head_dim;
-  return DecodeLaunch{a, GroupTile(group),
+  const int32_t threads =
+      plan.use_tensor_cores ? MmaDecodeThreads(cache.head_dim) : kDecodeThreads;
+  return DecodeLaunch{a, GroupTile(group), plan.use_tensor_cores, threads,
                       {static_cast<unsigned int>(cache.num_kv_heads * a.head_tiles),
                        static_cast<unsigned int>(table.num_seqs),
                        static_cast<unsigned int>(plan.num_splits)}};

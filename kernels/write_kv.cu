@@ -23,15 +23,8 @@ using internal::MakeWriteKvFp8Args;
 absl::Status CheckInputs(const void* k, const void* v, int64_t k_token_stride,
                          int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                          const KvCacheView& cache, const char* what) {
-  if (num_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": num_tokens ", num_tokens, " < 0"));
-  }
-  if (k == nullptr || slot_mapping == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": k or slot_mapping is null"));
-  }
-  if (v == nullptr && cache.kv_stride != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": v is null but the view has a V half"));
-  }
+  absl::Status status = ValidateWriteKvArgs(k, v, slot_mapping, num_tokens, cache, what);
+  if (!status.ok()) return status;
   if (reinterpret_cast<uintptr_t>(k) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": k or v is not 16-byte aligned"));
   }

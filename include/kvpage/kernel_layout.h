@@ -71,6 +71,14 @@ KvCacheView MlaKvCache(void* base, int32_t num_blocks, int32_t block_size, int32
 // InvalidArgument naming the offending field when a view breaks the invariants above.
 absl::Status ValidateKvCacheView(const KvCacheView& cache);
 
+// The arguments of a write_kv call (WriteKv / WriteKvFp8, here and in kvpage/cuda/write_kv.h)
+// that do not depend on where they live: num_tokens >= 0, k and slot_mapping present, and v
+// present exactly when the view has a V half (kv_stride != 0). An MLA view (kv_stride 0) takes
+// no v: its one latent row would be written twice. InvalidArgument naming the value; `what`
+// prefixes the message.
+absl::Status ValidateWriteKvArgs(const void* k, const void* v, const int64_t* slot_mapping,
+                                 int32_t num_tokens, const KvCacheView& cache, const char* what);
+
 // The view and the arguments of a write into an fp8 cache (WriteKvFp8, here and in
 // kvpage/cuda/write_kv.h): a valid fp8 view, f16/bf16 input, positive finite scales.
 // InvalidArgument naming the bad value.
@@ -118,15 +126,18 @@ KVPAGE_HOST_DEVICE constexpr TokenRange AttendedRange(int32_t seq_len, int32_t w
   return TokenRange{begin, seq_len};
 }
 
-// Tokens of split `split` when the attended range is cut into chunks of chunk_tokens tokens
-// starting at its first token; empty once the split lies past the end.
-// REQUIRES: chunk_tokens > 0, split >= 0.
+// Tokens of split `split` of `num_splits` when the attended range is cut into chunks of
+// chunk_tokens tokens starting at its first token; empty once the split lies past the end. The
+// last split runs to the end of the range whatever its length, so a plan made for a shorter
+// maximum (a CUDA graph replayed after the sequences grew) still covers every token, only
+// with more work in the last split.
+// REQUIRES: chunk_tokens > 0, 0 <= split < num_splits.
 KVPAGE_HOST_DEVICE constexpr TokenRange SplitRange(TokenRange attended, int32_t chunk_tokens,
-                                                   int32_t split) {
+                                                   int32_t split, int32_t num_splits) {
   const int64_t begin = static_cast<int64_t>(attended.begin) +
                         static_cast<int64_t>(split) * chunk_tokens;
   if (begin >= attended.end) return TokenRange{attended.end, attended.end};
-  const int64_t end = begin + chunk_tokens;
+  const int64_t end = split == num_splits - 1 ? attended.end : begin + chunk_tokens;
   return TokenRange{static_cast<int32_t>(begin),
                     static_cast<int32_t>(end < attended.end ? end : attended.end)};
 }
@@ -139,19 +150,26 @@ struct DecodeParams {
 };
 
 // How paged decode splits each sequence's KV range across CTAs. Fixed for a launch, so a
-// CUDA graph captured with a plan can be replayed for any seq_lens up to the planned maximum.
+// CUDA graph captured with a plan can be replayed for any seq_lens: splits take chunk_tokens
+// tokens each and the last one takes the rest of the range (SplitRange), so a longer sequence
+// than planned is still exact, only less balanced.
 // num_splits == 1 writes the output directly; otherwise partial (o, lse) go to a workspace
 // and a merge kernel combines them.
 struct DecodePlan {
   int32_t num_splits = 1;
   int32_t chunk_tokens = 0;  // tokens per split; a multiple of block_size
+  // The tensor-core kernel (mma.sync; block_size a multiple of 16) instead of the CUDA-core
+  // one. Off by default until it has passed the GPU check (docs/kernels.md §3).
+  bool use_tensor_cores = false;
 };
 
-// Host planning, FlashInfer's rule in simplified form: no split when the
-// num_seqs * num_kv_heads * head_tiles CTAs already fill `target_ctas`; otherwise the number of
-// splits that brings the grid closest to it, with at least `min_chunk_tokens` tokens (rounded
-// up to a block) per split. max_attended_tokens is the longest attended range in the batch
-// (min(max_seq_len, window_left + 1) with a window).
+// Host planning, FlashInfer's rule in simplified form. One wave is num_sms * ctas_per_sm CTAs
+// (ctas_per_sm: what the decode kernel's registers and shared memory allow, e.g.
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor; kvpage::cuda::PlanDecodeForDevice asks the
+// device). No split when the num_seqs * num_kv_heads * head_tiles CTAs already fill a wave;
+// otherwise the most splits that keep the grid within one wave, with at least
+// `min_chunk_tokens` tokens (rounded up to a block) per split. max_attended_tokens is the
+// longest attended range in the batch (min(max_seq_len, window_left + 1) with a window).
 // InvalidArgument naming the value if any count is not positive.
 struct DecodePlanInputs {
   int32_t num_seqs = 0;
@@ -159,11 +177,21 @@ struct DecodePlanInputs {
   int32_t head_tiles = 1;  // CTAs per KV head (1 unless the GQA group exceeds 8)
   int32_t max_attended_tokens = 0;
   int32_t block_size = 0;
-  int32_t target_ctas = 0;  // e.g. 2 * number of SMs
+  int32_t num_sms = 0;
+  int32_t ctas_per_sm = 0;  // resident decode CTAs per SM
   int32_t min_chunk_tokens = 256;
   int32_t max_splits = 64;
+  bool tensor_cores = false;  // copied to DecodePlan::use_tensor_cores
 };
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan);
+
+// Resident CTAs per SM of a kernel on an sm_90 GPU (H100/H200: 64K registers, 2,048 threads,
+// 32 CTAs and 227 KiB of shared memory per SM; registers allocated per warp in units of 256,
+// i.e. 8 per thread), the arithmetic of CUDA's occupancy calculator. For planning where no
+// device can be asked and for tests; 0 when the kernel cannot run (too many registers,
+// threads or shared memory). REQUIRES: registers_per_thread > 0, threads_per_cta > 0.
+int32_t Sm90CtasPerSm(int32_t registers_per_thread, int32_t threads_per_cta,
+                      int32_t shared_bytes_per_cta);
 
 // One slot-major tensor of one layer for the copy kernels: slot s occupies bytes
 // [base + s*slot_stride_bytes, + copy_bytes). A KV block is a slot whose bytes are K and V of

@@ -40,9 +40,11 @@ uint16_t FloatToHalf(float x, DType dtype);
 //   k: [num_tokens][num_kv_heads][head_dim] with token stride k_token_stride (elements),
 //      head_dim contiguous, head stride head_dim; same for v.
 //   slot_mapping: int64 [num_tokens]; slot = block_id * block_size + offset; < 0 skips.
-// v may be null for an MLA view (kv_stride 0): only the latent row is written.
+// v must be null for an MLA view (kv_stride 0: only the latent row is written) and non-null
+// otherwise (ValidateWriteKvArgs, the launchers' rule).
 // InvalidArgument for an invalid or fp8 view (see WriteKvFp8), a slot past
-// num_blocks * block_size (naming the token and slot), or a null k.
+// num_blocks * block_size (naming the token and slot), a null k, or a v that does not match
+// the view.
 absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache);

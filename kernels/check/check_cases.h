@@ -21,9 +21,10 @@ inline std::vector<WriteKvCase> WriteKvCases() {
   };
 }
 
+// Every case on the CUDA-core kernel, then again on the tensor-core one.
 inline std::vector<DecodeCase> DecodeCases() {
   // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
-  return {
+  std::vector<DecodeCase> cases = {
       {DType::kBF16, 8, 8, 4, 128, 16, 300, -1, 0},
       {DType::kF16, 8, 8, 4, 128, 16, 300, -1, 0},
       {DType::kF16, 7, 2, 8, 256, 64, 200, -1, 0},   // GQA 8, head_dim 256, block 64
@@ -37,7 +38,14 @@ inline std::vector<DecodeCase> DecodeCases() {
       {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},  // split-KV
       {DType::kF16, 6, 2, 4, 256, 64, 3000, 1000, 3},  // split-KV inside a window
       {DType::kBF16, 6, 8, 4, 128, 16, 8192, -1, 0},   // device plan
+      {DType::kBF16, 6, 2, 4, 128, 16, 900, -1, 2, 200},  // plan for shorter sequences
   };
+  const size_t n = cases.size();
+  for (size_t i = 0; i < n; ++i) {
+    cases.push_back(cases[i]);
+    cases.back().tensor_cores = true;
+  }
+  return cases;
 }
 
 inline std::vector<CopyCase> CopyCases() { return {{64, 20}, {8, 3}}; }

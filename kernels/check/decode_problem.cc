@@ -19,13 +19,17 @@ int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) 
 }  // namespace
 
 std::string DecodeCase::Name() const {
-  return absl::StrFormat("paged_decode %s B=%d Hkv=%d G=%d D=%d bs=%d len<=%d win=%d splits=%d",
-                         DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
-                         max_len, window_left, num_splits);
+  std::string name =
+      absl::StrFormat("paged_decode %s B=%d Hkv=%d G=%d D=%d bs=%d len<=%d win=%d splits=%d",
+                      DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
+                      max_len, window_left, num_splits);
+  if (plan_tokens > 0) name += absl::StrFormat(" planned for %d", plan_tokens);
+  if (tensor_cores) name += " tensor cores";
+  return name;
 }
 
-absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t target_ctas,
-                               DecodeProblem* p) {
+absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_sms,
+                               int32_t ctas_per_sm, DecodeProblem* p) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   p->c = c;
@@ -75,10 +79,11 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t targe
     const TokenRange r = AttendedRange(len, c.window_left);
     max_attended = std::max(max_attended, r.end - r.begin);
   }
+  if (c.plan_tokens > 0) max_attended = std::min(max_attended, c.plan_tokens);
   if (c.num_splits > 0) {
     const int32_t tokens = std::max(max_attended, 1);
     const int32_t chunk = std::max(1, CeilDiv(CeilDiv(tokens, c.num_splits), bs)) * bs;
-    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk};
+    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk, c.tensor_cores};
     return absl::OkStatus();
   }
   DecodePlanInputs in;
@@ -87,7 +92,9 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t targe
   in.head_tiles = std::max(1, (c.group + 7) / 8);  // CTAs per KV head, as the launcher
   in.max_attended_tokens = max_attended;
   in.block_size = bs;
-  in.target_ctas = target_ctas;
+  in.num_sms = num_sms;
+  in.ctas_per_sm = ctas_per_sm;
+  in.tensor_cores = c.tensor_cores;
   return PlanDecode(in, &p->plan);
 }
 

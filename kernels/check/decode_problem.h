@@ -22,7 +22,11 @@ struct DecodeCase {
   int32_t block_size = 16;
   int32_t max_len = 0;  // longest sequence; the first sequences take edge lengths
   int32_t window_left = -1;
-  int32_t num_splits = 0;  // 0: PlanDecode with target_ctas; n: about n splits
+  int32_t num_splits = 0;  // 0: PlanDecode for the machine; n: about n splits
+  // 0: plan for the batch's longest attended range; n: plan as if it were n tokens (a plan
+  // captured in a graph for shorter sequences, replayed after they grew).
+  int32_t plan_tokens = 0;
+  bool tensor_cores = false;  // the plan asks for the tensor-core kernel
   std::string Name() const;
 };
 
@@ -54,9 +58,10 @@ struct DecodeProblem {
   }
 };
 
-// target_ctas feeds PlanDecode when c.num_splits == 0 (e.g. 2 x the device's SMs).
-absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t target_ctas,
-                               DecodeProblem* p);
+// num_sms and ctas_per_sm (the decode kernel's occupancy) feed PlanDecode when
+// c.num_splits == 0.
+absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_sms,
+                               int32_t ctas_per_sm, DecodeProblem* p);
 
 // Compares a kernel output ([num_seqs][num_q_heads][head_dim] bits of c.dtype) with the CPU
 // reference: |err| <= tol + tol*|ref| per element (bf16 1e-2, fp16 2e-3; NaN fails) and a

@@ -22,6 +22,7 @@ class DeviceBuffer {
   }
 
   absl::Status Allocate(size_t bytes) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
     bytes_ = bytes;
     const cudaError_t err = cudaMalloc(&ptr_, bytes == 0 ? 16 : bytes);
     if (err != cudaSuccess) ptr_ = nullptr;
@@ -34,6 +35,13 @@ class DeviceBuffer {
     const cudaError_t err =
         cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
     return err == cudaSuccess ? absl::OkStatus() : internal::CudaStatus(err, "upload");
+  }
+  // Copies host into the existing allocation. REQUIRES: it fits.
+  template <typename T>
+  absl::Status CopyIn(const std::vector<T>& host) {
+    const cudaError_t err =
+        cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return err == cudaSuccess ? absl::OkStatus() : internal::CudaStatus(err, "copy in");
   }
   template <typename T>
   absl::Status Download(std::vector<T>* host) const {

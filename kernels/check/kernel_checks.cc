@@ -118,8 +118,10 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  KVPAGE_ASSIGN_OR_RETURN(const int32_t ctas_per_sm,
+                          DecodeCtasPerSm(c.dtype, c.head_dim, c.group, c.tensor_cores));
   DecodeProblem p;
-  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 2 * std::max(sms, 1), &p));
+  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, std::max(sms, 1), ctas_per_sm, &p));
   const int32_t hq = p.num_q_heads();
   DeviceBuffer dcache, dq, dtable, dlens, dout, dws;
   KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
@@ -277,9 +279,13 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
 
 absl::Status CheckGraphCapture(uint32_t seed) {
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  // The plan and the graph are made for sequences of at most 200 tokens; the graph is replayed
+  // after they grew to up to 600 (the last split runs to the end).
   DecodeProblem p;
-  const DecodeCase c{DType::kBF16, 6, 2, 4, 128, 16, 600, -1, 3};
-  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 1, &p));
+  const DecodeCase c{DType::kBF16, 6, 2, 4, 128, 16, 600, -1, 3, /*plan_tokens=*/200};
+  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 1, 1, &p));
+  std::vector<int32_t> short_lens = p.lens;
+  for (int32_t& len : short_lens) len = std::min(len, c.plan_tokens);
   const int32_t hq = p.num_q_heads();
   DeviceBuffer dcache, dq, dtable, dlens, eager, graphed, dws;
   KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
@@ -326,6 +332,7 @@ absl::Status CheckGraphCapture(uint32_t seed) {
   }
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  if (status.ok()) status = dlens.CopyIn(short_lens);
   if (status.ok()) {
     err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaStreamBeginCapture");
@@ -341,7 +348,9 @@ absl::Status CheckGraphCapture(uint32_t seed) {
     err = cudaGraphInstantiate(&exec, graph, 0);
     if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphInstantiate");
   }
-  for (int replay = 0; status.ok() && replay < 2; ++replay) {
+  for (int replay = 0; status.ok() && replay < 3; ++replay) {
+    if (replay == 1) status = dlens.CopyIn(p.lens);  // the sequences grew
+    if (!status.ok()) break;
     err = cudaGraphLaunch(exec, stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphLaunch");

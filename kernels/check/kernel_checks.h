@@ -51,9 +51,11 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
                         int32_t head_dim, DType dtype, uint32_t seed);
 
 // Captures WriteKv, PagedDecode (split-KV, so the merge launch too), CopySlots and ZeroSlots
-// on one stream into a CUDA graph, replays it twice, and checks that the decode output is
-// bit-identical to an eager run and matches the reference (proves no launcher syncs,
-// allocates or otherwise breaks capture).
+// on one stream into a CUDA graph with a plan and seq_lens for sequences of at most 200
+// tokens, replays it once, then grows seq_lens on the device to up to 600 and replays it twice,
+// and checks that the decode output is bit-identical to an eager run and matches the
+// reference (proves no launcher syncs, allocates or otherwise breaks capture, and that a plan
+// for shorter sequences stays exact).
 absl::Status CheckGraphCapture(uint32_t seed);
 
 }  // namespace kvpage::cuda::check

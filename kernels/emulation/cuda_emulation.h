@@ -8,10 +8,15 @@
 // __shared__ becomes a function-local static, which is correct because CTAs run one at a time.
 // Not thread-safe: one launch at a time per process.
 //
-// What it proves: indexing, masking, the online-softmax merges and the split/merge protocol of
-// the real kernel source. What it does not prove: timing, memory-model races beyond those
-// barriers, register limits, or fp rounding of the fast intrinsics (__expf, __log2f, exp2f map
-// to libm here). Test-only: nothing in the library includes it.
+// The warp-wide matrix instructions the tensor-core decode uses (mma.sync m16n8k16, ldmatrix,
+// through kernels/mma.cuh) are emulated with the PTX fragment layouts; cp.async copies at once.
+//
+// What it proves: indexing, masking, fragment bookkeeping, the online-softmax merges and the
+// split/merge protocol of the real kernel source. What it does not prove: timing, memory-model
+// races beyond those barriers, register limits, that the PTX fragment layouts are as this file
+// reads them (only a GPU run can), the accumulation order of mma, or fp rounding of the fast
+// intrinsics (__expf, __log2f, exp2f map to libm here). Test-only: nothing in the library
+// includes it.
 #ifndef KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
 #define KVPAGE_KERNELS_EMULATION_CUDA_EMULATION_H_
 
@@ -38,6 +43,7 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
   unsigned int x = 1, y = 1, z = 1;
@@ -157,6 +163,9 @@ class Cta {
   void SyncThreads() { Wait(cta_barrier_); }
   void SyncWarp() { Wait(warps_[current_ / 32]); }
   float* WarpSlots() { return slots_[current_ / 32]; }
+  // Per-warp exchange for the warp-wide matrix instructions: 8 words and one pointer a lane.
+  uint32_t* WarpWords() { return words_[current_ / 32]; }
+  const void** WarpPointers() { return pointers_[current_ / 32]; }
   static Cta* Active() { return active_; }
 
  private:
@@ -257,6 +266,8 @@ class Cta {
   std::vector<Barrier> warps_;
   Barrier cta_barrier_{};
   float slots_[32][32] = {};  // shuffle exchange, one row per warp (up to 1024 threads)
+  uint32_t words_[32][32 * 8] = {};
+  const void* pointers_[32][32] = {};
   ucontext_t main_ctx_{};
   const void* main_stack_bottom_ = nullptr;
   size_t main_stack_size_ = 0;
@@ -281,7 +292,83 @@ inline float __shfl_xor_sync(unsigned int /*mask*/, float value, int lane_mask) 
   return other;
 }
 
+inline float __shfl_sync(unsigned int /*mask*/, float value, int src_lane) {
+  kvpage::cuda::emulation::Cta& cta = *kvpage::cuda::emulation::Cta::Active();
+  float* slots = cta.WarpSlots();
+  slots[threadIdx.x % 32] = value;
+  cta.SyncWarp();
+  const float other = slots[src_lane % 32];
+  cta.SyncWarp();
+  return other;
+}
+
+inline void __syncwarp(unsigned int /*mask*/ = 0xffffffffu) {
+  kvpage::cuda::emulation::Cta::Active()->SyncWarp();
+}
+
 namespace kvpage::cuda::emulation {
+
+// Value of the 16-bit half `hi` of a register holding two bf16 (or f16) values.
+inline float HalfOfWord(uint32_t word, int hi, bool bf16) {
+  const uint16_t bits = static_cast<uint16_t>(hi ? word >> 16 : word & 0xffffu);
+  return bf16 ? kvpage::ref::Bf16ToFloat(bits) : kvpage::ref::F16ToFloat(bits);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d += A * B over the warp, with the
+// fragment layouts of kernels/mma.cuh. Every lane deposits its fragments, then computes its
+// own four outputs from the whole matrices (products and sums in float, in k order).
+inline void Mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16) {
+  Cta& cta = *Cta::Active();
+  uint32_t* words = cta.WarpWords();
+  const unsigned int lane = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) words[lane * 8 + i] = a[i];
+  words[lane * 8 + 4] = b[0];
+  words[lane * 8 + 5] = b[1];
+  cta.SyncWarp();
+  // A[r][k]: lane (r % 8) * 4 + (k % 8) / 2, register r / 8 + 2 * (k / 8), half k % 2.
+  // B[k][n]: lane n * 4 + (k % 8) / 2, register 4 + k / 8, half k % 2.
+  auto a_at = [&](int r, int k) {
+    return HalfOfWord(words[((r % 8) * 4 + (k % 8) / 2) * 8 + r / 8 + 2 * (k / 8)], k % 2, bf16);
+  };
+  auto b_at = [&](int k, int n) {
+    return HalfOfWord(words[(n * 4 + (k % 8) / 2) * 8 + 4 + k / 8], k % 2, bf16);
+  };
+  const int g = static_cast<int>(lane / 4), q = static_cast<int>(lane % 4);
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * q + i % 2;
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) acc += a_at(row, k) * b_at(k, col);
+    out[i] = acc;
+  }
+  cta.SyncWarp();
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane 8j + i gives the address of row i of
+// matrix j (8 values of 16 bits); register j receives M_j[g][2q..2q+1], or with trans
+// M_j[2q][g] (low half) and M_j[2q+1][g] (high half).
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
+  Cta& cta = *Cta::Active();
+  const void** pointers = cta.WarpPointers();
+  const unsigned int lane = threadIdx.x % 32;
+  pointers[lane] = row;
+  cta.SyncWarp();
+  const unsigned int g = lane / 4, q = lane % 4;
+  uint32_t out[4];
+  for (unsigned int j = 0; j < 4; ++j) {
+    if (!trans) {
+      std::memcpy(&out[j], static_cast<const char*>(pointers[8 * j + g]) + 4 * q, 4);
+    } else {
+      uint16_t lo, hi;
+      std::memcpy(&lo, static_cast<const char*>(pointers[8 * j + 2 * q]) + 2 * g, 2);
+      std::memcpy(&hi, static_cast<const char*>(pointers[8 * j + 2 * q + 1]) + 2 * g, 2);
+      out[j] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+    }
+  }
+  cta.SyncWarp();
+  for (int j = 0; j < 4; ++j) r[j] = out[j];
+}
 
 // Runs kernel(args...) over `grid` x `block` (1-D blocks), one CTA at a time.
 template <typename Kernel, typename... Args>

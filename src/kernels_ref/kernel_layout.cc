@@ -121,12 +121,31 @@ absl::Status ValidateWriteKvFp8(const KvCacheView& cache, DType input_dtype, flo
   return absl::OkStatus();
 }
 
+absl::Status ValidateWriteKvArgs(const void* k, const void* v, const int64_t* slot_mapping,
+                                 int32_t num_tokens, const KvCacheView& cache, const char* what) {
+  if (num_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": num_tokens ", num_tokens, " < 0"));
+  }
+  if (k == nullptr || slot_mapping == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": k or slot_mapping is null"));
+  }
+  if (v == nullptr && cache.kv_stride != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": v is null but the view has a V half (kv_stride ", cache.kv_stride, ")"));
+  }
+  if (v != nullptr && cache.kv_stride == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": v is given but the view has no V half (kv_stride 0, an MLA latent row)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
-  const int32_t counts[] = {in.num_seqs,   in.num_kv_heads, in.head_tiles,      in.block_size,
-                            in.target_ctas, in.min_chunk_tokens, in.max_splits};
-  const char* names[] = {"num_seqs",    "num_kv_heads",     "head_tiles", "block_size",
-                         "target_ctas", "min_chunk_tokens", "max_splits"};
-  for (int i = 0; i < 7; ++i) {
+  const int32_t counts[] = {in.num_seqs,   in.num_kv_heads, in.head_tiles,       in.block_size,
+                            in.num_sms,    in.ctas_per_sm,  in.min_chunk_tokens, in.max_splits};
+  const char* names[] = {"num_seqs", "num_kv_heads", "head_tiles",       "block_size",
+                         "num_sms",  "ctas_per_sm",  "min_chunk_tokens", "max_splits"};
+  for (int i = 0; i < 8; ++i) {
     if (counts[i] <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("PlanDecode: ", names[i], " ", counts[i], " must be positive"));
@@ -139,10 +158,12 @@ absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
   const int64_t bs = in.block_size;
   const int64_t max_tokens = std::max<int64_t>(in.max_attended_tokens, 1);
   const int64_t ctas = static_cast<int64_t>(in.num_seqs) * in.num_kv_heads * in.head_tiles;
-  int64_t splits = 1;
-  if (ctas < in.target_ctas) splits = (in.target_ctas + ctas - 1) / ctas;
+  const int64_t wave = static_cast<int64_t>(in.num_sms) * in.ctas_per_sm;
+  // As many splits as fit the grid in one wave: a partial second wave would leave most SMs
+  // idle while it runs.
+  const int64_t splits_in_wave = std::max<int64_t>(wave / ctas, 1);
   const int64_t min_chunk = (in.min_chunk_tokens + bs - 1) / bs * bs;
-  splits = std::min<int64_t>(splits, (max_tokens + min_chunk - 1) / min_chunk);
+  int64_t splits = std::min<int64_t>(splits_in_wave, (max_tokens + min_chunk - 1) / min_chunk);
   splits = std::clamp<int64_t>(splits, 1, in.max_splits);
   // Chunks are whole blocks; recount the splits the rounded chunk actually needs.
   int64_t chunk = (max_tokens + splits - 1) / splits;
@@ -150,7 +171,29 @@ absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
   splits = (max_tokens + chunk - 1) / chunk;
   plan->num_splits = static_cast<int32_t>(splits);
   plan->chunk_tokens = static_cast<int32_t>(chunk);
+  plan->use_tensor_cores = in.tensor_cores;
   return absl::OkStatus();
+}
+
+int32_t Sm90CtasPerSm(int32_t registers_per_thread, int32_t threads_per_cta,
+                      int32_t shared_bytes_per_cta) {
+  constexpr int32_t kRegistersPerSm = 65536, kMaxRegistersPerThread = 255;
+  constexpr int32_t kWarpsPerSm = 64, kCtasPerSm = 32, kMaxThreadsPerCta = 1024;
+  constexpr int32_t kSharedPerSm = 233472, kMaxSharedPerCta = 232448;
+  constexpr int32_t kSharedReservedPerCta = 1024, kSharedUnit = 128, kRegisterUnit = 256;
+  if (registers_per_thread > kMaxRegistersPerThread || threads_per_cta > kMaxThreadsPerCta ||
+      shared_bytes_per_cta > kMaxSharedPerCta) {
+    return 0;
+  }
+  const int32_t warps = (threads_per_cta + 31) / 32;
+  const int32_t warp_registers =
+      (registers_per_thread * 32 + kRegisterUnit - 1) / kRegisterUnit * kRegisterUnit;
+  const int32_t by_registers = kRegistersPerSm / warp_registers / warps;
+  const int32_t by_warps = kWarpsPerSm / warps;
+  const int32_t shared = (shared_bytes_per_cta + kSharedReservedPerCta + kSharedUnit - 1) /
+                         kSharedUnit * kSharedUnit;
+  const int32_t by_shared = kSharedPerSm / shared;
+  return std::min({by_registers, by_warps, by_shared, kCtasPerSm});
 }
 
 absl::Status ValidateSlotTensor(const SlotTensor& t, int64_t index) {

@@ -46,10 +46,12 @@ absl::Status CheckHalfCache(const KvCacheView& cache, const char* what) {
   return absl::OkStatus();
 }
 
-// Common checks of WriteKv and WriteKvFp8: k present, every slot inside the cache.
-absl::Status CheckWriteArgs(const uint16_t* k, const int64_t* slot_mapping, int32_t num_tokens,
-                            const KvCacheView& cache, const char* what) {
-  if (k == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": k is null"));
+// Common checks of WriteKv and WriteKvFp8: the launchers' argument rules, and every slot
+// inside the cache (the kernel skips a slot past the end; the reference calls it a bug).
+absl::Status CheckWriteArgs(const uint16_t* k, const uint16_t* v, const int64_t* slot_mapping,
+                            int32_t num_tokens, const KvCacheView& cache, const char* what) {
+  absl::Status status = ValidateWriteKvArgs(k, v, slot_mapping, num_tokens, cache, what);
+  if (!status.ok()) return status;
   const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
   for (int32_t t = 0; t < num_tokens; ++t) {
     if (slot_mapping[t] >= num_slots) {
@@ -68,7 +70,7 @@ absl::Status WriteKv(const uint16_t* k, const uint16_t* v, int64_t k_token_strid
                      const KvCacheView& cache) {
   absl::Status status = CheckHalfCache(cache, "WriteKv");
   if (!status.ok()) return status;
-  status = CheckWriteArgs(k, slot_mapping, num_tokens, cache, "WriteKv");
+  status = CheckWriteArgs(k, v, slot_mapping, num_tokens, cache, "WriteKv");
   if (!status.ok()) return status;
   const size_t row_bytes = sizeof(uint16_t) * cache.head_dim;
   for (int32_t t = 0; t < num_tokens; ++t) {
@@ -94,7 +96,7 @@ absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_st
                         const KvCacheView& cache) {
   absl::Status status = ValidateWriteKvFp8(cache, input_dtype, k_scale, v_scale);
   if (!status.ok()) return status;
-  status = CheckWriteArgs(k, slot_mapping, num_tokens, cache, "WriteKvFp8");
+  status = CheckWriteArgs(k, v, slot_mapping, num_tokens, cache, "WriteKvFp8");
   if (!status.ok()) return status;
   const float inv_scale[2] = {1.0f / k_scale, 1.0f / v_scale};
   uint8_t* base = static_cast<uint8_t*>(cache.base);

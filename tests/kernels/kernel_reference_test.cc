@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -146,11 +147,30 @@ TEST(KernelLayoutTest, AttendedAndSplitRanges) {
   EXPECT_EQ(AttendedRange(3, 5).begin, 0);
   EXPECT_EQ(AttendedRange(0, -1).end, 0);
   const TokenRange r{6, 10};
-  EXPECT_EQ(SplitRange(r, 3, 0).begin, 6);
-  EXPECT_EQ(SplitRange(r, 3, 0).end, 9);
-  EXPECT_EQ(SplitRange(r, 3, 1).begin, 9);
-  EXPECT_EQ(SplitRange(r, 3, 1).end, 10);
-  EXPECT_EQ(SplitRange(r, 3, 2).begin, SplitRange(r, 3, 2).end);
+  EXPECT_EQ(SplitRange(r, 3, 0, 3).begin, 6);
+  EXPECT_EQ(SplitRange(r, 3, 0, 3).end, 9);
+  EXPECT_EQ(SplitRange(r, 3, 1, 3).begin, 9);
+  EXPECT_EQ(SplitRange(r, 3, 1, 3).end, 10);
+  EXPECT_EQ(SplitRange(r, 3, 2, 3).begin, 10);
+  EXPECT_EQ(SplitRange(r, 3, 2, 3).end, 10);
+}
+
+// A plan made for 32 tokens (2 splits of 16), e.g. captured in a CUDA graph, replayed for a
+// 100-token sequence: the last split takes tokens 16..99 instead of dropping 32..99.
+TEST(KernelLayoutTest, LastSplitRunsToTheEnd) {
+  const TokenRange r = AttendedRange(100, -1);
+  EXPECT_EQ(SplitRange(r, 16, 0, 2).begin, 0);
+  EXPECT_EQ(SplitRange(r, 16, 0, 2).end, 16);
+  EXPECT_EQ(SplitRange(r, 16, 1, 2).begin, 16);
+  EXPECT_EQ(SplitRange(r, 16, 1, 2).end, 100);
+  // With a window: [60, 100), chunks of 16 from 60.
+  const TokenRange w = AttendedRange(100, 39);
+  EXPECT_EQ(SplitRange(w, 16, 1, 2).begin, 76);
+  EXPECT_EQ(SplitRange(w, 16, 1, 2).end, 100);
+  // More splits than the range needs: the later ones are empty.
+  EXPECT_EQ(SplitRange(TokenRange{0, 20}, 16, 1, 4).end, 20);
+  EXPECT_EQ(SplitRange(TokenRange{0, 20}, 16, 2, 4).begin, 20);
+  EXPECT_EQ(SplitRange(TokenRange{0, 20}, 16, 3, 4).end, 20);
 }
 
 TEST(KernelLayoutTest, SplitsPartitionTheAttendedRange) {
@@ -159,30 +179,34 @@ TEST(KernelLayoutTest, SplitsPartitionTheAttendedRange) {
     const int32_t len = static_cast<int32_t>(rng() % 3000);
     const int32_t window = static_cast<int32_t>(rng() % 600) - 100;  // some negative: off
     const int32_t chunk = 1 + static_cast<int32_t>(rng() % 700);
+    const int32_t splits = 1 + static_cast<int32_t>(rng() % 12);  // often too few for len
     const TokenRange a = AttendedRange(len, window);
     int32_t next = a.begin;
-    for (int32_t s = 0; s <= a.end - a.begin; ++s) {
-      const TokenRange piece = SplitRange(a, chunk, s);
-      if (piece.begin == piece.end) break;
-      ASSERT_EQ(piece.begin, next);
-      ASSERT_LE(piece.end - piece.begin, chunk);
-      next = piece.end;
+    for (int32_t s = 0; s < splits; ++s) {
+      const TokenRange piece = SplitRange(a, chunk, s, splits);
+      ASSERT_EQ(piece.begin, std::min(a.end, next)) << s;
+      if (s < splits - 1) {
+        ASSERT_LE(piece.end - piece.begin, chunk);
+      }
+      next = std::max(next, piece.end);
     }
-    ASSERT_EQ(next, a.end) << len << " " << window << " " << chunk;
+    ASSERT_EQ(next, a.end) << len << " " << window << " " << chunk << " " << splits;
   }
 }
 
 TEST(PlanDecodeTest, ExactPlans) {
   DecodePlan plan;
+  // An H200 (132 SMs) with the GQA-4 kernel's 3 CTAs per SM: one wave is 396 CTAs.
   DecodePlanInputs in{.num_seqs = 1, .num_kv_heads = 8, .head_tiles = 1,
-                      .max_attended_tokens = 32768, .block_size = 16, .target_ctas = 264};
+                      .max_attended_tokens = 32768, .block_size = 16, .num_sms = 132,
+                      .ctas_per_sm = 3};
   ASSERT_TRUE(PlanDecode(in, &plan).ok());
-  EXPECT_EQ(plan.num_splits, 33);  // ceil(264 / 8)
-  EXPECT_EQ(plan.chunk_tokens, 1008);  // ceil(32768 / 33) = 993, rounded up to 16
+  EXPECT_EQ(plan.num_splits, 49);  // floor(396 / 8)
+  EXPECT_EQ(plan.chunk_tokens, 672);  // ceil(32768 / 49) = 669, rounded up to 16
   in.num_seqs = 64;
   in.max_attended_tokens = 4096;
   ASSERT_TRUE(PlanDecode(in, &plan).ok());
-  EXPECT_EQ(plan.num_splits, 1);  // 512 CTAs already fill the target
+  EXPECT_EQ(plan.num_splits, 1);  // 512 CTAs already fill a wave
   EXPECT_EQ(plan.chunk_tokens, 4096);
   in.num_seqs = 1;
   in.max_attended_tokens = 300;
@@ -193,6 +217,30 @@ TEST(PlanDecodeTest, ExactPlans) {
   absl::Status s = PlanDecode(in, &plan);
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_NE(s.message().find("num_seqs 0"), absl::string_view::npos) << s;
+  in.num_seqs = 1;
+  in.ctas_per_sm = 0;
+  s = PlanDecode(in, &plan);
+  EXPECT_NE(s.message().find("ctas_per_sm 0"), absl::string_view::npos) << s;
+}
+
+// The split count follows the kernel's occupancy and never starts a partial second wave.
+// 8 sequences x 8 KV heads = 64 CTAs of 4,096 tokens on 132 SMs.
+TEST(PlanDecodeTest, SplitsFillWholeWavesOfTheKernelsOccupancy) {
+  DecodePlan plan;
+  DecodePlanInputs in{.num_seqs = 8, .num_kv_heads = 8, .head_tiles = 1,
+                      .max_attended_tokens = 4096, .block_size = 16, .num_sms = 132,
+                      .ctas_per_sm = 7};  // the GQA-1 kernel: wave 924
+  ASSERT_TRUE(PlanDecode(in, &plan).ok());
+  EXPECT_EQ(plan.num_splits, 14);  // 14 x 64 = 896 <= 924
+  EXPECT_EQ(plan.chunk_tokens, 304);
+  in.ctas_per_sm = 3;  // GQA 4: wave 396
+  ASSERT_TRUE(PlanDecode(in, &plan).ok());
+  EXPECT_EQ(plan.num_splits, 6);  // 384 CTAs; 2 x SMs (264) gave 5
+  EXPECT_EQ(plan.chunk_tokens, 688);
+  in.ctas_per_sm = 2;  // GQA 8: wave 264
+  ASSERT_TRUE(PlanDecode(in, &plan).ok());
+  EXPECT_EQ(plan.num_splits, 4);  // 256 CTAs; ceil(264 / 64) = 5 would need 320 > 264
+  EXPECT_EQ(plan.chunk_tokens, 1024);
 }
 
 TEST(PlanDecodeTest, ChunksCoverTheLongestSequence) {
@@ -200,14 +248,30 @@ TEST(PlanDecodeTest, ChunksCoverTheLongestSequence) {
     for (int32_t seqs : {1, 3, 64}) {
       DecodePlan plan;
       DecodePlanInputs in{.num_seqs = seqs, .num_kv_heads = 2, .head_tiles = 1,
-                          .max_attended_tokens = tokens, .block_size = 64, .target_ctas = 264};
+                          .max_attended_tokens = tokens, .block_size = 64, .num_sms = 132,
+                          .ctas_per_sm = 2};
       ASSERT_TRUE(PlanDecode(in, &plan).ok());
       EXPECT_EQ(plan.chunk_tokens % 64, 0);
       EXPECT_GE(int64_t{plan.num_splits} * plan.chunk_tokens, tokens);
       EXPECT_LT(int64_t{plan.num_splits - 1} * plan.chunk_tokens, std::max(tokens, 1));
       EXPECT_LE(plan.num_splits, 64);
+      EXPECT_LE(int64_t{plan.num_splits} * seqs * 2, std::max(264, seqs * 2));
     }
   }
+}
+
+// CUDA's occupancy arithmetic for sm_90, on the register counts ptxas reports for the decode
+// kernels (issue 23's table: 68, 138 and 241 registers; FlashInfer's GQA-4 decode 61).
+TEST(PlanDecodeTest, Sm90CtasPerSm) {
+  EXPECT_EQ(Sm90CtasPerSm(68, 128, 0), 7);
+  EXPECT_EQ(Sm90CtasPerSm(138, 128, 0), 3);
+  EXPECT_EQ(Sm90CtasPerSm(241, 128, 0), 2);
+  EXPECT_EQ(Sm90CtasPerSm(61, 128, 0), 8);
+  EXPECT_EQ(Sm90CtasPerSm(32, 128, 0), 16);       // 16 x 4 warps = 64 warps
+  EXPECT_EQ(Sm90CtasPerSm(32, 64, 0), 32);        // the CTA limit
+  EXPECT_EQ(Sm90CtasPerSm(64, 128, 48 * 1024), 4);  // 49 KiB each of 228 KiB
+  EXPECT_EQ(Sm90CtasPerSm(256, 128, 0), 0);
+  EXPECT_EQ(Sm90CtasPerSm(32, 128, 300 * 1024), 0);
 }
 
 TEST(WriteKvRefTest, Fp8StoresScaledSaturatedValues) {
@@ -266,6 +330,36 @@ TEST(WriteKvRefTest, ScattersRowsBySlotAndSkipsNegative) {
   absl::Status s = ref::WriteKv(k.data(), v.data(), 16, 16, bad, 1, c);
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_NE(s.message().find("slot_mapping[0] = 6"), absl::string_view::npos) << s;
+}
+
+// An MLA view has one latent row per token and no V half: a v there would overwrite the row
+// (the kernel used to store V then K into it, the reference K then V). Both reject it, and a
+// missing v where the view has a V half, through the same ValidateWriteKvArgs.
+TEST(WriteKvRefTest, VMustMatchTheView) {
+  AlignedHalves cache(2 * 2 * 16, 0xffff);
+  const KvCacheView mla = MlaKvCache(cache.data(), 2, 2, 16, DType::kBF16);
+  const KvCacheView kv = BlocksFirstKvCache(cache.data(), 2, 1, 1, 16, DType::kBF16);
+  std::vector<uint16_t> k(16, 1), v(16, 2);
+  const int64_t slots[] = {1};
+  absl::Status s = ref::WriteKv(k.data(), v.data(), 16, 16, slots, 1, mla);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("WriteKv: v is given but the view has no V half"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(cache.data()[16], 0xffff);  // nothing written
+  s = ref::WriteKvFp8(k.data(), v.data(), 16, 16, slots, 1, DType::kBF16, 1.0f, 1.0f,
+                      MlaKvCache(cache.data(), 2, 2, 16, DType::kFP8));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = ref::WriteKv(k.data(), nullptr, 16, 16, slots, 1, kv);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("v is null but the view has a V half (kv_stride 16)"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_TRUE(ref::WriteKv(k.data(), nullptr, 16, 16, slots, 1, mla).ok());
+  EXPECT_EQ(cache.data()[16], 1);
+  EXPECT_TRUE(ValidateWriteKvArgs(k.data(), v.data(), slots, 1, kv, "x").ok());
+  s = ValidateWriteKvArgs(k.data(), v.data(), slots, -1, kv, "x");
+  EXPECT_NE(s.message().find("x: num_tokens -1 < 0"), absl::string_view::npos) << s;
 }
 
 // A decode fixture with one KV head of dim 8 and block size 2, filled by hand.

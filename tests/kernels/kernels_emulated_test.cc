@@ -11,11 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "kernels/check/bandwidth_targets.h"
 #include "kernels/check/decode_problem.h"
 #include "kernels/copy_slots_kernel.cuh"
 #include "kernels/emulation/cuda_emulation.h"
 #include "kernels/merge_attn_states_kernel.cuh"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_mma_kernel.cuh"
 #include "kernels/write_kv_kernel.cuh"
 #include "kvpage/kernel_reference.h"
 
@@ -50,6 +52,14 @@ void LaunchDecodeTile(const internal::DecodeLaunch& l) {
 
 template <typename T>
 void LaunchDecode(const internal::DecodeLaunch& l, int32_t head_dim) {
+  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+  const dim3 block(static_cast<unsigned int>(l.threads));
+  if (l.tensor_cores) {
+    if (head_dim == 64) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 64>, l.args);
+    if (head_dim == 128) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 128>, l.args);
+    if (head_dim == 256) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 256>, l.args);
+    return;
+  }
   if (head_dim == 64) LaunchDecodeTile<T, 64>(l);
   if (head_dim == 128) LaunchDecodeTile<T, 128>(l);
   if (head_dim == 256) LaunchDecodeTile<T, 256>(l);
@@ -105,18 +115,92 @@ TEST(EmulatedKernelsTest, PagedDecodeMatchesReference) {
       {DType::kF16, 7, 1, 8, 256, 64, 300, 100, 0},
       {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 5},  // split-KV
       {DType::kF16, 6, 1, 4, 64, 16, 500, 150, 3},   // split-KV inside a window
-      {DType::kBF16, 7, 1, 4, 128, 16, 1200, -1, 0},  // planned split (target 64 CTAs)
+      {DType::kBF16, 7, 1, 4, 128, 16, 1200, -1, 0},  // planned split (a wave of 64 CTAs)
   };
-  uint32_t seed = 300;
-  for (const DecodeCase& c : cases) {
-    DecodeProblem p;
-    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 64, &p).ok());
-    if (c.num_splits > 0 || c.max_len == 1200) {
-      EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+  for (bool tensor_cores : {false, true}) {
+    uint32_t seed = 300;
+    for (DecodeCase c : cases) {
+      c.tensor_cores = tensor_cores;
+      DecodeProblem p;
+      ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+      if (c.num_splits > 0 || c.max_len == 1200) {
+        EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+      }
+      double err = 0;
+      EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
     }
-    double err = 0;
-    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
   }
+}
+
+// Plans made for shorter sequences than the batch has (a CUDA graph captured early and
+// replayed after the sequences grew): the last split runs to the end, so the output is still
+// the reference's. Planned for 100 tokens, 3 splits of 48 cover 144 of up to 700.
+TEST(EmulatedKernelsTest, PagedDecodeWithAPlanForShorterSequences) {
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits, planned for
+  const DecodeCase cases[] = {
+      {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 3, 100},
+      {DType::kF16, 7, 2, 2, 64, 16, 900, -1, 0, 300},    // PlanDecode: 2 x 160 for 300
+      {DType::kBF16, 6, 1, 4, 128, 16, 900, 400, 2, 150},  // window of 401; 2 x 80
+  };
+  for (bool tensor_cores : {false, true}) {
+    uint32_t seed = 400;
+    for (DecodeCase c : cases) {
+      c.tensor_cores = tensor_cores;
+      DecodeProblem p;
+      ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+      EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+      EXPECT_LT(int64_t{p.plan.num_splits} * p.plan.chunk_tokens, c.max_len) << c.Name();
+      double err = 0;
+      EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+    }
+  }
+}
+
+// The mma.sync emulation on small integers (exact in bf16 and fp32): a warp builds A (16 x 16)
+// and B (16 x 8) fragments from their definitions in kernels/mma.cuh and gets C = A B + C.
+TEST(EmulatedKernelsTest, MmaFragmentsMultiplyMatrices) {
+  auto a_val = [](int r, int k) { return static_cast<float>((r * 3 + k * 5) % 7 - 3); };
+  auto b_val = [](int k, int n) { return static_cast<float>((k * 2 + n * 7) % 5 - 2); };
+  std::vector<float> got(16 * 8, NAN);
+  auto kernel = [](float* out, decltype(a_val) av, decltype(b_val) bv) {
+    const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q = lane % 4;
+    auto pack = [](float lo, float hi) { return internal::PackPair<__nv_bfloat16>(lo, hi); };
+    const uint32_t a[4] = {pack(av(g, 2 * q), av(g, 2 * q + 1)),
+                           pack(av(g + 8, 2 * q), av(g + 8, 2 * q + 1)),
+                           pack(av(g, 2 * q + 8), av(g, 2 * q + 9)),
+                           pack(av(g + 8, 2 * q + 8), av(g + 8, 2 * q + 9))};
+    const uint32_t b[2] = {pack(bv(2 * q, g), bv(2 * q + 1, g)),
+                           pack(bv(2 * q + 8, g), bv(2 * q + 9, g))};
+    float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    internal::Mma16816<__nv_bfloat16>(d, a, b);
+    out[g * 8 + 2 * q] = d[0];
+    out[g * 8 + 2 * q + 1] = d[1];
+    out[(g + 8) * 8 + 2 * q] = d[2];
+    out[(g + 8) * 8 + 2 * q + 1] = d[3];
+  };
+  Launch(dim3(1), dim3(32), kernel, got.data(), a_val, b_val);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      float want = 1.0f;
+      for (int k = 0; k < 16; ++k) want += a_val(r, k) * b_val(k, n);
+      EXPECT_EQ(got[r * 8 + n], want) << r << " " << n;
+    }
+  }
+}
+
+// The GPU check flags rows below the project's targets: paged_decode 85% of the copy ceiling
+// at batch >= 64 and context >= 4K, write_kv and copy_blocks 90%.
+TEST(GpuCheckTargetsTest, DecodeTargetIs85PercentAtBatch64Context4K) {
+  EXPECT_EQ(check::TargetPercent("paged_decode", 64, 4096), 85.0);
+  EXPECT_FALSE(check::MeetsTarget("paged_decode", 64, 4096, 84.9));
+  EXPECT_FALSE(check::MeetsTarget("paged_decode", 256, 32768, 80.0));
+  EXPECT_TRUE(check::MeetsTarget("paged_decode", 64, 4096, 85.0));
+  EXPECT_EQ(check::TargetPercent("paged_decode", 8, 32768), 0.0);  // too small a batch
+  EXPECT_EQ(check::TargetPercent("paged_decode", 256, 1024), 0.0);
+  EXPECT_TRUE(check::MeetsTarget("paged_decode", 8, 32768, 20.0));
+  EXPECT_EQ(check::TargetPercent("write_kv", 0, 0), 90.0);
+  EXPECT_EQ(check::TargetPercent("copy_blocks", 0, 0), 90.0);
+  EXPECT_EQ(check::TargetPercent("zero_slots", 0, 0), 0.0);
 }
 
 TEST(EmulatedKernelsTest, MergeMatchesReference) {

@@ -1,9 +1,12 @@
-// The CUDA kernels against their CPU references (kernel_checks.h) with fixed seeds. Runs only
-// where a GPU is visible; skips cleanly elsewhere (CUDA errors 100 and 35). Label: gpu.
+// The CUDA kernels against their CPU references (kernel_checks.h) with fixed seeds. The
+// KernelsGpuTest cases run only where a GPU is visible and skip cleanly elsewhere (CUDA errors
+// 100 and 35); the launcher argument checks run everywhere. Label: gpu.
 #include <gtest/gtest.h>
 
 #include "kernels/check/check_cases.h"
 #include "kernels/check/kernel_checks.h"
+#include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/write_kv.h"
 
 namespace kvpage::cuda::check {
 namespace {
@@ -16,6 +19,35 @@ class KernelsGpuTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status;
   }
 };
+
+// The launchers reject bad arguments before touching the device, so these run without a GPU.
+// A v for an MLA view (no V half) is refused, as ref::WriteKv refuses it.
+TEST(KernelLaunchersTest, WriteKvRejectsVForAnMlaView) {
+  alignas(16) static uint16_t cache[2 * 64 * 576], k[576], v[576];
+  alignas(16) static int64_t slots[1] = {0};
+  const KvCacheView mla = MlaKvCache(cache, 2, 64, 576, DType::kBF16);
+  absl::Status s = WriteKv(k, v, 576, 576, slots, 1, mla, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("WriteKv: v is given but the view has no V half"),
+            absl::string_view::npos)
+      << s;
+  s = WriteKvFp8(k, v, 576, 576, slots, 1, DType::kBF16, 1.0f, 1.0f,
+                 MlaKvCache(cache, 2, 64, 576, DType::kFP8), nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+}
+
+// The tensor-core decode needs 16-token steps inside one block.
+TEST(KernelLaunchersTest, TensorCoreDecodeNeedsBlocksOf16) {
+  alignas(16) static uint16_t cache[4 * 2 * 8 * 128], q[128], out[128];
+  alignas(16) static int32_t table[4] = {0, 1, 2, 3}, lens[1] = {20};
+  const KvCacheView view = BlocksFirstKvCache(cache, 4, 8, 1, 128, DType::kBF16);
+  DecodePlan plan;
+  plan.use_tensor_cores = true;
+  const absl::Status s = PagedDecode(out, q, 128, view, BlockTableView{table, 4, lens, 1},
+                                     DecodeParams{1, 0.1f, -1}, plan, nullptr, 0, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("block_size multiple of 16, not 8"), absl::string_view::npos) << s;
+}
 
 TEST_F(KernelsGpuTest, WriteKvMatchesReference) {
   uint32_t seed = 1;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kvpage/kernel_layout.h"
 
 namespace kvpage::cuda {
@@ -22,6 +23,21 @@ int32_t DecodeHeadTiles(int32_t group_size);
 int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t num_q_heads,
                              int32_t head_dim);
 
+// Resident CTAs per SM of the decode kernel PagedDecode launches for this dtype, head_dim, GQA
+// group and kernel (tensor cores or not) on the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor on that instantiation: its registers and
+// shared memory). InvalidArgument for an unsupported dtype/head_dim/group; the CUDA error
+// (Unavailable without a device) otherwise.
+absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
+                                        bool tensor_cores = false);
+
+// PlanDecode for the current device: `in` with num_sms and ctas_per_sm filled from the device
+// and DecodeCtasPerSm (for the kernel in.tensor_cores picks), so the split grid fills whole
+// waves of the kernel's real occupancy.
+// Errors as DecodeCtasPerSm and PlanDecode. Host only; call it outside graph capture.
+absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
+                                 int32_t group_size, DecodePlan* plan);
+
 // One query token per sequence against the paged cache.
 //
 //   out: [num_seqs][num_q_heads][head_dim], cache.dtype, contiguous.
@@ -32,14 +48,19 @@ int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t n
 //      may be null when plan.num_splits == 1.
 //
 // Grid (kv_head x head tile, sequence, split): the CTA holds every query head of its KV head,
-// so each K/V row is read once; scores and the running softmax state are fp32. Only blocks
+// so each K/V row is read once; scores and the running softmax state are fp32. With
+// plan.use_tensor_cores (block_size a multiple of 16) the scores and outputs run on tensor
+// cores (mma.sync m16n8k16, P rounded to the cache dtype) with cp.async double buffering;
+// otherwise on CUDA cores. Only blocks
 // of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
 // may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
 // to the workspace and MergeAttnStates combines them in a second launch on the same stream.
 //
-// REQUIRES: plan.num_splits * plan.chunk_tokens covers every attended range when
-// num_splits > 1 (PlanDecode with the batch's maximum guarantees it); every table entry in an
-// attended range is a valid block id. Asynchronous, never synchronizes, graph-capturable.
+// Any plan is exact for any seq_lens: the last split runs to the end of its sequence, so a
+// graph captured with a plan for a shorter maximum stays correct when replayed (it is only
+// less balanced; PlanDecodeForDevice with the batch's maximum keeps it balanced).
+// REQUIRES: every table entry in an attended range is a valid block id. Asynchronous, never
+// synchronizes, graph-capturable.
 // Returns InvalidArgument naming the value for an unsupported head_dim or dtype, num_q_heads
 // not a multiple of num_kv_heads, null or misaligned pointers, a workspace that is too small,
 // or a batch/split count past the grid limit (65535); a CUDA launch error otherwise.

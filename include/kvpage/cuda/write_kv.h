@@ -17,16 +17,17 @@ namespace kvpage::cuda {
 //
 //   k: [num_tokens][num_kv_heads][head_dim], dtype cache.dtype, token stride k_token_stride
 //      elements, head stride head_dim (contiguous heads); device memory, 16-byte aligned.
-//   v: the same shape with v_token_stride; null for an MLA view (kv_stride 0): then only the
-//      latent row is written.
+//   v: the same shape with v_token_stride; must be null for an MLA view (kv_stride 0): then
+//      only the latent row is written. Non-null otherwise.
 //   slot_mapping: int64 [num_tokens] on the device, as the scheduler emits it; -1 (any
 //      negative value) skips the token, and so does a slot past num_blocks * block_size.
 //
 // One CTA per token, 16-byte loads and stores. Asynchronous on `stream`, never synchronizes,
 // capturable in a CUDA graph (pad with -1 slots to a fixed num_tokens).
 // Returns InvalidArgument naming the value for an invalid or fp8 view (use WriteKvFp8), a null
-// or misaligned k/v, a token stride that is not a multiple of 8, or num_tokens < 0; the CUDA
-// launch error (Unavailable without a device) otherwise.
+// or misaligned k/v, a v that does not match the view (ValidateWriteKvArgs), a token stride
+// that is not a multiple of 8, or num_tokens < 0; the CUDA launch error (Unavailable without
+// a device) otherwise.
 absl::Status WriteKv(const void* k, const void* v, int64_t k_token_stride,
                      int64_t v_token_stride, const int64_t* slot_mapping, int32_t num_tokens,
                      const KvCacheView& cache, cudaStream_t stream);

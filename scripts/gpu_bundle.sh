@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the GPU check here and packs it into one folder that runs on a GPU machine with no
+# package registry and no toolkit (docs/kernels.md §6):
+#
+#   scripts/gpu_bundle.sh [DIR]            # default DIR: build/gpu-bundle (ignored by git)
+#   # then, on the GPU machine, with DIR carried there:
+#   bash DIR/gpu_check.sh --prebuilt DIR
+#
+# It configures the kernels-only project (kernels/CMakeLists.txt on its own: the kernels, their
+# CPU references, the checks; needs the CUDA toolkit, Abseil and GoogleTest here, nothing else)
+# with KVPAGE_STATIC_DEPS, so Abseil, GoogleTest, libstdc++, libgcc and cudart are linked
+# statically and the binaries need only glibc and the NVIDIA driver. The folder holds
+#   bin/kvpage_gpu_check  bin/kernels_gpu_test  gpu_check.sh  MANIFEST  ptxas.txt
+# and the script fails if a binary needs any other shared library or the folder passes 64 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-build/gpu-bundle}
+BUILD_DIR=${BUILD_DIR:-build/kernels-only}
+JOBS=${JOBS:-2}
+
+cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKVPAGE_STATIC_DEPS=ON \
+  -DKVPAGE_PTXAS_VERBOSE=ON ${CMAKE_FLAGS:-} > /dev/null
+# Rebuild the CUDA objects so ptxas prints every kernel's resources into the log.
+cmake --build "$BUILD_DIR" --target clean > /dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS" --target kvpage_gpu_check kernels_gpu_test \
+  > "$BUILD_DIR/bundle_build.log" 2>&1 || { tail -30 "$BUILD_DIR/bundle_build.log"; exit 1; }
+
+rm -rf "$DIR"
+mkdir -p "$DIR/bin"
+for b in kvpage_gpu_check kernels_gpu_test; do
+  cp "$BUILD_DIR/bin/$b" "$DIR/bin/"
+  strip --strip-debug "$DIR/bin/$b"
+done
+cp scripts/gpu_check.sh "$DIR/"
+# Registers, spills and shared memory per kernel, as ptxas reported them for sm_90.
+python3 scripts/ptxas_table.py < "$BUILD_DIR/bundle_build.log" > "$DIR/ptxas.txt"
+
+# Only glibc and the dynamic loader may remain (libcuda.so is opened by cudart at run time).
+allowed='^(linux-vdso|libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so'
+bad=0
+for b in "$DIR"/bin/*; do
+  while read -r lib _; do
+    if ! [[ $lib =~ $allowed ]] && [[ $lib != /* ]]; then
+      echo "$b needs $lib" >&2
+      bad=1
+    fi
+  done < <(ldd "$b" | sed 's/^[[:space:]]*//')
+done
+[ $bad -eq 0 ] || { echo "bundle not self-contained" >&2; exit 1; }
+
+glibc=$(ldd --version | awk 'NR == 1 {print $NF}')
+{
+  echo "kvpage GPU check bundle"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- kernels src/kernels_ref include || echo ' (with uncommitted changes)')"
+  echo "built: $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $glibc"
+  echo "nvcc: $(nvcc --version | sed -n '$p')"
+  echo "run: bash gpu_check.sh --prebuilt <this folder>   (needs glibc >= $glibc and a driver for CUDA 13)"
+  echo
+  for b in "$DIR"/bin/*; do
+    echo "$(basename "$b"): $(stat -c %s "$b") bytes; needs: $(ldd "$b" | awk '{print $1}' | tr '\n' ' ')"
+  done
+} > "$DIR/MANIFEST"
+
+bytes=$(du -sb "$DIR" | cut -f1)
+echo "bundle: $DIR, $((bytes / 1024)) KiB"
+[ "$bytes" -lt $((64 << 20)) ] || { echo "bundle over 64 MiB" >&2; exit 1; }

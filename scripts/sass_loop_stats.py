@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Inner-loop statistics of the decode kernels from `cuobjdump -sass` (on stdin):
+
+    cuobjdump -sass build/kernels-only/CMakeFiles/kvpage_cuda.dir/paged_decode.cu.o \\
+      | python3 scripts/sass_loop_stats.py
+
+For every kernel, the main loop is the backward branch whose body holds the most 16-byte
+global loads of K/V (LDG.E.128 on the CUDA-core kernel, LDGSTS...128 on the tensor-core one).
+Per pass of that loop a warp reads loads x 32 lanes x 16 bytes; the table prints the loop's
+SASS instructions, that byte count, bytes per warp-instruction and instructions per KiB.
+cuobjdump and nvdisasm are not in the Debian toolkit packages here; the PyPI wheels
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm carry them.
+"""
+import re
+import subprocess
+import sys
+
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+BRANCH = re.compile(r"\bBRA\s+(?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
+VEC_LOAD = re.compile(r"\b(LDG\.E\.128|LDG\.E\.[A-Z.]*128|LDGSTS\.[A-Z.]*128)\b")
+
+
+def kernels(lines):
+    name, body = None, []
+    for line in lines:
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            if name:
+                yield name, body
+            name, body = m.group(1), []
+            continue
+        m = INSTR.search(line)
+        if m and name:
+            body.append((int(m.group(1), 16), m.group(2).strip()))
+    if name:
+        yield name, body
+
+
+def main_loop(body):
+    best = None
+    for addr, text in body:
+        m = BRANCH.search(text)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target >= addr:
+            continue
+        inside = [t for a, t in body if target <= a <= addr]
+        loads = sum(1 for t in inside if VEC_LOAD.search(t))
+        if loads and (best is None or loads > best[1]):
+            best = (len(inside), loads)
+    return best
+
+
+def demangle(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        return out if len(out) == len(names) else names
+    except (OSError, subprocess.CalledProcessError):
+        return names
+
+
+def short(name):
+    name = re.sub(r"^void |kvpage::cuda::internal::|\(.*\)$", "", name)
+    return name.replace("__nv_bfloat16", "bf16").replace("__half", "f16")
+
+
+def main():
+    found = list(kernels(sys.stdin))
+    names = demangle([n for n, _ in found])
+    print(f"{'kernel':<36} {'loop instr':>10} {'KiB/pass':>8} {'B/warp-instr':>12} "
+          f"{'instr/KiB':>9}")
+    rows = []
+    for (mangled, body), name in zip(found, names):
+        if "PagedDecode" not in mangled:
+            continue
+        loop = main_loop(body)
+        if loop is None:
+            continue
+        instrs, loads = loop
+        kib = loads * 32 * 16 / 1024
+        rows.append((short(name), instrs, kib, kib * 1024 / instrs, instrs / kib))
+    for r in sorted(rows):
+        print(f"{r[0]:<36} {r[1]:>10} {r[2]:>8.1f} {r[3]:>12.1f} {r[4]:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -104,105 +104,6 @@ class BlockPool {
   // clean blocks and the budget has room, and evicting cached-free blocks (LRU) otherwise.
   // Appends the ids to *out. REQUIRES: n <= num_free_blocks() + what the budget can map.
   void Allocate(int32_t n, std::vector<BlockId>* out);
-  // Allocate(1, out), with its commonest case inline: a decode step crossing into a new block
-  // of a pool whose chunks hold one block each (blocks of 2 MiB and more) while clean chunks
-  // are mapped. The same block and the same state as Allocate(1, out).
-  void AllocateOne(std::vector<BlockId>* out) {
-    if (bpc_ == 1 && num_clean_ > 0) {
-      OneBlockTakes takes(*this);
-      out->push_back(BlockId(takes.Take()));
-      takes.Finish();
-      return;
-    }
-    Allocate(1, out);
-  }
-  // How a pool of one-block chunks (blocks of 2 MiB and more: every model of 8B parameters
-  // and up) hands out its clean blocks, one or a run at a time (AllocateOne, Allocate, and a
-  // batch of crossings). A chunk with a clean block is then wholly clean and idle, so its
-  // record is known without reading it: the next one comes straight off bucket 0 and its
-  // record is only written (the lines of the chunk a few takes ahead are prefetched). The
-  // clean list's end is kept in a local and the pool's counts are written back once, by
-  // Finish(): in a loop that does nothing else to the pool these stay in registers, where
-  // updating the pool per take would have the compiler reload them after every store.
-  // Between construction and Finish() the pool may only cache blocks (CacheBlock and the
-  // prefetches for it, which read no free structure): nothing else may read or change it.
-  class OneBlockTakes {
-   public:
-    OneBlockTakes() = default;
-    // REQUIRES: pool.blocks_per_chunk() == 1.
-    explicit OneBlockTakes(BlockPool& pool)
-        : pool_(&pool),
-          begin_(pool.buckets_[0].data()),
-          end_(begin_ + pool.buckets_[0].size()),
-          start_end_(end_),
-          chunks_(pool.chunks_.data()),
-          blocks_(pool.blocks_.data()) {
-      assert(pool.bpc_ == 1 && pool.buckets_[0].size() == static_cast<size_t>(pool.num_clean_));
-    }
-    // No clean block left: AllocateOne would map a chunk or evict a cached block.
-    bool empty() const { return end_ == begin_; }
-    // REQUIRES: !empty().
-    int32_t Take() {
-      const int32_t c = *--end_;
-      if (end_ - begin_ >= static_cast<ptrdiff_t>(kPrefetchDistance)) {
-        const int32_t ahead = end_[-static_cast<ptrdiff_t>(kPrefetchDistance)];
-        PrefetchForWrite(&chunks_[ahead]);
-        PrefetchForWrite(&blocks_[1 + ahead]);
-      }
-      Chunk& ch = chunks_[c];
-      ch.used = 1;
-      ch.clean = 0;
-      ch.clean_top = -1;
-      ch.bucket_pos = -1;
-      blocks_[1 + c].ref = 1;
-      return 1 + c;
-    }
-    // Writes the takes back into the pool, which may then be used again.
-    void Finish() {
-      const int32_t taken = static_cast<int32_t>(start_end_ - end_);
-      pool_->buckets_[0].resize(static_cast<size_t>(end_ - begin_));
-      pool_->num_idle_chunks_ -= taken;
-      pool_->num_clean_ -= taken;
-      pool_->num_used_ += taken;
-      start_end_ = end_;
-    }
-
-   private:
-    BlockPool* pool_ = nullptr;
-    int32_t* begin_ = nullptr;      // bucket 0: the chunks with their one block clean
-    int32_t* end_ = nullptr;        // its end after the takes so far
-    int32_t* start_end_ = nullptr;  // its end at the last Finish
-    Chunk* chunks_ = nullptr;
-    Block* blocks_ = nullptr;
-  };
-  // Starts loading into the L2 cache, one take at a time, the records that the coming
-  // one-block takes (OneBlockTakes::Take or AllocateOne) of a pool of one-block chunks will
-  // write, in the order they will be taken; nothing once no clean block is left. Nothing has
-  // touched the records of the clean blocks taken next since they were freed or mapped, so
-  // they are usually far from the CPU: a batch that knows its crossings well before it serves
-  // them fetches them this way, long in advance. No effect on the pool, which must not change
-  // while this is used.
-  class TakePrefetcher {
-   public:
-    TakePrefetcher() = default;
-    explicit TakePrefetcher(const BlockPool& pool)
-        : begin_(pool.buckets_[0].data()),
-          next_(begin_ + (pool.bpc_ == 1 ? pool.buckets_[0].size() : 0)),
-          chunks_(pool.chunks_.data()),
-          blocks_(pool.blocks_.data()) {}
-    void PrefetchNext() {
-      if (next_ == begin_) return;
-      const int32_t c = *--next_;
-      PrefetchToL2(&chunks_[c]);
-      PrefetchToL2(&blocks_[1 + c]);
-    }
-
-   private:
-    const int32_t* begin_ = nullptr;
-    const int32_t* next_ = nullptr;
-    const Chunk* chunks_ = nullptr;
-    const Block* blocks_ = nullptr;
-  };
   // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
   int64_t AllocatableNow() const;
   // n <= AllocatableNow(), without its division when the free blocks or one chunk suffice.
@@ -224,22 +125,10 @@ class BlockPool {
   // prefix chain is evicted before its head. Null ids are skipped.
   void Free(absl::Span<const BlockId> blocks);
 
-  // Starts loading what freeing or touching `block` reads (its record and its chunk's) into
-  // the CPU cache. No effect on state.
-  void PrefetchBlock(BlockId block) const {
-    PrefetchForWrite(&blocks_[block.value]);
-    PrefetchForWrite(&chunks_[ChunkOf(block.value)]);
-  }
-
   // ---- Prefix cache ------------------------------------------------------------------------
   // Registers a full block under (hash, group). No-op when caching is off or the block already
   // carries a hash. REQUIRES: the block is used.
   void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
-  // Starts loading the prefix-cache map's slot for (hash, group) into the CPU cache, ahead of
-  // a CacheBlock or Lookup with that key. No effect on state.
-  void PrefetchCacheSlot(BlockHash hash, GroupId group) const;
-  // Starts loading what CacheBlock(block, ...) reads and writes of the block's own records.
-  void PrefetchCacheRecords(BlockId block) const;
   // The block cached under (hash, group) longest ago among those still cached, or kNullBlock.
   // Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
@@ -313,9 +202,14 @@ class BlockPool {
   }
   // The same for chunk records (up to max_chunks).
   void EnsureChunkRecord(int32_t chunk);
-  // k blocks through OneBlockTakes (Allocate's run for a pool of one-block chunks).
-  // REQUIRES: bpc_ == 1 and k <= num_clean_.
-  [[gnu::noinline]] void TakeOneBlockChunks(int32_t k, std::vector<BlockId>* out);
+  // Allocate's three sources, in the order it tries them. MapNextChunk maps the lowest
+  // unmapped chunk (a one-block chunk straight into use, its block appended to *out) and
+  // returns the blocks it appended; false when the budget refuses. TakeFromFullestChunk takes
+  // up to n clean blocks of the fullest chunk; EvictOldest reuses the least recently freed
+  // cached block.
+  bool MapNextChunk(std::vector<BlockId>* out, int32_t* taken);
+  int32_t TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out);
+  void EvictOldest(std::vector<BlockId>* out);
   // A fresh record for an unmapped chunk, now counted as mapped (its idle-stack listing is
   // kept: the stack may still hold it).
   Chunk& MarkMapped(int32_t chunk);

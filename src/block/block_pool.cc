@@ -232,14 +232,6 @@ int64_t BlockPool::AllocatableNow() const {
   return int64_t{num_free_blocks()} + mappable * bpc_;
 }
 
-// Out of line: inlined into Allocate, the run's locals cost the general path (chunks of many
-// blocks) registers, and a batch of 16 from such a pool 6 % of its time.
-void BlockPool::TakeOneBlockChunks(int32_t k, std::vector<BlockId>* out) {
-  OneBlockTakes takes(*this);
-  for (int32_t i = 0; i < k; ++i) out->push_back(BlockId(takes.Take()));
-  takes.Finish();
-}
-
 void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   while (n > 0) {
     // Grow into a new chunk when out of clean blocks, unless that would only keep cache alive
@@ -247,99 +239,105 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     const int64_t free_after = budget_->free_bytes() - chunk_bytes();
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
         (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
-      // Map the lowest unmapped chunk: keeps the live id range compact. Chunks below the
-      // hint are all mapped, so the search does not rescan them; chunks without a record
-      // are unmapped.
-      int32_t c = first_unmapped_hint_;
-      while (static_cast<size_t>(c) < chunks_.size() && chunks_[c].mapped) ++c;
-      first_unmapped_hint_ = c;
-      // A pool that grows maps its chunks in id order, one per block taken when chunks hold
-      // one block: the records of the chunk kPrefetchDistance further on, untouched since
-      // the records grew and so in memory, are fetched now for that later map.
-      const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;
-      if (ahead < chunks_.size()) {
-        PrefetchForWrite(&chunks_[ahead]);
-        const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
-        if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
+      int32_t taken = 0;
+      if (MapNextChunk(out, &taken) && taken > 0) {  // a one-block chunk, mapped into use
+        n -= taken;
+        continue;
       }
-      if (budget_->TakeChunk(pool_index_, c, chunk_bytes())) {
-        EnsureChunkRecord(c);
-        if (bpc_ == 1) {
-          // Its one block is handed out at once: the chunk is mapped straight into use,
-          // never entering the idle stack or a bucket (what MapChunk, then
-          // a take through OneBlockTakes, would do and undo).
-          out->push_back(BlockId(MapChunkInUse(c)));
-          --n;
-          continue;
-        }
-        MapChunk(c);
-      }
-    }
-    if (num_clean_ > 0 && bpc_ == 1) {
-      const int32_t k = std::min(n, num_clean_);
-      TakeOneBlockChunks(k, out);
-      n -= k;
-      continue;
     }
     if (num_clean_ > 0) {
-      // Take a run from the fullest chunk. It is the back of its bucket, so leaving the
-      // bucket touches no other record; the record of a chunk a few takes ahead is prefetched
-      // (a decode step takes one block per request, chunk after chunk).
-      while (buckets_[max_bucket_].empty()) --max_bucket_;
-      std::vector<int32_t>& bucket = buckets_[max_bucket_];
-      const int32_t c = bucket.back();
-      bucket.pop_back();
-      if (bucket.size() >= kPrefetchDistance) {
-        const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-        PrefetchForWrite(&chunks_[ahead]);
-        const size_t ahead_block = 1 + static_cast<size_t>(ahead) * bpc_;
-        if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block].ref);
-      }
-      Chunk& ch = chunks_[c];
-      ch.bucket_pos = -1;
-      const int32_t k = std::min(n, ch.clean);
-      if (ch.used == 0) IdleRemove(c);
-      // The stack first. Used blocks' `next` links are dead: only the links still needed
-      // are read.
-      const int32_t stacked = ch.clean - ch.fresh;
-      const int32_t from_stack = std::min(k, stacked);
-      int32_t b = ch.clean_top;
-      for (int32_t i = 0; i < from_stack; ++i) {
-        blocks_[b].ref = 1;
-        out->push_back(BlockId(b));
-        b = i + 1 < stacked ? blocks_[b].next : -1;
-      }
-      ch.clean_top = b;
-      if (k > from_stack) {
-        // Then the fresh tail, in id order; their records may not exist yet.
-        const int32_t from = 1 + (c + 1) * bpc_ - ch.fresh;
-        const int32_t to = from + (k - from_stack);
-        EnsureBlockRecord(to - 1);
-        for (int32_t f = from; f < to; ++f) {
-          blocks_[f].ref = 1;
-          out->push_back(BlockId(f));
-        }
-        ch.fresh -= k - from_stack;
-      }
-      ch.clean -= k;
-      ch.used += k;
-      num_clean_ -= k;
-      num_used_ += k;
-      if (ch.clean > 0) BucketInsert(c);
-      n -= k;
-      continue;
+      n -= TakeFromFullestChunk(n, out);
+    } else {
+      EvictOldest(out);
+      --n;
     }
-    // Evict the least recently freed cached block: its hash goes, its page is reused.
-    KVPAGE_DCHECK(lru_head_ >= 0);
-    const int32_t b = lru_head_;
-    LruRemove(b);
-    DropHash(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
-    TakeBlock(b);
-    out->push_back(BlockId(b));
-    --n;
   }
+}
+
+bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
+  // The lowest unmapped chunk keeps the live id range compact. Chunks below the hint are all
+  // mapped, so the search does not rescan them; chunks without a record are unmapped.
+  int32_t c = first_unmapped_hint_;
+  while (static_cast<size_t>(c) < chunks_.size() && chunks_[c].mapped) ++c;
+  first_unmapped_hint_ = c;
+  // A pool that grows maps its chunks in id order, one per block taken when chunks hold one
+  // block: the records of the chunk kPrefetchDistance further on are fetched now.
+  const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;
+  if (ahead < chunks_.size()) {
+    PrefetchForWrite(&chunks_[ahead]);
+    const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
+    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
+  }
+  if (!budget_->TakeChunk(pool_index_, c, chunk_bytes())) return false;
+  EnsureChunkRecord(c);
+  if (bpc_ == 1) {
+    // Its one block is handed out at once: the chunk is mapped straight into use, never
+    // entering the idle stack or a bucket.
+    out->push_back(BlockId(MapChunkInUse(c)));
+    *taken = 1;
+    return true;
+  }
+  MapChunk(c);
+  return true;
+}
+
+int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
+  // The fullest chunk is the back of its bucket, so leaving the bucket touches no other
+  // record; the record of a chunk a few takes ahead is prefetched (a decode step takes one
+  // block per request, chunk after chunk).
+  while (buckets_[max_bucket_].empty()) --max_bucket_;
+  std::vector<int32_t>& bucket = buckets_[max_bucket_];
+  const int32_t c = bucket.back();
+  bucket.pop_back();
+  if (bucket.size() >= kPrefetchDistance) {
+    const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
+    PrefetchForWrite(&chunks_[ahead]);
+    const size_t ahead_block = 1 + static_cast<size_t>(ahead) * bpc_;
+    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block].ref);
+  }
+  Chunk& ch = chunks_[c];
+  ch.bucket_pos = -1;
+  const int32_t k = std::min(n, ch.clean);
+  if (ch.used == 0) IdleRemove(c);
+  // The stack first. Used blocks' `next` links are dead: only the links still needed are read.
+  const int32_t stacked = ch.clean - ch.fresh;
+  const int32_t from_stack = std::min(k, stacked);
+  int32_t b = ch.clean_top;
+  for (int32_t i = 0; i < from_stack; ++i) {
+    blocks_[b].ref = 1;
+    out->push_back(BlockId(b));
+    b = i + 1 < stacked ? blocks_[b].next : -1;
+  }
+  ch.clean_top = b;
+  if (k > from_stack) {
+    // Then the fresh tail, in id order; their records may not exist yet.
+    const int32_t from = 1 + (c + 1) * bpc_ - ch.fresh;
+    const int32_t to = from + (k - from_stack);
+    EnsureBlockRecord(to - 1);
+    for (int32_t f = from; f < to; ++f) {
+      blocks_[f].ref = 1;
+      out->push_back(BlockId(f));
+    }
+    ch.fresh -= k - from_stack;
+  }
+  ch.clean -= k;
+  ch.used += k;
+  num_clean_ -= k;
+  num_used_ += k;
+  if (ch.clean > 0) BucketInsert(c);
+  return k;
+}
+
+void BlockPool::EvictOldest(std::vector<BlockId>* out) {
+  // Its hash goes, its page is reused.
+  KVPAGE_DCHECK(lru_head_ >= 0);
+  const int32_t b = lru_head_;
+  LruRemove(b);
+  DropHash(b);
+  --chunks_[ChunkOf(b)].cached;
+  --num_cached_free_;
+  TakeBlock(b);
+  out->push_back(BlockId(b));
 }
 
 void BlockPool::Touch(absl::Span<const BlockId> blocks) {
@@ -439,15 +437,6 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
     keys_[keys_[head].dup_last].dup_next = b;
     keys_[head].dup_last = b;
   }
-}
-
-void BlockPool::PrefetchCacheSlot(BlockHash hash, GroupId group) const {
-  index_->Prefetch(hash, group.value);
-}
-
-void BlockPool::PrefetchCacheRecords(BlockId block) const {
-  PrefetchForWrite(&blocks_[block.value]);
-  if (enable_caching_) PrefetchForWrite(&keys_[block.value]);  // no keys while caching is off
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {

@@ -18,7 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "block/group_manager.h"
-#include "block/huge_page_arena.h"
+#include "internal/huge_page_arena.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/block_pool.h"
 #include "kvpage/kv_cache_manager.h"

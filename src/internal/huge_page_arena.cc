@@ -1,4 +1,4 @@
-#include "block/huge_page_arena.h"
+#include "internal/huge_page_arena.h"
 
 #include <sys/mman.h>
 

@@ -16,8 +16,8 @@
 //
 // Not thread-safe: the manager that owns it is not either. Must outlive every allocation
 // (declare it before the containers that use it).
-#ifndef KVPAGE_BLOCK_HUGE_PAGE_ARENA_H_
-#define KVPAGE_BLOCK_HUGE_PAGE_ARENA_H_
+#ifndef KVPAGE_INTERNAL_HUGE_PAGE_ARENA_H_
+#define KVPAGE_INTERNAL_HUGE_PAGE_ARENA_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -108,4 +108,4 @@ class ArenaAllocator {
 
 }  // namespace kvpage::internal
 
-#endif  // KVPAGE_BLOCK_HUGE_PAGE_ARENA_H_
+#endif  // KVPAGE_INTERNAL_HUGE_PAGE_ARENA_H_

@@ -1,6 +1,6 @@
 // HugePageArena: size classes, reuse of freed memory, slabs, and the allocator adaptor; and
 // HugePageAllocator's alignment.
-#include "block/huge_page_arena.h"
+#include "internal/huge_page_arena.h"
 
 #include <gtest/gtest.h>
 

@@ -8,31 +8,14 @@
 #include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
+#include "testing/run_kvpage.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr, interleaved
-};
-
-CommandResult RunKvpage(const std::string& args) {
-  const std::string command = std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
-}
+using kvpage::testing::CommandResult;
+using kvpage::testing::RunKvpage;
 
 const std::string kExample =
     "cost --model llama-3.1-8b --gpu a100 --batch 1024:512,2048:1,2048:1";

@@ -13,33 +13,15 @@
 #include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
+#include "testing/run_kvpage.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-struct CommandResult {
-  int exit_code = -1;  // WEXITSTATUS, or -1 when the process did not exit normally
-  std::string output;  // stdout and stderr, interleaved
-};
-
-// Runs `kvpage ARGS` (ARGS is shell text) and captures its output and exit status.
-CommandResult RunKvpage(const std::string& args) {
-  const std::string command = std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
-}
+using kvpage::testing::CommandResult;
+using kvpage::testing::RunKvpage;
 
 // Runs a command that must succeed and print JSON; returns the parsed document.
 json RunJson(const std::string& args) {

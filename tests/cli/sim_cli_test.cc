@@ -11,33 +11,18 @@
 #include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
+#include "testing/run_kvpage.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 using json = nlohmann::ordered_json;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr, interleaved
-};
+using kvpage::testing::CommandResult;
 
-// `env`: assignments put before the command, e.g. "KVPAGE_DATA_DIR=/x ".
+// Simulations here print no progress line.
 CommandResult RunKvpage(const std::string& args, const std::string& env = "") {
-  const std::string command =
-      env + std::string(KVPAGE_BINARY_DIR) + "/bin/kvpage " + args + " --no-progress 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
+  return kvpage::testing::RunKvpage(args + " --no-progress", env);
 }
 
 void ExpectUsageError(const std::string& args, const std::string& bad_value) {

@@ -267,7 +267,8 @@ class KvCacheManager {
 
   // ---- What the kernels read ---------------------------------------------------------------
   int32_t num_groups() const;
-  // REQUIRES for the group_* accessors: 0 <= group < num_groups().
+  // For a group outside [0, num_groups()) the group_* accessors answer full attention and 0,
+  // and FreeBlockOrder an empty list.
   LayerKind group_kind(GroupId group) const;
   // Tokens per block of an attention group; 0 for a linear-attention group, which holds one
   // state slot per request instead of blocks of tokens.

@@ -41,15 +41,24 @@ const KvCacheConfig& KvCacheManager::config() const { return impl_->config; }
 int32_t KvCacheManager::num_groups() const { return static_cast<int32_t>(impl_->groups.size()); }
 int64_t KvCacheManager::num_requests() const { return static_cast<int64_t>(impl_->slot_of.size()); }
 
+// The group accessors answer a group id outside [0, num_groups()) with the values of no group
+// (full attention, 0, 0, no blocks) rather than throwing.
+const internal::GroupLayout* KvCacheManager::Impl::GroupLayoutOf(GroupId group) const {
+  if (group.value < 0 || group.value >= static_cast<int32_t>(groups.size())) return nullptr;
+  return &groups[group.value]->layout();
+}
+
 LayerKind KvCacheManager::group_kind(GroupId group) const {
-  return impl_->groups.at(group.value)->layout().kind;
+  const internal::GroupLayout* g = impl_->GroupLayoutOf(group);
+  return g != nullptr ? g->kind : LayerKind::kFullAttention;
 }
 int32_t KvCacheManager::group_block_size(GroupId group) const {
-  return impl_->groups.at(group.value)->layout().block_size;
+  const internal::GroupLayout* g = impl_->GroupLayoutOf(group);
+  return g != nullptr ? g->block_size : 0;
 }
 int32_t KvCacheManager::group_window(GroupId group) const {
-  const internal::GroupLayout& g = impl_->groups.at(group.value)->layout();
-  return g.kind == LayerKind::kSlidingWindow ? g.window : 0;
+  const internal::GroupLayout* g = impl_->GroupLayoutOf(group);
+  return g != nullptr && g->kind == LayerKind::kSlidingWindow ? g->window : 0;
 }
 
 // ---- Requests ----
@@ -446,7 +455,8 @@ KvCacheUsage KvCacheManager::Usage() const {
 }
 
 std::vector<BlockId> KvCacheManager::FreeBlockOrder(GroupId group) const {
-  return impl_->groups.at(group.value)->pool().FreeOrder();
+  if (impl_->GroupLayoutOf(group) == nullptr) return {};
+  return impl_->groups[group.value]->pool().FreeOrder();
 }
 
 PrefixCacheStats KvCacheManager::prefix_cache_stats() const { return impl_->stats; }

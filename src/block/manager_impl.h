@@ -61,6 +61,7 @@ class KvCacheManager::Impl {
   internal::RequestState* Get(RequestHandle h) const;
   absl::Status Stale(RequestHandle h) const;  // NotFound naming the handle
   internal::RequestView View(const internal::RequestState& st) const;
+  const internal::GroupLayout* GroupLayoutOf(GroupId group) const;  // null if unknown
   int64_t NumTokens(int32_t slot) const { return summaries[slot].num_tokens; }
 
   // ---- Tokens: what a decode step appends goes to a flat per-slot tail, so an append touches

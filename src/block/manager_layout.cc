@@ -142,6 +142,20 @@ absl::Status KvCacheConfig::Validate() const {
   KVPAGE_RETURN_IF_ERROR(positive("block_size", block_size));
   KVPAGE_RETURN_IF_ERROR(positive("max_num_batched_tokens", max_num_batched_tokens));
   KVPAGE_RETURN_IF_ERROR(positive("chunk_bytes", chunk_bytes));
+  // Enums may come from a cast integer: each must name one of its values.
+  if (mode != AccountingMode::kKvpage && mode != AccountingMode::kVllm) {
+    return absl::InvalidArgumentError(absl::StrCat("mode ", static_cast<int>(mode),
+                                                   " is not an AccountingMode"));
+  }
+  if (hash_algorithm != HashAlgorithm::kXxh3_128 && hash_algorithm != HashAlgorithm::kSha256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hash_algorithm ", static_cast<int>(hash_algorithm), " is not a HashAlgorithm"));
+  }
+  if (kv_cache_dtype.has_value() && static_cast<int>(*kv_cache_dtype) >
+                                        static_cast<int>(DType::kQ8_0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_cache_dtype ", static_cast<int>(*kv_cache_dtype), " is not a DType"));
+  }
   if (block_size > (1 << 16)) {
     return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
   }

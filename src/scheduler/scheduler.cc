@@ -53,6 +53,10 @@ absl::Status SchedulerConfig::Validate() const {
                                                    num_speculative_tokens, " must be in [0, ",
                                                    max_num_batched_tokens, ")"));
   }
+  if (policy != SchedulingPolicy::kFcfs && policy != SchedulingPolicy::kPriority) {
+    return absl::InvalidArgumentError(absl::StrCat("policy ", static_cast<int>(policy),
+                                                   " is not a SchedulingPolicy"));
+  }
   if (kernel_block_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel_block_size must be >= 0, got ", kernel_block_size));

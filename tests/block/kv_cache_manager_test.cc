@@ -411,6 +411,17 @@ TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
   auto m = FullManager(10);
   EXPECT_TRUE(absl::IsNotFound(m->Free(H(*m, RequestId(9)))));
   EXPECT_TRUE(absl::IsNotFound(m->AllocateSlots(H(*m, RequestId(9)), {.num_new_tokens = 1}).status()));
+  // Group ids outside the model, and enums cast from integers no value has.
+  EXPECT_EQ(m->group_block_size(GroupId(7)), 0);
+  EXPECT_EQ(m->group_window(GroupId(-1)), 0);
+  EXPECT_TRUE(m->FreeBlockOrder(GroupId(3)).empty());
+  for (int bad = 0; bad < 3; ++bad) {
+    KvCacheConfig c = m->config();
+    if (bad == 0) c.mode = static_cast<AccountingMode>(7);
+    if (bad == 1) c.hash_algorithm = static_cast<HashAlgorithm>(99);
+    if (bad == 2) c.kv_cache_dtype = static_cast<DType>(200);
+    EXPECT_TRUE(absl::IsInvalidArgument(c.Validate())) << bad;
+  }
   EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {}}).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(m->AddRequest({RequestId(1), {1, -2}}).status()));
   EXPECT_TRUE(absl::IsOutOfRange(m->AddRequest({RequestId(1), Tokens(4097)}).status()));

@@ -1001,6 +1001,12 @@ TEST(SchedulerTest, AbortBeforeUpdateDropsTheMissingSample) {
 }
 
 // Without chunked prefill a prompt runs whole: max_model_len may not exceed the token budget.
+TEST(SchedulerTest, PolicyOutsideTheEnumIsInvalid) {
+  SchedulerConfig c = TinyConfig(64);
+  c.policy = static_cast<SchedulingPolicy>(9);
+  EXPECT_TRUE(absl::IsInvalidArgument(c.Validate()));
+}
+
 TEST(SchedulerTest, UnchunkedPrefillBoundsMaxModelLen) {
   SchedulerConfig c = TinyConfig(400, 256);
   c.enable_chunked_prefill = false;

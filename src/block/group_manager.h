@@ -55,7 +55,6 @@ struct GroupContext {
   int32_t max_num_batched_tokens = 0;
   bool async_scheduling = true;
   int32_t decode_snapshot_interval_blocks = 0;
-  KvEventLog* events = nullptr;
 };
 
 // The request as a step sees it: its hashes and how far the prompt goes.

@@ -85,7 +85,7 @@ class KvCacheManager::Impl {
                                   const internal::RequestView& r,
                                   const AllocationRequest& req) const;
   // Every group's new blocks (counted into step_fresh) are at hand in its own pool
-  // (HasBlocksAtHand), and its table covers the computed tokens.
+  // (HasBlocksAtHand). REQUIRES: ValidateAllocation passed.
   bool AllAtHand(const internal::RequestView& r, const AllocationRequest& req);
   // Takes the step's new blocks straight from each group's own pool (after AllAtHand).
   void TakeAtHand(const internal::RequestView& r);

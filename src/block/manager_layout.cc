@@ -200,8 +200,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
       .max_model_len = m->max_model_len,
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .async_scheduling = config.async_scheduling,
-      .decode_snapshot_interval_blocks = config.decode_snapshot_interval_blocks,
-      .events = &m->events};
+      .decode_snapshot_interval_blocks = config.decode_snapshot_interval_blocks};
   for (const GroupLayout& g : layout.groups) {
     m->groups.push_back(internal::MakeGroupManager(g, m->pools[g.pool].get(), &m->context));
     m->hit_order.push_back(m->groups.back().get());

@@ -9,7 +9,7 @@
 // key's home is one 64-byte bucket holding seven entries of a 32-bit tag and a block id, and the
 // full key is not stored at all: the pool keeps every cached block's hash and group in its own
 // array of PrefixKey records, so a tag match is confirmed there. An insert then touches exactly
-// the bucket line that Prefetch() names (the confirming load happens only on a tag match, about
+// its home bucket line (the confirming load happens only on a tag match, about
 // once in a billion probes for a new key), and the table takes 8 bytes per entry instead of 32.
 //
 // Probing: a key lives in its home bucket or, if that bucket was full when it was inserted, in
@@ -38,7 +38,6 @@
 
 #include "absl/status/status.h"
 #include "internal/huge_page_allocator.h"
-#include "internal/prefetch.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {
@@ -87,11 +86,6 @@ class PrefixIndex {
   // The entry that holds `old_block` under the key now holds `new_block` (0 = the entry goes).
   // REQUIRES: old_block is registered under the key.
   void Replace(BlockHash hash, int32_t group, int32_t old_block, int32_t new_block);
-  // Starts loading the key's home bucket into the CPU cache. No effect on state.
-  void Prefetch(BlockHash hash, int32_t group) const {
-    if (!buckets_.empty()) PrefetchForWrite(&buckets_[Home(hash, group)]);
-  }
-
   // Room for `n` keys at half load: grows (rehashes) when the table is smaller than that.
   void Reserve(size_t n);
   // Drops every entry and frees the table.

@@ -302,21 +302,23 @@ int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
   // The stack first. Used blocks' `next` links are dead: only the links still needed are read.
   const int32_t stacked = ch.clean - ch.fresh;
   const int32_t from_stack = std::min(k, stacked);
+  const size_t at = out->size();
+  out->resize(at + static_cast<size_t>(k));
+  BlockId* taken = out->data() + at;
   int32_t b = ch.clean_top;
   for (int32_t i = 0; i < from_stack; ++i) {
     blocks_[b].ref = 1;
-    out->push_back(BlockId(b));
+    taken[i] = BlockId(b);
     b = i + 1 < stacked ? blocks_[b].next : -1;
   }
   ch.clean_top = b;
   if (k > from_stack) {
     // Then the fresh tail, in id order; their records may not exist yet.
     const int32_t from = 1 + (c + 1) * bpc_ - ch.fresh;
-    const int32_t to = from + (k - from_stack);
-    EnsureBlockRecord(to - 1);
-    for (int32_t f = from; f < to; ++f) {
-      blocks_[f].ref = 1;
-      out->push_back(BlockId(f));
+    EnsureBlockRecord(from + (k - from_stack) - 1);
+    for (int32_t i = from_stack; i < k; ++i) {
+      blocks_[from + i - from_stack].ref = 1;
+      taken[i] = BlockId(from + i - from_stack);
     }
     ch.fresh -= k - from_stack;
   }
@@ -358,12 +360,18 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
 
 void BlockPool::Free(absl::Span<const BlockId> blocks) {
   // Consecutive blocks of one chunk form a run: the chunk leaves its bucket at the start of
-  // the run and goes back once at the end, instead of once per block.
+  // the run and goes back once at the end, and its clean stack is built in locals (the
+  // blocks' links are stores the compiler cannot tell apart from the chunk's counters).
   int32_t run_chunk = -1;
-  int32_t used_at_start = 0;
+  int32_t used_at_start = 0, freed = 0, pushed = 0, top = -1;
   auto close_run = [&]() {
     if (run_chunk < 0) return;
     Chunk& ch = chunks_[run_chunk];
+    ch.used -= freed;
+    ch.clean += pushed;
+    ch.clean_top = top;
+    num_used_ -= freed;
+    num_clean_ += pushed;
     if (used_at_start > 0 && ch.used == 0) IdleInsert(run_chunk);
     if (ch.clean > 0) BucketInsert(run_chunk);
     run_chunk = -1;
@@ -395,22 +403,24 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     }
     if (c != run_chunk) {
       close_run();
+      const Chunk& ch = chunks_[c];
       run_chunk = c;
-      used_at_start = chunks_[c].used;
-      if (chunks_[c].clean > 0) BucketRemove(c);
+      used_at_start = ch.used;
+      if (ch.clean > 0) BucketRemove(c);
+      freed = 0;
+      pushed = 0;
+      // The stack holds clean − fresh blocks (the fresh tail has no links).
+      top = ch.clean > ch.fresh ? ch.clean_top : -1;
     }
-    Chunk& ch = chunks_[c];
-    --ch.used;
-    --num_used_;
+    ++freed;
     if (blocks_[b].has_hash) {
       LruAppend(b);
-      ++ch.cached;
+      ++chunks_[c].cached;
       ++num_cached_free_;
     } else {
-      blocks_[b].next = ch.clean > ch.fresh ? ch.clean_top : -1;
-      ch.clean_top = b;
-      ++ch.clean;
-      ++num_clean_;
+      blocks_[b].next = top;
+      top = b;
+      ++pushed;
     }
   }
   close_run();

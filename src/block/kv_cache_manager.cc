@@ -218,7 +218,8 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
     const RequestState* st = m.Get(tokens[i].request);
     if (st == nullptr) return fail(i, m.Stale(tokens[i].request));
     if (tokens[i].token < 0) return fail(i, NegativeToken(tokens[i].token));
-    const int64_t count = m.NumTokens(st->slot) + m.append_counts[st->slot]++;
+    const int32_t slot = tokens[i].request.slot_;  // st's (Get checked the handle)
+    const int64_t count = m.NumTokens(slot) + m.append_counts[slot]++;
     if (count >= m.max_model_len) {
       return fail(i + 1, PastMaxModelLen(st->id, count + 1, m.max_model_len));
     }

@@ -17,6 +17,7 @@ void Scheduler::Impl::InitTables() {
   for (GroupInfo& g : attention) {
     g.stride = static_cast<int32_t>((max_model_len + g.block_size - 1) / g.block_size) * g.ratio;
     g.table.assign(rows * static_cast<size_t>(g.stride), 0);
+    g.sync.assign(rows, internal::RowSync{});
     out.attention.push_back(AttentionBatch{.group = g.id,
                                            .kind = g.kind,
                                            .kernel_block_size = g.block_size / g.ratio,
@@ -32,7 +33,7 @@ void Scheduler::Impl::TakeRow(int32_t q) {
   SchedRequest& r = reqs[q];
   r.row = static_cast<int32_t>(row_owner.size());
   row_owner.push_back(q);
-  r.sync.assign(attention.size(), internal::RowSync{});
+  for (GroupInfo& g : attention) g.sync[r.row] = internal::RowSync{};
   r.row_stale = true;
 }
 
@@ -45,12 +46,14 @@ void Scheduler::Impl::FreeRow(int32_t q) {
     GroupInfo& g = attention[a];
     int32_t* dst = g.table.data() + static_cast<size_t>(row) * g.stride;
     int32_t* src = g.table.data() + static_cast<size_t>(last) * g.stride;
-    std::fill(dst, dst + static_cast<size_t>(r.sync[a].blocks) * g.ratio, 0);
+    std::fill(dst, dst + static_cast<size_t>(g.sync[row].blocks) * g.ratio, 0);
     if (row != last) {
-      const size_t used = static_cast<size_t>(reqs[mover].sync[a].blocks) * g.ratio;
+      const size_t used = static_cast<size_t>(g.sync[last].blocks) * g.ratio;
       std::memcpy(dst, src, used * sizeof(int32_t));
       std::fill(src, src + used, 0);
+      g.sync[row] = g.sync[last];
     }
+    g.sync[last] = internal::RowSync{};
   }
   if (row != last) {
     row_owner[row] = mover;
@@ -70,7 +73,7 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
     const absl::Span<const BlockId> table = *blocks;
     const int32_t size = static_cast<int32_t>(table.size());
     int32_t* const row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
-    internal::RowSync& sync = r.sync[a];
+    internal::RowSync& sync = g.sync[r.row];
     // Blocks a window released since the last copy are null now.
     while (sync.released < size && table[sync.released] == kNullBlock) {
       std::fill_n(row + static_cast<size_t>(sync.released) * g.ratio, g.ratio, 0);

@@ -146,19 +146,20 @@ size_t Scheduler::Impl::ScheduleDecodeRun(size_t i, int64_t& budget) {
   const size_t end = i + static_cast<size_t>(
                              std::min<int64_t>(budget, static_cast<int64_t>(running.size() - i)));
   decode_batch.clear();
+  decode_events.clear();
   size_t j = i;
   for (; j < end && reqs[running[j]].PlainDecode(); ++j) {
     SchedRequest& r = reqs[running[j]];
     decode_batch.push_back(DecodeStep{.request = r.kv, .num_computed_tokens = r.num_computed});
     MarkScheduled(r, 1, 0);
+    // A step that ends before the request's next event changes nothing in the cache.
+    if (r.num_computed >= r.next_event) decode_events.push_back(j);
   }
   const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
   KVPAGE_DCHECK(served.ok());
   const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
-  for (size_t t = 0; t < k; ++t) {
-    SchedRequest& r = reqs[running[i + t]];
-    // A step that ended before the request's next event changed nothing in the cache.
-    if (r.num_computed >= r.next_event) RefreshNextEvent(r);
+  for (size_t t : decode_events) {
+    if (t < i + k) RefreshNextEvent(reqs[running[t]]);
   }
   // Step k did not fit: it and the ones after it are undone (the cache left them unchanged),
   // and the general path preempts for it.
@@ -287,8 +288,6 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   o.slots_to_zero = kv->TakeSlotsToZero();
   o.state_copies = kv->TakeStateCopies();
   const size_t rows = static_cast<size_t>(o.num_rows);
-  row_scheduled.assign(rows, 0);
-  for (int32_t q : scheduled) row_scheduled[reqs[q].row] = 1;
   o.requests.resize(scheduled.size());
   o.query_start_loc.resize(rows + 1);
   o.seq_lens.resize(rows);
@@ -309,11 +308,13 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   bool one_each = true;
   for (size_t row = 0; row < rows; ++row) {
     o.query_start_loc[row] = tokens;
-    if (!row_scheduled[row]) {
+    const int32_t q = row_owner[row];
+    if (reqs[q].scheduled_step != step) {
       o.seq_lens[row] = 0;
       continue;
     }
-    tokens += WriteRow(row_owner[row], row, k, tokens);
+    scheduled[k] = q;  // from now on in the output's order
+    tokens += WriteRow(q, row, k, tokens);
     one_each &= o.requests[k].samples;
     ++k;
   }
@@ -349,7 +350,7 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
     int64_t* slots = batch.slot_mapping.data() + tokens;
     const int64_t bs = g.block_size;
     const int32_t* table = g.table.data() + row * g.stride;
-    const internal::RowSync& sync = r.sync[a];
+    const internal::RowSync& sync = g.sync[row];
     const int64_t last_block_start = (sync.blocks - 1) * bs;
     for (int64_t pos = c; pos < c + n; ++pos) {
       slots[pos - c] = pos >= last_block_start && sync.blocks > 0

@@ -289,6 +289,10 @@ absl::Status Scheduler::Abort(RequestId id) {
     s.EraseWaiting(q);
     if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
   } else {
+    // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
+    if (!s.applied && s.reqs[q].scheduled_step == s.step) {
+      std::replace(s.scheduled.begin(), s.scheduled.end(), q, -1);
+    }
     s.LeaveRunning(q);
   }
   s.pending_finished.push_back(id);
@@ -416,13 +420,15 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
   } else {
     KVPAGE_RETURN_IF_ERROR(CheckCsr(result.sampled_offsets, num_sampled, n, "sampled"));
   }
-  for (size_t i = 0; i < n; ++i) {
+  // One token for each request of a batch in which every request samples is right as it is.
+  const bool one_each = result.sampled_offsets.empty() && output.one_sample_each && num_sampled == n;
+  for (size_t i = 0; i < n && !one_each; ++i) {
     const ScheduledRequest& sr = output.requests[i];
     const int32_t k = result.sampled_offsets.empty() ? (num_sampled == n ? 1 : 0)
                                                      : CsrCount(result.sampled_offsets, i);
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
     // Aborted since Schedule: whatever the server sampled for it (or not) is dropped.
-    if (k == 0 && ScheduledIndexOf(sr) < 0) continue;
+    if (k == 0 && scheduled[i] < 0) continue;
     if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
@@ -433,22 +439,6 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
   KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
   return CheckTokenIds(result.draft_token_ids, "draft");
-}
-
-int32_t Scheduler::Impl::ScheduledIndexOf(const ScheduledRequest& sr) const {
-  // Its row's owner, unless rows moved since the output was built (an abort in between).
-  int32_t q = -1;
-  const size_t row = static_cast<size_t>(sr.row);
-  if (row < row_owner.size() && reqs[row_owner[row]].id == sr.id) {
-    q = row_owner[row];
-  } else if (auto it = index_of.find(sr.id); it != index_of.end()) {
-    q = it->second;
-  }
-  // Still the request scheduled as sr in this step (not aborted since, its index not reused).
-  if (q < 0 || reqs[q].status != RequestStatus::kRunning || reqs[q].scheduled_step != step) {
-    return -1;
-  }
-  return q;
 }
 
 void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {
@@ -468,7 +458,7 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
   finishing.clear();
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    const int32_t q = ScheduledIndexOf(sr);
+    const int32_t q = scheduled[i];
     if (q < 0 || !sr.samples) continue;
     SchedRequest& r = reqs[q];
     const int32_t k = has_offsets ? CsrCount(result.sampled_offsets, i) : 1;

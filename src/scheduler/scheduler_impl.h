@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/scheduler.h"
 
@@ -38,11 +37,11 @@ struct RowSync {
 };
 
 // One request as the scheduler sees it. Lives in Scheduler::Impl::reqs at a dense index that
-// is reused once the request is gone. What a decode step reads and writes comes first, in the
-// first two cache lines.
+// is reused once the request is gone. What a decode step reads and writes comes first: the
+// first cache line holds all that scheduling it and building its row touch.
 struct alignas(64) SchedRequest {
-  RequestId id;
   RequestHandle kv;  // in the KV cache, while in_manager
+  int32_t row = -1;  // its row in the batch tables (-1 when not running)
   // Tokens whose K/V is computed, counting this step's once it is scheduled (drafts included
   // until Update rejects them).
   int64_t num_computed = 0;
@@ -50,23 +49,22 @@ struct alignas(64) SchedRequest {
   // The KV cache's NextEvent, read after each call that may change the request's tables: a
   // step ending before it changed nothing there.
   int64_t next_event = 0;
+  uint64_t scheduled_step = 0;       // the step it was last scheduled in
+  int32_t num_scheduled = 0;         // this step's tokens
+  int32_t num_scheduled_drafts = 0;  // of which drafts
+  int32_t num_drafts = 0;            // drafts the server proposed for the next step
+  bool row_stale = false;  // the cache's tables changed since the row was copied
+  bool fresh = false;      // admitted or resumed and not yet reported as new
+  bool resumed = false;
+  bool has_stop_tokens = false;
+  // ---- The second line.
+  RequestId id;
   // The token count at which the request finishes by length: min(prompt_len +
   // max_new_tokens, max_model_len).
   int64_t length_limit = 0;
-  uint64_t scheduled_step = 0;  // the step it was last scheduled in
-  int32_t row = -1;             // its row in the batch tables (-1 when not running)
-  int32_t num_scheduled = 0;    // this step's tokens
-  // ---- The second line.
-  int32_t num_scheduled_drafts = 0;  // of which drafts
-  int32_t num_drafts = 0;            // drafts the server proposed for the next step
   RequestStatus status = RequestStatus::kFree;
   bool in_manager = false;  // the KV cache holds the request (running, or at the head of the
                             // queue after a failed admission)
-  bool row_stale = false;   // the cache's tables changed since the row was copied
-  bool fresh = false;       // admitted or resumed and not yet reported as new
-  bool resumed = false;
-  bool has_stop_tokens = false;
-  absl::InlinedVector<RowSync, 2> sync;  // per attention group
   uint64_t visited_step = 0;  // the step whose running pass considered it and scheduled nothing
 
   // ---- Cold.
@@ -159,8 +157,6 @@ class Scheduler::Impl {
   // Applies the checked samples: tokens to the KV cache, finished requests out.
   void ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
                     UpdateResult& update);
-  // The index of the request scheduled as sr, or -1 when it is gone (aborted since).
-  int32_t ScheduledIndexOf(const ScheduledRequest& sr) const;
   // Request q finished: report it, free its blocks and row, release its index.
   void Finish(int32_t q, FinishReason reason, UpdateResult& update);
 
@@ -190,6 +186,7 @@ class Scheduler::Impl {
     int32_t ratio = 1;   // manager block -> kernel blocks
     int32_t stride = 0;  // kernel blocks per row
     std::vector<int32_t> table;  // [max_num_seqs, stride]
+    std::vector<internal::RowSync> sync;  // [max_num_seqs]: how far each row copies its table
   };
   std::vector<GroupInfo> attention;  // attention groups, in group order
   std::vector<GroupId> state_groups;
@@ -207,12 +204,14 @@ class Scheduler::Impl {
   uint64_t step = 0;
   bool applied = true;  // Update has consumed the latest output
   bool preempted_this_step = false;
-  std::vector<int32_t> scheduled;  // request indices scheduled this step
+  // Request indices scheduled this step; once the output is built, in its order (requests[k]
+  // is scheduled[k]), with -1 for a request aborted since.
+  std::vector<int32_t> scheduled;
   std::vector<DecodeStep> decode_batch;
+  std::vector<size_t> decode_events;  // ScheduleDecodeRun: steps that reach their next event
   SchedulerOutput out;
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
-  std::vector<uint8_t> row_scheduled;  // scratch, per row
   std::vector<DecodeToken> append_tokens;  // scratch of Update
   std::vector<std::pair<int32_t, FinishReason>> finishing;  // scratch of Update
   SchedulerStats stats;

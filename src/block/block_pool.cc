@@ -360,8 +360,7 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
 
 void BlockPool::Free(absl::Span<const BlockId> blocks) {
   // Consecutive blocks of one chunk form a run: the chunk leaves its bucket at the start of
-  // the run and goes back once at the end, and its clean stack is built in locals (the
-  // blocks' links are stores the compiler cannot tell apart from the chunk's counters).
+  // the run and goes back once at the end, with its counters and stack top updated once.
   int32_t run_chunk = -1;
   int32_t used_at_start = 0, freed = 0, pushed = 0, top = -1;
   auto close_run = [&]() {

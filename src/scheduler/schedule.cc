@@ -145,26 +145,27 @@ bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
 size_t Scheduler::Impl::ScheduleDecodeRun(size_t i, int64_t& budget) {
   const size_t end = i + static_cast<size_t>(
                              std::min<int64_t>(budget, static_cast<int64_t>(running.size() - i)));
+  // Only the steps that reach their request's next event go to the KV cache: a step that
+  // ends before it changes nothing there.
   decode_batch.clear();
   decode_events.clear();
   size_t j = i;
   for (; j < end && reqs[running[j]].PlainDecode(); ++j) {
     SchedRequest& r = reqs[running[j]];
-    decode_batch.push_back(DecodeStep{.request = r.kv, .num_computed_tokens = r.num_computed});
     MarkScheduled(r, 1, 0);
-    // A step that ends before the request's next event changes nothing in the cache.
-    if (r.num_computed >= r.next_event) decode_events.push_back(j);
+    if (r.num_computed < r.next_event) continue;
+    decode_batch.push_back(DecodeStep{.request = r.kv, .num_computed_tokens = r.num_computed - 1});
+    decode_events.push_back(j);
   }
   const absl::StatusOr<int64_t> served = kv->AllocateDecodeStep(decode_batch);
   KVPAGE_DCHECK(served.ok());
   const size_t k = served.ok() ? static_cast<size_t>(*served) : 0;
-  for (size_t t : decode_events) {
-    if (t < i + k) RefreshNextEvent(reqs[running[t]]);
-  }
-  // Step k did not fit: it and the ones after it are undone (the cache left them unchanged),
-  // and the general path preempts for it.
-  for (size_t x = i + k; x < j; ++x) UnmarkScheduled(reqs[running[x]]);
-  j = i + k;
+  for (size_t e = 0; e < k; ++e) RefreshNextEvent(reqs[running[decode_events[e]]]);
+  // The k-th event did not fit: its step and the ones after it are undone (the cache left
+  // them unchanged), and the general path preempts for it.
+  const size_t stop = k < decode_events.size() ? decode_events[k] : j;
+  for (size_t x = stop; x < j; ++x) UnmarkScheduled(reqs[running[x]]);
+  j = stop;
   scheduled.insert(scheduled.end(), running.begin() + static_cast<ptrdiff_t>(i),
                    running.begin() + static_cast<ptrdiff_t>(j));
   budget -= static_cast<int64_t>(j - i);
@@ -314,7 +315,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
       continue;
     }
     scheduled[k] = q;  // from now on in the output's order
-    tokens += WriteRow(q, row, k, tokens);
+    tokens += WriteRow(q, row, k);
     one_each &= o.requests[k].samples;
     ++k;
   }
@@ -323,9 +324,29 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   KVPAGE_DCHECK(k == scheduled.size() && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
+  for (size_t a = 0; a < attention.size(); ++a) WriteSlots(attention[a], o.attention[a]);
 }
 
-int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t tokens) {
+void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {
+  // A token's slot is its cache block times the cache block size plus its offset, whatever
+  // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
+  const int64_t bs = g.block_size;
+  for (const ScheduledRequest& sr : out.requests) {
+    const size_t row = static_cast<size_t>(sr.row);
+    const internal::RowSync& sync = g.sync[row];
+    const int32_t* table = g.table.data() + row * g.stride;
+    int64_t* slots = batch.slot_mapping.data() + out.query_start_loc[row];
+    const int64_t c = sr.num_computed_tokens;
+    const int64_t last_block_start = (sync.blocks - 1) * bs;
+    for (int64_t pos = c; pos < c + sr.num_scheduled_tokens; ++pos) {
+      slots[pos - c] = pos >= last_block_start && sync.blocks > 0
+                           ? pos + sync.last_block_offset
+                           : int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
+    }
+  }
+}
+
+int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k) {
   SchedulerOutput& o = out;
   SchedRequest& r = reqs[q];
   const int32_t n = r.num_scheduled;
@@ -342,21 +363,7 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k, int32_t token
   r.fresh = false;
   r.resumed = false;
   if (r.row_stale) SyncRow(r, /*record=*/true);
-  for (size_t a = 0; a < attention.size(); ++a) {
-    const GroupInfo& g = attention[a];
-    AttentionBatch& batch = o.attention[a];
-    // A token's slot is its cache block times the cache block size plus its offset, whatever
-    // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
-    int64_t* slots = batch.slot_mapping.data() + tokens;
-    const int64_t bs = g.block_size;
-    const int32_t* table = g.table.data() + row * g.stride;
-    const internal::RowSync& sync = g.sync[row];
-    const int64_t last_block_start = (sync.blocks - 1) * bs;
-    for (int64_t pos = c; pos < c + n; ++pos) {
-      slots[pos - c] = pos >= last_block_start && sync.blocks > 0
-                           ? pos + sync.last_block_offset
-                           : int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
-    }
+  for (AttentionBatch& batch : o.attention) {
     batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
   }
   for (size_t i = 0; i < state_groups.size(); ++i) {

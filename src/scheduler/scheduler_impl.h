@@ -5,8 +5,9 @@
 //   batch_tables.cc  the persistent device-ready rows (block tables, slot mappings)
 //
 // The scheduler decides nothing about memory on its own: it asks the KvCacheManager, and keeps
-// one number from it per request, NextEvent, to know when a decode step changed nothing in the
-// cache (so the request's row is still current and no window block is due for release).
+// one number from it per request, NextEvent, to know when a decode step changes nothing in the
+// cache (so the step need not be sent to it, the request's row is still current and no window
+// block is due for release).
 #ifndef KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 #define KVPAGE_SCHEDULER_SCHEDULER_IMPL_H_
 
@@ -123,8 +124,9 @@ class Scheduler::Impl {
   // Frees the blocks every running request's sliding windows have moved past.
   void ReleaseOutOfWindowBlocks();
   void ScheduleRunning(int64_t& budget);
-  // Schedules the plain decode steps of running[i], running[i + 1], … in one
-  // AllocateDecodeStep call; returns the index of the first request it did not take.
+  // Schedules the plain decode steps of running[i], running[i + 1], …, passing those that
+  // reach their next event to one AllocateDecodeStep call; returns the index of the first
+  // request it did not take.
   size_t ScheduleDecodeRun(size_t i, int64_t& budget);
   void ScheduleWaiting(int64_t& budget);
   // Adds waiting request q to the KV cache (if it is not there) and asks for its prefix hit.
@@ -148,9 +150,12 @@ class Scheduler::Impl {
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
-  // Writes row `row` of the output for request q, the k-th scheduled, whose tokens start at
-  // `tokens` in the slot mappings. Returns its token count.
-  int32_t WriteRow(int32_t q, size_t row, size_t k, int32_t tokens);
+  // Writes row `row` of the output for request q, the k-th scheduled (its requests[k], and
+  // the rows' copies of its tables). Returns its token count.
+  int32_t WriteRow(int32_t q, size_t row, size_t k);
+  struct GroupInfo;
+  // Writes one attention group's slot mapping for every scheduled request (after WriteRow).
+  void WriteSlots(const GroupInfo& g, AttentionBatch& batch);
 
   // ---- Update (scheduler.cc) ----
   absl::Status CheckModelOutput(const SchedulerOutput& output, const ModelOutput& result) const;
@@ -208,7 +213,7 @@ class Scheduler::Impl {
   // is scheduled[k]), with -1 for a request aborted since.
   std::vector<int32_t> scheduled;
   std::vector<DecodeStep> decode_batch;
-  std::vector<size_t> decode_events;  // ScheduleDecodeRun: steps that reach their next event
+  std::vector<size_t> decode_events;  // ScheduleDecodeRun: decode_batch[e] is running[...[e]]
   SchedulerOutput out;
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;

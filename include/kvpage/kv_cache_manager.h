@@ -223,8 +223,10 @@ class KvCacheManager {
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
-  // shared with another request, or when the model has linear-attention layers and the tokens
-  // were computed (their state cannot be rewound).
+  // shared with another request, when the model has linear-attention layers and the tokens
+  // were computed (their state cannot be rewound), or when a sliding window has already freed
+  // a block the window of the last kept token reads (rolling back only tokens of the current
+  // step, as speculative decoding does, never meets this).
   absl::Status RollbackTokens(RequestHandle request, int64_t num_tokens);
   // Frees every block and slot of the request, last block first; the handle is then stale.
   absl::Status Free(RequestHandle request);

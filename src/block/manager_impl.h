@@ -63,6 +63,9 @@ class KvCacheManager::Impl {
   internal::RequestView View(const internal::RequestState& st) const;
   const internal::GroupLayout* GroupLayoutOf(GroupId group) const;  // null if unknown
   int64_t NumTokens(int32_t slot) const { return summaries[slot].num_tokens; }
+  // FailedPrecondition when rolling `st` back to `keep` tokens would leave the window of its
+  // last token short of a block a sliding-window group has freed.
+  absl::Status CheckWindowKept(const internal::RequestState& st, int64_t keep) const;
 
   // ---- Tokens: what a decode step appends goes to a flat per-slot tail, so an append touches
   // no request state; the tail moves into the request's vector when its block completes. ----

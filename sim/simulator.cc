@@ -288,6 +288,11 @@ absl::Status SimConfig::Validate() const {
   if (vocab_size < 2) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 2, got ", vocab_size));
   }
+  if (model.vocab_size > 0 && vocab_size > model.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", vocab_size,
+                                                   " exceeds the model's vocab_size ",
+                                                   model.vocab_size));
+  }
   if (progress_interval_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress_interval_steps must be >= 1, got ", progress_interval_steps));
@@ -300,8 +305,14 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
                                    const SimConfig& config) {
   const auto wall_start = std::chrono::steady_clock::now();
   KVPAGE_RETURN_IF_ERROR(config.Validate());
-  for (size_t i = 1; i < trace.size(); ++i) {
-    if (trace[i].arrival_s < trace[i - 1].arrival_s) {
+  for (size_t i = 0; i < trace.size(); ++i) {
+    // A NaN compares false with everything: it would pass the order check below.
+    if (!std::isfinite(trace[i].arrival_s)) {
+      return absl::InvalidArgumentError(absl::StrCat("trace request ", trace[i].index,
+                                                     " arrives at ", trace[i].arrival_s,
+                                                     " s: arrival times must be finite"));
+    }
+    if (i > 0 && trace[i].arrival_s < trace[i - 1].arrival_s) {
       return absl::InvalidArgumentError(absl::StrCat(
           "trace arrivals must not decrease: request ", trace[i].index, " arrives at ",
           trace[i].arrival_s, " s, before request ", trace[i - 1].index, " at ",

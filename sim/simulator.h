@@ -60,7 +60,8 @@ struct SimConfig {
   const CostModel* cost_model = nullptr;
   // Sampled token ids: SplitMix64 of (seed, request index, output position) mod vocab.
   uint64_t seed = 0;
-  int32_t vocab_size = kDefaultTraceVocabSize;  // >= 2
+  // >= 2 and at most model.vocab_size (when known); kvpage sim sets min(100,000, the model's).
+  int32_t vocab_size = kDefaultTraceVocabSize;
   // Keep every output token's time (ITL statistics). Off saves 8 bytes per output token.
   bool record_token_times = true;
   // Keep one StepRecord per step (the per-step CSV). Peaks, means and counters are computed

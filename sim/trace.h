@@ -38,7 +38,8 @@
 namespace kvpage::sim {
 
 // Token ids are drawn from [0, vocab_size). 100,000 is below every bundled model's vocabulary
-// except Mistral-7B-v0.3 (32,768); set TraceOptions::vocab_size to the model's when it matters.
+// except Mistral-7B-v0.3 (32,768); kvpage sim uses the model's when it is smaller (the
+// scheduler refuses token ids outside the model's vocabulary).
 inline constexpr int32_t kDefaultTraceVocabSize = 100000;
 // Mooncake hash ids each cover this many tokens (FAST'25 release README).
 inline constexpr int32_t kMooncakeBlockTokens = 512;

@@ -208,13 +208,15 @@ class KvCacheManager {
 
   // ---- Requests --------------------------------------------------------------------------
   // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt or a
-  // negative token id; OutOfRange if the prompt exceeds max_model_len.
+  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0); OutOfRange if
+  // the prompt exceeds max_model_len.
   absl::StatusOr<RequestHandle> AddRequest(KvRequestSpec spec);
   // The live request with this id, if any.
   std::optional<RequestHandle> Find(RequestId id) const;
   // The id the request was added with. NotFound for a stale handle.
   absl::StatusOr<RequestId> Id(RequestHandle request) const;
-  // Appends sampled (accepted) tokens. OutOfRange past max_model_len.
+  // Appends sampled (accepted) tokens. OutOfRange past max_model_len; InvalidArgument for a
+  // token id outside [0, vocab_size), as AddRequest.
   absl::Status AppendTokens(RequestHandle request, absl::Span<const int32_t> tokens);
   // AppendTokens of one token for each entry (the sampled tokens of a decode step; a request
   // may appear more than once). All or nothing: errors as AppendTokens, for the first bad
@@ -223,8 +225,10 @@ class KvCacheManager {
   // Drops the last `num_tokens` generated tokens (e.g. rejected speculative tokens) and the
   // hashes of blocks they completed, so those blocks leave the prefix cache; the blocks stay
   // allocated for the next step. FailedPrecondition (nothing changed) when such a block is
-  // shared with another request, or when the model has linear-attention layers and the tokens
-  // were computed (their state cannot be rewound).
+  // shared with another request, when the model has linear-attention layers and the tokens
+  // were computed (their state cannot be rewound), or when a sliding window has already freed
+  // a block the window of the last kept token reads (rolling back only tokens of the current
+  // step, as speculative decoding does, never meets this).
   absl::Status RollbackTokens(RequestHandle request, int64_t num_tokens);
   // Frees every block and slot of the request, last block first; the handle is then stale.
   absl::Status Free(RequestHandle request);
@@ -249,8 +253,9 @@ class KvCacheManager {
   // decode step of a continuous batch. Steps that end before their request's NextEvent are
   // skipped; the others are allocated as AllocateSlots would. Returns k, the number of steps
   // served: steps [0, k) have their slots; step k did not fit and it and the ones after it are
-  // unchanged. A stale handle anywhere is NotFound before anything changes; other errors as
-  // AllocateSlots (steps before a failing one keep their slots).
+  // unchanged. A stale handle anywhere is NotFound, and a request named twice InvalidArgument,
+  // before anything changes; other errors as AllocateSlots (steps before a failing one keep
+  // their slots).
   absl::StatusOr<int64_t> AllocateDecodeStep(absl::Span<const DecodeStep> steps);
   // The first computed-token count at which the manager must hear of the request again (see
   // the top of this file). At most max_model_len + 1; 0 before the first allocation and for

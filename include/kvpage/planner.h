@@ -37,6 +37,10 @@ enum class Policy : uint8_t { kKvpage, kVllm, kLlamaCpp };
 absl::string_view PolicyName(Policy policy);  // "kvpage", "vllm", "llamacpp"
 absl::StatusOr<Policy> ParsePolicy(absl::string_view text);
 
+// InvalidArgument naming the value unless vLLM's engine accepts `block_size` as its
+// --block-size (1, 8, 16, 32, 64 or 128).
+absl::Status CheckVllmBlockSize(int64_t block_size);
+
 // Flags of all three policies; each policy reads only the ones that apply to it. Names and
 // defaults follow vLLM's engine arguments and llama-server's options.
 struct PlanOptions {
@@ -59,8 +63,9 @@ struct PlanOptions {
   bool kv_unified = false;
   bool swa_full = false;
 
-  // InvalidArgument naming the offending field (non-positive or absurdly large sizes). An
-  // ubatch above batch is legal: llama.cpp clamps it, and so does the llamacpp policy.
+  // InvalidArgument naming the offending field (non-positive or absurdly large sizes, a
+  // block_size vLLM refuses under the vllm policy). An ubatch above batch is legal: llama.cpp
+  // clamps it, and so does the llamacpp policy.
   absl::Status Validate() const;
   // The dtype actually used for attention KV under `policy` for a model stored in `model`.
   DType ResolvedKvDtype(DType model) const;

@@ -218,8 +218,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request. AlreadyExists for a live id; InvalidArgument for an empty prompt, a
-  // negative token id or max_new_tokens < 1; OutOfRange when the prompt leaves no room for one
-  // output token under max_model_len.
+  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0), max_new_tokens
+  // < 1 or an arrival_time that is NaN or infinite (it orders the priority queue);
+  // OutOfRange when the prompt leaves no room for one output token under max_model_len.
   absl::Status AddRequest(RequestSpec spec);
   // Removes a waiting or running request and frees its blocks at once. NotFound if unknown
   // (or already finished).
@@ -233,7 +234,8 @@ class Scheduler {
   // requests (stop token, max_new_tokens, max_model_len) and frees their blocks. A request
   // aborted since Schedule may be given its tokens or none; they are dropped.
   // InvalidArgument (nothing changed) when `result` does not match `output` (sizes, a token
-  // for a request that does not sample, more tokens than drafts + 1, negative ids);
+  // for a request that does not sample, more tokens than drafts + 1, token ids outside
+  // [0, vocab_size), drafts when num_speculative_tokens is 0);
   // FailedPrecondition when `output` is not the latest Schedule() output or was applied.
   absl::StatusOr<UpdateResult> Update(const SchedulerOutput& output, const ModelOutput& result);
 

@@ -81,6 +81,11 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
     return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens ", req.num_processed_tokens,
                                                    " exceeds num_computed_tokens ", c));
   }
+  if (req.num_processed_tokens < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processed_tokens must be >= 0 (or -1 for ",
+                                                   "num_computed_tokens), got ",
+                                                   req.num_processed_tokens));
+  }
   const CacheHit* hit = RealHit(req);
   if (hit == nullptr) {
     if (!st.allocated && c > 0) {

@@ -15,8 +15,13 @@ using internal::RequestState;
 
 namespace {
 
-absl::Status NegativeToken(int32_t token) {
-  return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
+// A token id outside [0, limit): negative, or not below the model's vocab_size.
+bool BadToken(int32_t token, uint32_t limit) { return static_cast<uint32_t>(token) >= limit; }
+
+absl::Status BadTokenError(int32_t token, uint32_t limit) {
+  if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("token id ", token, " is not below the model's vocab_size ", limit));
 }
 
 // An append that would give the request `num_tokens` tokens.
@@ -86,7 +91,7 @@ internal::RequestView KvCacheManager::Impl::View(const RequestState& st) const {
 
 namespace {
 
-absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len) {
+absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len, uint32_t token_limit) {
   if (!spec.id.valid()) {
     return absl::InvalidArgumentError(absl::StrCat("request id must be >= 0, got ", spec.id.value));
   }
@@ -100,9 +105,10 @@ absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len) {
                                               max_model_len));
   }
   for (size_t i = 0; i < spec.prompt_tokens.size(); ++i) {
-    if (spec.prompt_tokens[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " token ", i,
-                                                     " is negative (", spec.prompt_tokens[i], ")"));
+    if (BadToken(spec.prompt_tokens[i], token_limit)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", spec.id.value, " prompt token ", i, ": ",
+                       BadTokenError(spec.prompt_tokens[i], token_limit).message()));
     }
   }
   for (size_t i = 1; i < spec.extras.mm_items.size(); ++i) {
@@ -118,7 +124,7 @@ absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len) {
 
 absl::StatusOr<RequestHandle> KvCacheManager::AddRequest(KvRequestSpec spec) {
   Impl& m = *impl_;
-  KVPAGE_RETURN_IF_ERROR(ValidateSpec(spec, m.max_model_len));
+  KVPAGE_RETURN_IF_ERROR(ValidateSpec(spec, m.max_model_len, m.token_limit));
   if (m.slot_of.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
   }
@@ -200,7 +206,7 @@ absl::Status KvCacheManager::AppendTokens(RequestHandle request, absl::Span<cons
     return PastMaxModelLen(st->id, held + static_cast<int64_t>(tokens.size()), m.max_model_len);
   }
   for (int32_t t : tokens) {
-    if (t < 0) return NegativeToken(t);
+    if (BadToken(t, m.token_limit)) return BadTokenError(t, m.token_limit);
   }
   for (int32_t t : tokens) m.PushToken(st->slot, t);
   return absl::OkStatus();
@@ -217,7 +223,9 @@ absl::Status KvCacheManager::AppendDecodeTokens(absl::Span<const DecodeToken> to
   for (size_t i = 0; i < tokens.size(); ++i) {
     const RequestState* st = m.Get(tokens[i].request);
     if (st == nullptr) return fail(i, m.Stale(tokens[i].request));
-    if (tokens[i].token < 0) return fail(i, NegativeToken(tokens[i].token));
+    if (BadToken(tokens[i].token, m.token_limit)) {
+      return fail(i, BadTokenError(tokens[i].token, m.token_limit));
+    }
     const int32_t slot = tokens[i].request.slot_;  // st's (Get checked the handle)
     const int64_t count = m.NumTokens(slot) + m.append_counts[slot]++;
     if (count >= m.max_model_len) {
@@ -261,12 +269,31 @@ absl::Status KvCacheManager::RollbackTokens(RequestHandle request, int64_t num_t
       }
     }
   }
+  KVPAGE_RETURN_IF_ERROR(m.CheckWindowKept(*st, keep));
   for (const auto& g : m.groups) g->Uncache(st->slot, first);
   m.FlushTokens(*st);
   st->tokens.resize(keep);
   st->hashes.Truncate(keep);
   m.summaries[st->slot].num_tokens = keep;
   m.RefreshNextEvent(m.View(*st));
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Impl::CheckWindowKept(const RequestState& st, int64_t keep) const {
+  // Token keep − 1 is computed again next and reads [keep − W, keep − 1]: a block a sliding
+  // window has already freed there is gone (released blocks are the table's leading nulls).
+  for (const auto& g : groups) {
+    if (g->layout().kind != LayerKind::kSlidingWindow) continue;
+    const int64_t needed =
+        std::max<int64_t>(0, keep - g->layout().window) / g->layout().block_size;
+    const absl::Span<const BlockId> table = g->Table(st.slot);
+    if (needed < static_cast<int64_t>(table.size()) && table[needed] == kNullBlock) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot roll back request ", st.id.value, " to ", keep, " tokens: block ", needed,
+          " of sliding-window group ", g->layout().id.value,
+          ", which the window of token ", keep - 1, " reads, is already freed"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -316,11 +343,28 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestHandle request,
   return impl_->Allocate(*st, step);
 }
 
+absl::Status KvCacheManager::Impl::CheckDecodeBatch(absl::Span<const DecodeStep> steps) {
+  // append_counts (0 between calls) marks the slots seen so far: one store per step.
+  auto fail = [&](size_t checked, absl::Status status) {
+    for (size_t i = 0; i < checked; ++i) append_counts[steps[i].request.slot_] = 0;
+    return status;
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RequestState* st = Get(steps[i].request);
+    if (st == nullptr) return fail(i, Stale(steps[i].request));
+    if (append_counts[st->slot] != 0) {
+      return fail(i, absl::InvalidArgumentError(absl::StrCat(
+                         "request ", st->id.value, " appears twice in one decode step (entry ",
+                         i, ")")));
+    }
+    append_counts[st->slot] = 1;
+  }
+  return fail(steps.size(), absl::OkStatus());
+}
+
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
-  for (const DecodeStep& step : steps) {
-    if (m.Get(step.request) == nullptr) return m.Stale(step.request);
-  }
+  KVPAGE_RETURN_IF_ERROR(m.CheckDecodeBatch(steps));
   for (size_t i = 0; i < steps.size(); ++i) {
     const DecodeStep& step = steps[i];
     const int32_t slot = step.request.slot_;

@@ -63,6 +63,12 @@ class KvCacheManager::Impl {
   internal::RequestView View(const internal::RequestState& st) const;
   const internal::GroupLayout* GroupLayoutOf(GroupId group) const;  // null if unknown
   int64_t NumTokens(int32_t slot) const { return summaries[slot].num_tokens; }
+  // AllocateDecodeStep's checks, before anything changes: NotFound for a stale handle,
+  // InvalidArgument for a request named twice.
+  absl::Status CheckDecodeBatch(absl::Span<const DecodeStep> steps);
+  // FailedPrecondition when rolling `st` back to `keep` tokens would leave the window of its
+  // last token short of a block a sliding-window group has freed.
+  absl::Status CheckWindowKept(const internal::RequestState& st, int64_t keep) const;
 
   // ---- Tokens: what a decode step appends goes to a flat per-slot tail, so an append touches
   // no request state; the tail moves into the request's vector when its block completes. ----
@@ -134,6 +140,9 @@ class KvCacheManager::Impl {
   KvCacheConfig config;
   internal::GroupContext context;  // shared with the groups
   int64_t max_model_len = 0;
+  // Token ids must be below this: the model's vocab_size when known, else 2^31 (so one
+  // unsigned compare also refuses negative ids).
+  uint32_t token_limit = uint32_t{1} << 31;
   int32_t block_size = 0;  // hash block size: every attention group's block size
   int32_t block_mask = -1;  // block_size − 1 when a power of two
   KvEventLog events;
@@ -163,7 +172,8 @@ class KvCacheManager::Impl {
   };
   std::vector<Summary> summaries;
   std::vector<int32_t> tails;  // block_size tokens per slot (see RequestState::tokens)
-  std::vector<int32_t> append_counts;  // AppendDecodeTokens' scratch, 0 between calls
+  // AppendDecodeTokens' and CheckDecodeBatch's scratch, per slot: 0 between calls.
+  std::vector<int32_t> append_counts;
 
   std::vector<int32_t> pending_commits;  // slots with a state step to commit at NewStep
   std::vector<StateCopy> state_copies;

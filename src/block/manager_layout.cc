@@ -182,6 +182,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   if (m->id == 0) m->id = next_id.fetch_add(1, std::memory_order_relaxed);
   m->config = config;
   m->max_model_len = config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
+  if (model.vocab_size > 0 && model.vocab_size < (int64_t{1} << 31)) {
+    m->token_limit = static_cast<uint32_t>(model.vocab_size);
+  }
   m->events.set_enabled(config.enable_kv_events);
   m->budget = std::make_unique<MemoryBudget>(config.kv_budget_bytes, config.backing);
   m->hasher = std::make_unique<BlockHasher>(config.hash_algorithm, config.hash_seed);

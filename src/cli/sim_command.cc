@@ -208,7 +208,8 @@ absl::StatusOr<sim::ArrivalOptions> Arrivals(const SimFlags& f, const FlagSet& f
   return a;
 }
 
-absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, const FlagSet& fs) {
+absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, const FlagSet& fs,
+                                                         int32_t vocab_size) {
   if (fs.WasSet("max-requests")) {
     if (absl::Status s = Positive("max-requests", f.max_requests, int64_t{1} << 40); !s.ok()) {
       return s;
@@ -239,6 +240,7 @@ absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, cons
     o.shared_prefix_fraction = f.shared_prefix_fraction;
     o.num_prefix_groups = static_cast<int32_t>(f.num_prefix_groups);
     o.seed = static_cast<uint64_t>(f.seed);
+    o.vocab_size = vocab_size;
     return sim::GenerateSyntheticTrace(o);
   }
   const std::string path = ResolveTrace(f.trace);
@@ -250,6 +252,7 @@ absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, cons
   }
   sim::TraceOptions o;
   o.seed = static_cast<uint64_t>(f.seed);
+  o.vocab_size = vocab_size;
   o.max_requests = f.max_requests;
   if (*format == sim::TraceFormat::kLengths) {
     auto arrival = Arrivals(f, fs);
@@ -271,6 +274,10 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   auto model = LoadModel(f.model);
   if (!model.ok()) return model.status();
   c.model = *std::move(model);
+  // Token ids (trace prompts and sampled ones) stay inside the model's vocabulary.
+  if (c.model.vocab_size >= 2 && c.model.vocab_size < c.vocab_size) {
+    c.vocab_size = static_cast<int32_t>(c.model.vocab_size);
+  }
   auto gpu = LoadGpu(f.gpu);
   if (!gpu.ok()) return gpu.status();
   c.gpu = *std::move(gpu);
@@ -512,7 +519,12 @@ int RunSim(const std::vector<std::string>& args) {
   }
   auto base = MakeConfig(f, fs);
   if (!base.ok()) return Fail(base.status());
-  auto trace = LoadTrace(f, fs);
+  if (f.compare_allocators || f.allocator == "vllm") {
+    if (absl::Status s = CheckVllmBlockSize(f.block_size); !s.ok()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--block-size: ", s.message())));
+    }
+  }
+  auto trace = LoadTrace(f, fs, base->vocab_size);
   if (!trace.ok()) return Fail(trace.status());
 
   std::vector<std::string> allocators =

@@ -2,7 +2,9 @@
 #include "kvpage/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +89,9 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   impl->max_model_len = m.config().max_model_len > 0 ? m.config().max_model_len
                                                       : model.max_position_embeddings;
   impl->max_model_len = std::min(impl->max_model_len, kMaxSchedulerModelLen);
+  if (model.vocab_size > 0 && model.vocab_size < (int64_t{1} << 31)) {
+    impl->token_limit = static_cast<uint32_t>(model.vocab_size);
+  }
   for (int32_t g = 0; g < m.num_groups(); ++g) {
     if (m.group_kind(GroupId(g)) == LayerKind::kLinearAttention) {
       impl->has_state_groups = true;
@@ -214,7 +219,15 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ModelSpec& mo
 
 namespace {
 
-absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len) {
+// Token ids outside [0, limit): negative, or not below the model's vocab_size.
+bool BadToken(int32_t t, uint32_t limit) { return static_cast<uint32_t>(t) >= limit; }
+
+std::string DescribeBadToken(int32_t t, uint32_t limit) {
+  return t < 0 ? absl::StrCat("token id ", t, " is negative")
+               : absl::StrCat("token id ", t, " is not below the model's vocab_size ", limit);
+}
+
+absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len, uint32_t limit) {
   if (!spec.id.valid()) {
     return absl::InvalidArgumentError(absl::StrCat("request id must be >= 0, got ", spec.id.value));
   }
@@ -222,10 +235,14 @@ absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len) {
     return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, " has an empty prompt"));
   }
   for (int32_t t : spec.prompt_token_ids) {
-    if (t < 0) {
+    if (BadToken(t, limit)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("request ", spec.id.value, " has a negative token id ", t));
+          absl::StrCat("request ", spec.id.value, " prompt: ", DescribeBadToken(t, limit)));
     }
+  }
+  if (!std::isfinite(spec.arrival_time)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", spec.id.value, ": arrival_time must be finite, got ", spec.arrival_time));
   }
   if (spec.max_new_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value,
@@ -245,7 +262,7 @@ absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len) {
 
 absl::Status Scheduler::AddRequest(RequestSpec spec) {
   Impl& s = *impl_;
-  KVPAGE_RETURN_IF_ERROR(ValidateRequest(spec, s.max_model_len));
+  KVPAGE_RETURN_IF_ERROR(ValidateRequest(spec, s.max_model_len, s.token_limit));
   if (s.index_of.contains(spec.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", spec.id.value, " already exists"));
   }
@@ -392,9 +409,12 @@ absl::Status CheckCsr(absl::Span<const int32_t> offsets, size_t values, size_t r
   return absl::OkStatus();
 }
 
-absl::Status CheckTokenIds(absl::Span<const int32_t> tokens, absl::string_view name) {
+absl::Status CheckTokenIds(absl::Span<const int32_t> tokens, uint32_t limit,
+                           absl::string_view name) {
   for (int32_t t : tokens) {
-    if (t < 0) return absl::InvalidArgumentError(absl::StrCat(name, " token id ", t, " is negative"));
+    if (BadToken(t, limit)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", DescribeBadToken(t, limit)));
+    }
   }
   return absl::OkStatus();
 }
@@ -436,9 +456,14 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
     return absl::InvalidArgumentError(absl::StrCat("request ", sr.id.value, " must sample 1 to ",
                                                    sr.num_draft_tokens + 1, " tokens, got ", k));
   }
+  if (config.num_speculative_tokens == 0 && !result.draft_token_ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model output carries ", result.draft_token_ids.size(),
+        " draft tokens but speculative decoding is off (num_speculative_tokens 0)"));
+  }
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
-  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, "sampled"));
-  return CheckTokenIds(result.draft_token_ids, "draft");
+  KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, token_limit, "sampled"));
+  return CheckTokenIds(result.draft_token_ids, token_limit, "draft");
 }
 
 void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {

@@ -179,6 +179,8 @@ class Scheduler::Impl {
   SchedulerConfig config;
   std::unique_ptr<KvCacheManager> kv;
   int64_t max_model_len = 0;
+  // Token ids must be below this: the model's vocab_size when known, else 2^31.
+  uint32_t token_limit = uint32_t{1} << 31;
   bool has_state_groups = false;
   bool has_sliding_groups = false;
   int32_t cache_block_size = 0;  // the manager's hash block size

@@ -896,18 +896,81 @@ TEST(KvCacheManagerTest, BadDecodeTokenUndoesTheBatch) {
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 
-// A batch that names a request twice at a block boundary takes one block, as two
-// AllocateSlots calls would (the second finds the block there).
-TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceTakesOneBlock) {
+// A batch that names a request twice is refused before anything changes (issue 25): a decode
+// step schedules each running request once, so a repeat is a caller's bug, not a second step.
+TEST(KvCacheManagerDecodeStepTest, RequestNamedTwiceIsRefused) {
   auto m = FullManager(8);
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(32, 0)}).ok());
+  ASSERT_TRUE(m->AddRequest({RequestId(4), testing::Tokens(32, 100)}).ok());
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(3)), {.num_new_tokens = 32}));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(4)), {.num_new_tokens = 32}));
   ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(3)), {5}).ok());
-  const RequestHandle h = H(*m, 3);
-  std::vector<DecodeStep> twice = {{h, 32, 1}, {h, 32, 1}};
-  ASSERT_EQ(*m->AllocateDecodeStep(twice), 2);
-  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 3));
-  EXPECT_EQ(m->Usage().pools[0].used_blocks, 3);
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(4)), {5}).ok());
+  const RequestHandle h3 = H(*m, 3), h4 = H(*m, 4);
+  std::vector<DecodeStep> twice = {{h3, 32, 1}, {h4, 32, 1}, {h3, 32, 1}};
+  const absl::StatusOr<int64_t> served = m->AllocateDecodeStep(twice);
+  EXPECT_TRUE(absl::IsInvalidArgument(served.status())) << served.status();
+  EXPECT_EQ(served.status().message(), "request 3 appears twice in one decode step (entry 2)");
+  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2));
+  EXPECT_THAT(Table(*m, 4), ElementsAre(3, 4));
+  EXPECT_EQ(m->Usage().pools[0].used_blocks, 4);
+  // The check leaves nothing behind: the same requests once each are served.
+  std::vector<DecodeStep> once = {{h3, 32, 1}, {h4, 32, 1}};
+  ASSERT_EQ(*m->AllocateDecodeStep(once), 2);
+  EXPECT_THAT(Table(*m, 3), ElementsAre(1, 2, 5));
+  EXPECT_THAT(Table(*m, 4), ElementsAre(3, 4, 6));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// num_processed_tokens is -1 (num_computed_tokens) or in [0, num_computed_tokens]; any other
+// negative value is refused, not read as -1 (issue 25).
+TEST(KvCacheManagerTest, NegativeProcessedTokensAreRefused) {
+  auto m = FullManager(8);
+  const RequestHandle h = *m->AddRequest({RequestId(1), testing::Tokens(40, 0)});
+  ASSERT_TRUE(*m->AllocateSlots(h, {.num_new_tokens = 32}));
+  const absl::StatusOr<bool> ok = m->AllocateSlots(
+      h, {.num_computed_tokens = 32, .num_new_tokens = 8, .num_processed_tokens = -7});
+  EXPECT_TRUE(absl::IsInvalidArgument(ok.status()));
+  EXPECT_EQ(ok.status().message(),
+            "num_processed_tokens must be >= 0 (or -1 for num_computed_tokens), got -7");
+  EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2));
+  EXPECT_TRUE(*m->AllocateSlots(
+      h, {.num_computed_tokens = 32, .num_new_tokens = 8, .num_processed_tokens = -1}));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->RemoveSkippedBlocks(h, -7)));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// Token ids must lie in [0, vocab_size) of the model: in prompts, appends and batch appends
+// (issue 25). A model whose vocab_size is unknown (0) takes any id >= 0.
+TEST(KvCacheManagerTest, TokenIdsOutsideTheVocabularyAreRefused) {
+  ModelSpec model = TinyModel(testing::kTinyFull);
+  model.vocab_size = 1000;
+  KvCacheConfig c;
+  c.kv_budget_bytes = 16 * 16 * 32;
+  c.chunk_bytes = c.kv_budget_bytes;
+  auto m = *KvCacheManager::Create(model, c);
+  absl::StatusOr<RequestHandle> added = m->AddRequest({RequestId(1), {5, 999, 1000}});
+  EXPECT_TRUE(absl::IsInvalidArgument(added.status()));
+  EXPECT_EQ(added.status().message(),
+            "request 1 prompt token 2: token id 1000 is not below the model's vocab_size 1000");
+  added = m->AddRequest({RequestId(1), {5, -3}});
+  EXPECT_EQ(added.status().message(), "request 1 prompt token 1: token id -3 is negative");
+  EXPECT_EQ(m->num_requests(), 0);
+  const RequestHandle h = *m->AddRequest({RequestId(1), {5, 999}});
+  ASSERT_TRUE(*m->AllocateSlots(h, {.num_new_tokens = 2}));
+  const absl::Status appended = m->AppendTokens(h, {7, 4096});
+  EXPECT_EQ(appended.message(), "token id 4096 is not below the model's vocab_size 1000");
+  std::vector<DecodeToken> batch = {{h, 8}, {h, 1000}};
+  EXPECT_TRUE(absl::IsInvalidArgument(m->AppendDecodeTokens(batch)));
+  EXPECT_EQ(m->Tokens(h)->size(), 2u);  // nothing appended
+  batch = {{h, 8}, {h, 999}};
+  ASSERT_TRUE(m->AppendDecodeTokens(batch).ok());
+  EXPECT_EQ(m->Tokens(h)->size(), 4u);
+  // vocab_size 0 (unknown): only negative ids are refused.
+  model.vocab_size = 0;
+  auto any = *KvCacheManager::Create(model, c);
+  EXPECT_TRUE(any->AddRequest({RequestId(2), {2000000000}}).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(any->AddRequest({RequestId(3), {-1}}).status()));
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 

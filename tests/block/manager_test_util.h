@@ -1,4 +1,5 @@
-// Small models and helpers for block-manager tests.
+// Small models and helpers for block-manager tests. The tiny models' vocabulary (2^20) is
+// larger than any token id the tests use; tests of the vocab_size check lower it.
 #ifndef KVPAGE_TESTS_BLOCK_MANAGER_TEST_UTIL_H_
 #define KVPAGE_TESTS_BLOCK_MANAGER_TEST_UTIL_H_
 
@@ -17,19 +18,19 @@ namespace kvpage::testing {
 
 // One full-attention layer, 1 KV head × 8, bf16: 32 bytes per token, 512 bytes per 16-token block.
 inline constexpr const char* kTinyFull = R"({"num_hidden_layers": 1, "hidden_size": 64,
-    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
     "max_position_embeddings": 4096, "intermediate_size": 128})";
 
 // Layer 0 full attention, layers 1–2 sliding (window 32): the vLLM H1 model shape.
 inline constexpr const char* kTinyHybridSwa = R"({"num_hidden_layers": 3, "hidden_size": 64,
-    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
     "max_position_embeddings": 4096, "intermediate_size": 128, "sliding_window": 32,
     "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]})";
 
 // Layers 0–2 Gated DeltaNet, layer 3 full attention (Qwen3.5 in miniature). State per linear
 // layer: conv 3 × (2·2·8 + 2·8) = 144 bf16 values, recurrent 2·8·8 = 128 f32 values.
 inline constexpr const char* kTinyGdn = R"({"num_hidden_layers": 4, "hidden_size": 64,
-    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1000,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
     "max_position_embeddings": 4096, "intermediate_size": 128, "torch_dtype": "bfloat16",
     "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
     "linear_conv_kernel_dim": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 8,

@@ -140,6 +140,16 @@ TEST(PlanCliErrorsTest, UnknownModel) {
   ExpectUsageError("plan --model llama-9000 --context 4K", "llama-9000");
 }
 
+TEST(PlanCliErrorsTest, BlockSizeVllmRefuses) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --policy vllm --block-size 7",
+                   "block_size 7 is not one vLLM accepts");
+  ExpectUsageError("plan --model qwen3-8b --context 4K --compare --block-size 7",
+                   "block_size 7 is not one vLLM accepts");
+  // kvpage's own allocator takes any block size.
+  EXPECT_EQ(RunKvpage("plan --model qwen3-8b --context 4K --policy kvpage --block-size 7").exit_code,
+            0);
+}
+
 TEST(PlanCliErrorsTest, UnknownPolicy) {
   ExpectUsageError("plan --model qwen3-8b --context 4K --policy sglang", "sglang");
 }

@@ -80,9 +80,21 @@ TEST(SimCliTest, HelpListsEveryFlag) {
   }
 }
 
+// Mistral's vocabulary (32,768) is smaller than the traces' default (100,000): kvpage sim draws
+// token ids below the model's, which the scheduler would otherwise refuse.
+TEST(SimCliTest, SmallVocabularyModelRuns) {
+  const CommandResult r = RunKvpage(
+      "sim --model mistral-7b-v0.3 --gpu h100 --trace mooncake_conversation_trace.jsonl "
+      "--max-requests 20");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
   ExpectUsageError(kBase + " --allocator tcmalloc", "tcmalloc");
   ExpectUsageError(kBase + " --block-size 0", "--block-size");
+  ExpectUsageError(kBase + " --allocator vllm --block-size 7",
+                   "--block-size: block_size 7 is not one vLLM accepts (1, 8, 16, 32, 64 or 128)");
+  ExpectUsageError(kBase + " --compare-allocators --block-size 7", "block_size 7");
   ExpectUsageError(kBase + " --max-num-seqs abc", "abc");
   ExpectUsageError(kBase + " --gpu-memory-utilization 1.5", "1.5");
   ExpectUsageError(kBase + " --kv-budget-gib -3", "-3");

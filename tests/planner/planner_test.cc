@@ -46,10 +46,15 @@ TEST(PlannerTest, RejectsBadOptionsAndContextsNamingTheValue) {
   neg_parallel.parallel = -3;
   PlanOptions zero_batched;
   zero_batched.max_num_batched_tokens = 0;
+  PlanOptions vllm_bs7;  // vLLM's engine takes 1, 8, 16, 32, 64 or 128 only
+  vllm_bs7.policy = Policy::kVllm;
+  vllm_bs7.block_size = 7;
   const std::vector<Case> cases = {
       {zero_block, ok_ctx, std::nullopt, "block_size must be positive, got 0"},
       {neg_parallel, ok_ctx, std::nullopt, "parallel must be positive, got -3"},
       {zero_batched, ok_ctx, std::nullopt, "max_num_batched_tokens"},
+      {vllm_bs7, ok_ctx, std::nullopt,
+       "block_size 7 is not one vLLM accepts (1, 8, 16, 32, 64 or 128)"},
       {PlanOptions{}, {0}, std::nullopt, "got 0"},
       {PlanOptions{}, {-5}, std::nullopt, "got -5"},
       {PlanOptions{}, {}, std::nullopt, "no context"},

@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "block/manager_test_util.h"
 #include "kvpage/catalog.h"
 
@@ -539,6 +540,44 @@ TEST(SchedulerTest, BadInputIsRejected) {
   c.num_speculative_tokens = 2;
   EXPECT_EQ(Scheduler::Create(TinyModel(testing::kTinyGdn), c).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
+// Token ids outside the model's vocabulary, arrival times that are not finite (they would
+// break the priority order) and drafts when speculative decoding is off are refused with the
+// value named, and nothing changes (issue 25).
+TEST(SchedulerTest, ValuesOutsideTheirRangeAreRefused) {
+  ModelSpec model = TinyModel(testing::kTinyFull);
+  model.vocab_size = 1000;
+  auto s = MakeScheduler(model, TinyConfig(100));
+  absl::Status st = s->AddRequest(Req(1, {5, 1000}));
+  EXPECT_TRUE(absl::IsInvalidArgument(st));
+  EXPECT_EQ(st.message(), "request 1 prompt: token id 1000 is not below the model's vocab_size 1000");
+  for (double t : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                   -std::numeric_limits<double>::infinity()}) {
+    RequestSpec r = Req(2, Tokens(4, 0));
+    r.arrival_time = t;
+    st = s->AddRequest(r);
+    EXPECT_TRUE(absl::IsInvalidArgument(st));
+    EXPECT_EQ(st.message(), absl::StrCat("request 2: arrival_time must be finite, got ", t));
+  }
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  ASSERT_TRUE(s->AddRequest(Req(3, Tokens(20, 0))).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 1u);
+  ModelOutput m = SampleAll(out, 1000);
+  st = s->Update(out, m).status();
+  EXPECT_EQ(st.message(), "sampled token id 1000 is not below the model's vocab_size 1000");
+  m = SampleAll(out, 999);
+  m.draft_token_ids = {7};
+  m.draft_offsets = {0, 1};
+  st = s->Update(out, m).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st));
+  EXPECT_EQ(st.message(), "the model output carries 1 draft tokens but speculative decoding is "
+                          "off (num_speculative_tokens 0)");
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(3)))->size(), 20u);
+  ASSERT_TRUE(s->Update(out, SampleAll(out, 999)).ok());
+  EXPECT_EQ(s->kv_cache().Tokens(H(s->kv_cache(), RequestId(3)))->back(), 999);
   EXPECT_SCHED_INVARIANTS(*s);
 }
 

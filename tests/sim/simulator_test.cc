@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,33 @@ TEST(SimulatorTest, UnsortedTraceIsInvalid) {
   absl::StatusOr<SimResult> r = Simulate(trace, c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("request 1 arrives at 1"));
+}
+
+TEST(SimulatorTest, ArrivalThatIsNotFiniteIsInvalid) {
+  SimConfig c = QwenConfig(4 * kGiB);
+  std::vector<TraceRequest> trace = {Request(0, 0.0, 8, 2), Request(1, 1.0, 8, 2)};
+  trace[1].arrival_s = std::numeric_limits<double>::quiet_NaN();
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "trace request 1 arrives at nan s: arrival times must be finite");
+  trace[1].arrival_s = -std::numeric_limits<double>::infinity();
+  EXPECT_THAT(Simulate(trace, c).status().message(), HasSubstr("arrives at -inf s"));
+}
+
+// Sampled and prompt token ids stay inside the model's vocabulary (the scheduler refuses others).
+TEST(SimulatorTest, VocabularyLargerThanTheModelsIsInvalid) {
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.model = *LoadModel("mistral-7b-v0.3");  // vocab_size 32768
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 8, 2)};
+  absl::StatusOr<SimResult> r = Simulate(trace, c);  // c.vocab_size: 100,000
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "vocab_size 100000 exceeds the model's vocab_size 32768");
+  c.vocab_size = 32768;
+  std::vector<TraceRequest> in_vocab = trace;
+  in_vocab[0].vocab_size = 32768;
+  r = Simulate(in_vocab, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->requests.size(), 1u);
 }
 
 // ---- Mooncake conversation trace -----------------------------------------------------------

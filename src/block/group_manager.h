@@ -150,6 +150,11 @@ class GroupManager {
   virtual int64_t NumCached(int32_t /*slot*/) const { return 0; }
   // Drops the prefix-cache entries of blocks [first, NumCached) (a rollback).
   virtual void Uncache(int32_t /*slot*/, int64_t /*first*/) {}
+  // FailedPrecondition when rolling request `id` back to `keep` tokens would need a block the
+  // group has already freed (a sliding window: the window of token keep − 1).
+  virtual absl::Status CheckRollback(int32_t /*slot*/, RequestId /*id*/, int64_t /*keep*/) const {
+    return absl::OkStatus();
+  }
   // Adds one to refs[b] for every block b the request holds; InternalError for a block that
   // is not a mapped block of the pool.
   virtual absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const = 0;

@@ -269,31 +269,13 @@ absl::Status KvCacheManager::RollbackTokens(RequestHandle request, int64_t num_t
       }
     }
   }
-  KVPAGE_RETURN_IF_ERROR(m.CheckWindowKept(*st, keep));
+  for (const auto& g : m.groups) KVPAGE_RETURN_IF_ERROR(g->CheckRollback(st->slot, st->id, keep));
   for (const auto& g : m.groups) g->Uncache(st->slot, first);
   m.FlushTokens(*st);
   st->tokens.resize(keep);
   st->hashes.Truncate(keep);
   m.summaries[st->slot].num_tokens = keep;
   m.RefreshNextEvent(m.View(*st));
-  return absl::OkStatus();
-}
-
-absl::Status KvCacheManager::Impl::CheckWindowKept(const RequestState& st, int64_t keep) const {
-  // Token keep − 1 is computed again next and reads [keep − W, keep − 1]: a block a sliding
-  // window has already freed there is gone (released blocks are the table's leading nulls).
-  for (const auto& g : groups) {
-    if (g->layout().kind != LayerKind::kSlidingWindow) continue;
-    const int64_t needed =
-        std::max<int64_t>(0, keep - g->layout().window) / g->layout().block_size;
-    const absl::Span<const BlockId> table = g->Table(st.slot);
-    if (needed < static_cast<int64_t>(table.size()) && table[needed] == kNullBlock) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot roll back request ", st.id.value, " to ", keep, " tokens: block ", needed,
-          " of sliding-window group ", g->layout().id.value,
-          ", which the window of token ", keep - 1, " reads, is already freed"));
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -66,9 +66,6 @@ class KvCacheManager::Impl {
   // AllocateDecodeStep's checks, before anything changes: NotFound for a stale handle,
   // InvalidArgument for a request named twice.
   absl::Status CheckDecodeBatch(absl::Span<const DecodeStep> steps);
-  // FailedPrecondition when rolling `st` back to `keep` tokens would leave the window of its
-  // last token short of a block a sliding-window group has freed.
-  absl::Status CheckWindowKept(const internal::RequestState& st, int64_t keep) const;
 
   // ---- Tokens: what a decode step appends goes to a flat per-slot tail, so an append touches
   // no request state; the tail moves into the request's vector when its block completes. ----

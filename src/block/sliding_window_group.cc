@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvpage::internal {
 
 int64_t SlidingWindowGroup::WindowBlocks() const {
@@ -68,6 +70,20 @@ int64_t SlidingWindowGroup::NextEvent(const RequestView& r) const {
   const int64_t release =
       (table(r.slot).num_released + 1) * layout().block_size + layout().window - 1;
   return std::min(AttentionGroup::NextEvent(r), release + 1);
+}
+
+absl::Status SlidingWindowGroup::CheckRollback(int32_t slot, RequestId id, int64_t keep) const {
+  // Token keep − 1 is computed again next and reads [keep − W, keep − 1]; released blocks are
+  // the table's leading nulls.
+  const int64_t needed = std::max<int64_t>(0, keep - layout().window) / layout().block_size;
+  const absl::Span<const BlockId> blocks = Table(slot);
+  if (needed < static_cast<int64_t>(blocks.size()) && blocks[needed] == kNullBlock) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot roll back request ", id.value, " to ", keep, " tokens: block ", needed,
+        " of sliding-window group ", layout().id.value, ", which the window of token ",
+        keep - 1, " reads, is already freed"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvpage::internal

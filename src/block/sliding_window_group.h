@@ -22,6 +22,7 @@ class SlidingWindowGroup final : public AttentionGroup {
   int64_t Reserve(const RequestView& r, const StepArgs& step) const override;
   void Release(const RequestView& r, int64_t processed) override;
   int64_t NextEvent(const RequestView& r) const override;
+  absl::Status CheckRollback(int32_t slot, RequestId id, int64_t keep) const override;
 
  private:
   // Blocks a hit must hold at its end: those the window of the next token reaches.

@@ -302,23 +302,21 @@ int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
   // The stack first. Used blocks' `next` links are dead: only the links still needed are read.
   const int32_t stacked = ch.clean - ch.fresh;
   const int32_t from_stack = std::min(k, stacked);
-  const size_t at = out->size();
-  out->resize(at + static_cast<size_t>(k));
-  BlockId* taken = out->data() + at;
   int32_t b = ch.clean_top;
   for (int32_t i = 0; i < from_stack; ++i) {
     blocks_[b].ref = 1;
-    taken[i] = BlockId(b);
+    out->push_back(BlockId(b));
     b = i + 1 < stacked ? blocks_[b].next : -1;
   }
   ch.clean_top = b;
   if (k > from_stack) {
     // Then the fresh tail, in id order; their records may not exist yet.
     const int32_t from = 1 + (c + 1) * bpc_ - ch.fresh;
-    EnsureBlockRecord(from + (k - from_stack) - 1);
-    for (int32_t i = from_stack; i < k; ++i) {
-      blocks_[from + i - from_stack].ref = 1;
-      taken[i] = BlockId(from + i - from_stack);
+    const int32_t to = from + (k - from_stack);
+    EnsureBlockRecord(to - 1);
+    for (int32_t f = from; f < to; ++f) {
+      blocks_[f].ref = 1;
+      out->push_back(BlockId(f));
     }
     ch.fresh -= k - from_stack;
   }

@@ -10,13 +10,22 @@
 // A server (or kvpage's Scheduler) drives it once per step:
 //
 //   RequestHandle h = *manager.AddRequest({id, prompt, extras});   // once per request
-//   manager.NewStep();                                // commits last step's state snapshots
+//   manager.NewStep();                                // completes the last step if need be
 //   CacheHit hit = *manager.GetComputedBlocks(h);     // before the first allocation only
 //   bool ok = *manager.AllocateSlots(h, {.num_computed_tokens = hit.num_tokens,
 //                                        .num_new_tokens = n, .hit = &hit});
-//   ... block tables, slot mappings and state slots for the kernels ...
+//   ... block tables, slot mappings and state slots for the kernels; the forward pass ...
+//   manager.CompleteStep();                           // the forward pass has run
 //   manager.AppendTokens(h, sampled);                 // after the step
 //   manager.Free(h);                                  // finished, aborted or preempted
+//
+// Prefix caching only serves what has been written. The full blocks a step fills, and the
+// recurrent-state snapshot it writes, are pending until CompleteStep (or the next NewStep):
+// only then can another request hit them. A request freed before that (aborted between
+// scheduling and the forward pass, or preempted in the step that allocated for it) gives
+// them back uncached, so no request is ever served K/V that was never computed. A second
+// request with the same prompt admitted in the same step therefore computes it too (vllm
+// accounting differs: see below).
 //
 // Requests are named by the RequestHandle that AddRequest returns; the caller's RequestId stays
 // for lookup (Find) and for error messages. A handle used after Free is detected (NotFound),
@@ -34,6 +43,10 @@
 //   * kVllm   — reserves what vLLM 0.29 would: one block-id space shared by vLLM's equal-size
 //     groups (padding layers and page padding included), hybrid block alignment, two state
 //     blocks per linear-attention group with prefix caching. For replaying one trace under both.
+//     As vLLM does, it offers a full attention block to the prefix cache when the block is
+//     allocated, so a request admitted later in the same step hits blocks that step writes
+//     (and a request freed before its step ran leaves them cached): it models vLLM's numbers,
+//     not a contract for kernels that may skip a step.
 //
 // Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
 // max_model_len, inconsistent token counts) returns an absl::Status naming the value and
@@ -240,8 +253,17 @@ class KvCacheManager {
   // live request (default-constructed, from another manager, or used after Free).
 
   // ---- Steps -------------------------------------------------------------------------------
-  // Marks the start of a scheduling step: state snapshots written by the previous step become
-  // visible to prefix-cache lookups.
+  // The step allocated since the last call has run: the K/V and recurrent state it writes are
+  // in device memory (or its forward pass is queued, in stream order, before any work that
+  // reads the cache next). Full blocks it filled join the prefix cache, each with a kStored
+  // event, and each recurrent group's written state becomes the request's (with its snapshot
+  // for the prefix cache). Call it after the forward pass and before freeing the requests the
+  // step finished; a request freed while its step is pending caches nothing of that step
+  // (see the top of this file). Idempotent; cheap when nothing is pending.
+  void CompleteStep();
+  // Marks the start of a scheduling step. Calls CompleteStep first: a server that only starts
+  // a new step once the previous one has run may rely on it, but then the blocks of a request
+  // it frees after the previous step are not cached.
   void NewStep();
   // The longest prefix every group can serve, capped so the last token is recomputed.
   // FailedPrecondition once the request holds blocks.

@@ -7,7 +7,8 @@
 //   3. Hits      every group takes its hit blocks before anything is allocated, so one group's
 //                allocation cannot evict another group's hit;
 //   4. Fresh     every group takes its new blocks and slots;
-//   5. Cache     full blocks of known tokens go to the prefix cache.
+//   5. Cache     full blocks of known tokens are offered to the prefix cache; they join it
+//                when the step commits (KvCacheManager::CompleteStep).
 #include <algorithm>
 #include <limits>
 
@@ -161,10 +162,10 @@ absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const Allo
   }
   const bool ok = at_hand ? (TakeAtHand(r), true) : TakeAcrossPools(r, req);
   if (ok) {
-    // Newly full blocks of known tokens go to the prefix cache (so a second identical prompt
-    // in the same step already hits).
-    CacheFullBlocks(r, c + req.num_new_tokens);
-    if (has_state_groups) pending_commits.push_back(st.slot);
+    // Newly full blocks of known tokens join the prefix cache once the step has run.
+    if (CacheFullBlocks(r, c + req.num_new_tokens) || has_state_groups) {
+      pending_commits.push_back(st.slot);
+    }
     st.allocated = r.allocated = true;
   }
   RefreshNextEvent(r);  // a failed step may still have released window blocks
@@ -226,13 +227,15 @@ bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const Allocatio
   return true;
 }
 
-void KvCacheManager::Impl::CacheFullBlocks(const RequestView& r, int64_t end) {
+bool KvCacheManager::Impl::CacheFullBlocks(const RequestView& r, int64_t end) {
   // (hashes.size() is the number of full blocks of known tokens: no divide.)
   const int64_t full = std::min(end, NumTokens(r.slot)) >= NumTokens(r.slot)
                            ? static_cast<int64_t>(r.hashes.size())
                            : std::min<int64_t>(end / block_size,
                                                static_cast<int64_t>(r.hashes.size()));
-  for (const auto& g : groups) g->CacheFull(r, full);
+  bool pending = false;
+  for (const auto& g : groups) pending |= g->CacheFull(r, full);
+  return pending;
 }
 
 void KvCacheManager::Impl::RemoveSkipped(RequestState& st, int64_t num_processed) {
@@ -247,8 +250,12 @@ void KvCacheManager::Impl::Commit(const RequestState& st) {
 }
 
 void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
-  if (st.allocated) Commit(st);
   const RequestView r = View(st);
+  if (st.allocated) {
+    // A step not completed yet is treated as never run: nothing it wrote is cached.
+    for (const auto& g : groups) g->DropPending(r);
+    Commit(st);
+  }
   for (const auto& g : groups) g->Free(r);
   st.allocated = false;
   RefreshNextEvent(View(st));

@@ -72,7 +72,7 @@ void AttentionGroup::TakeHit(const RequestView& r, absl::Span<const BlockId> hit
   TableState& t = tables_[r.slot];
   ReserveTable(t.blocks, hit.size());
   t.blocks.assign(hit.begin(), hit.end());
-  t.num_cached = static_cast<int64_t>(hit.size());
+  t.num_cached = t.num_published = static_cast<int64_t>(hit.size());
   while (t.num_released < static_cast<int64_t>(hit.size()) && hit[t.num_released] == kNullBlock) {
     ++t.num_released;
   }
@@ -96,14 +96,35 @@ void AttentionGroup::Grow(const RequestView& r, int64_t n) {
   pool().Allocate(static_cast<int32_t>(n), &blocks);
 }
 
-void AttentionGroup::CacheFull(const RequestView& r, int64_t full) {
-  if (!ctx().enable_prefix_caching) return;
+bool AttentionGroup::CacheFull(const RequestView& r, int64_t full) {
+  if (!ctx().enable_prefix_caching) return false;
   TableState& t = tables_[r.slot];
-  for (int64_t i = t.num_cached; i < full; ++i) {
-    if (t.blocks[i] == kNullBlock) continue;
+  if (full <= t.num_cached) return false;
+  t.num_cached = full;
+  // vLLM caches a block when it is allocated, so a request admitted later in the same step
+  // already hits it; vllm accounting replays that.
+  if (ctx().mode == AccountingMode::kVllm) {
+    Commit(r);
+    return false;
+  }
+  return true;
+}
+
+void AttentionGroup::Commit(const RequestView& r) {
+  TableState& t = tables_[r.slot];
+  // A rollback may have dropped hashes since the blocks became pending (Uncache lowers
+  // num_cached with them).
+  const int64_t end = std::min<int64_t>(t.num_cached, static_cast<int64_t>(r.hashes.size()));
+  for (int64_t i = t.num_published; i < end; ++i) {
+    if (t.blocks[i] == kNullBlock) continue;  // a window released it: it holds nothing now
     pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
   }
-  t.num_cached = std::max(t.num_cached, full);
+  t.num_published = std::max(t.num_published, end);
+}
+
+void AttentionGroup::DropPending(const RequestView& r) {
+  TableState& t = tables_[r.slot];
+  t.num_cached = t.num_published;
 }
 
 void AttentionGroup::Free(const RequestView& r) {
@@ -112,7 +133,7 @@ void AttentionGroup::Free(const RequestView& r) {
   std::reverse(t.blocks.begin(), t.blocks.end());
   pool().Free(t.blocks);
   t.blocks.clear();
-  t.num_cached = 0;
+  t.num_cached = t.num_published = 0;
   t.num_released = 0;
 }
 
@@ -126,10 +147,11 @@ int64_t AttentionGroup::NextEvent(const RequestView& r) const {
 
 void AttentionGroup::Uncache(int32_t slot, int64_t first) {
   TableState& t = tables_[slot];
-  for (int64_t i = first; i < t.num_cached; ++i) {
+  for (int64_t i = first; i < t.num_published; ++i) {
     if (t.blocks[i] != kNullBlock) pool().Uncache(t.blocks[i]);
   }
   t.num_cached = std::min(t.num_cached, first);
+  t.num_published = std::min(t.num_published, first);
 }
 
 absl::Status AttentionGroup::CountRefs(int32_t slot, RequestId id,

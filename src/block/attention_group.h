@@ -27,7 +27,9 @@ class AttentionGroup : public GroupManager {
   void Install(const RequestView& r, absl::Span<const BlockId> fresh,
                const StateOutputs& outputs) override;
   void Grow(const RequestView& r, int64_t n) override;
-  void CacheFull(const RequestView& r, int64_t full) override;
+  bool CacheFull(const RequestView& r, int64_t full) override;
+  void Commit(const RequestView& r) override;
+  void DropPending(const RequestView& r) override;
   void Free(const RequestView& r) override;
   int64_t NextEvent(const RequestView& r) const override;
   absl::Span<const BlockId> Table(int32_t slot) const override { return tables_[slot].blocks; }
@@ -40,7 +42,10 @@ class AttentionGroup : public GroupManager {
   struct TableState {
     // One entry per block of tokens; kNullBlock where a sliding window released the block.
     std::vector<BlockId> blocks;
-    int64_t num_cached = 0;    // blocks [0, n) have been offered to the prefix cache
+    // Blocks [0, num_cached) are full of known tokens and offered to the prefix cache: blocks
+    // [0, num_published) are in it, the rest pending until the step writing them commits.
+    int64_t num_cached = 0;
+    int64_t num_published = 0;
     int64_t num_released = 0;  // sliding window: blocks [0, n) are null
   };
   TableState& table(int32_t slot) { return tables_[slot]; }

@@ -9,7 +9,9 @@
 //                 HitBlocks: the table prefix (or state slot) serving them.
 //   a step        Plan (blocks to take, hit blocks that sit free included), Reserve (blocks the
 //                 tokens after the step will need), TakeHit, FreshBlocks, Install, then
-//                 CacheFull (offer full blocks to the prefix cache) and Commit (state steps).
+//                 CacheFull (the full blocks the step writes become pending); once the step
+//                 has run, Commit (pending blocks and state snapshots join the prefix cache),
+//                 or, if the request leaves first, DropPending.
 //   windows       Release: free blocks no unprocessed token can reach.
 //   NextEvent     the first computed-token count at which the group must hear of the request
 //                 again (KvCacheManager::NextEvent is the least over the groups).
@@ -129,14 +131,19 @@ class GroupManager {
   // Takes n new blocks from the group's own pool and makes them the request's: a running
   // request's plain step (attention groups; KvCacheManager::Impl::TakeAtHand).
   virtual void Grow(const RequestView& r, int64_t n) = 0;
-  // Offers full blocks [0, full) to the prefix cache (attention groups).
-  virtual void CacheFull(const RequestView& /*r*/, int64_t /*full*/) {}
+  // Full blocks [0, full) will be offered to the prefix cache when the step commits (attention
+  // groups; vllm accounting offers them at once, as vLLM does). True when some are pending.
+  virtual bool CacheFull(const RequestView& /*r*/, int64_t /*full*/) { return false; }
   // Frees blocks no token from `processed` on can reach (sliding windows).
   virtual void Release(const RequestView& /*r*/, int64_t /*processed*/) {}
   // A step was installed and not committed yet (recurrent groups).
   virtual bool HasPendingStep(int32_t /*slot*/) const { return false; }
-  // Makes the state written by the last step the request's (recurrent groups).
+  // The request's last step has run: its pending full blocks join the prefix cache (attention
+  // groups) and the state it wrote becomes the request's, snapshot included (recurrent groups).
   virtual void Commit(const RequestView& /*r*/) {}
+  // The request leaves before its last step ran: what that step would have offered to the
+  // prefix cache never is (its blocks and slots are freed uncached).
+  virtual void DropPending(const RequestView& /*r*/) {}
   // Gives back every block and slot of the request.
   virtual void Free(const RequestView& r) = 0;
   // See the top of this file; kNoEvent when the group never needs to hear of it.
@@ -146,9 +153,10 @@ class GroupManager {
   // The request's table (attention groups; empty otherwise).
   virtual absl::Span<const BlockId> Table(int32_t /*slot*/) const { return {}; }
   virtual StateSlots Slots(int32_t /*slot*/) const { return {}; }
-  // Blocks [0, n) have been offered to the prefix cache (attention groups).
+  // Blocks [0, n) have been offered to the prefix cache, or are pending (attention groups).
   virtual int64_t NumCached(int32_t /*slot*/) const { return 0; }
-  // Drops the prefix-cache entries of blocks [first, NumCached) (a rollback).
+  // Drops the prefix-cache entries (or pending offers) of blocks [first, NumCached) (a
+  // rollback).
   virtual void Uncache(int32_t /*slot*/, int64_t /*first*/) {}
   // FailedPrecondition when rolling request `id` back to `keep` tokens would need a block the
   // group has already freed (a sliding window: the window of token keep − 1).

@@ -295,11 +295,14 @@ absl::Status KvCacheManager::Free(RequestHandle request) {
 
 // ---- Steps ----
 
-void KvCacheManager::NewStep() {
+void KvCacheManager::CompleteStep() {
   Impl& m = *impl_;
+  // (Free takes a slot off the list, so every slot here is live.)
   for (int32_t slot : m.pending_commits) m.Commit(*m.states[slot]);
   m.pending_commits.clear();
 }
+
+void KvCacheManager::NewStep() { CompleteStep(); }
 
 absl::StatusOr<CacheHit> KvCacheManager::GetComputedBlocks(RequestHandle request) {
   Impl& m = *impl_;

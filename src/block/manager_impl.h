@@ -101,13 +101,16 @@ class KvCacheManager::Impl {
     return n > 0 && c >= 0 && c <= s.num_tokens && n < s.next_event - c;
   }
   void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
-  // Commits every group's pending state step (NewStep, or before a new step or a free).
+  // Commits the request's last step in every group: its pending full blocks and state
+  // snapshot join the prefix cache (CompleteStep, or before a state group's next step).
   void Commit(const internal::RequestState& st);
-  // Gives back every block and slot of a request that is about to be erased.
+  // Gives back every block and slot of a request that is about to be erased; a step not
+  // completed yet caches nothing.
   void FreeRequestBlocks(internal::RequestState& st);
   void RefreshNextEvent(const internal::RequestView& r);
-  // Offers the blocks filled by tokens [0, end) (known tokens only) to the prefix cache.
-  void CacheFullBlocks(const internal::RequestView& r, int64_t end);
+  // Offers the blocks filled by tokens [0, end) (known tokens only) to the prefix cache, as
+  // pending blocks until the step commits. True when some are pending.
+  bool CacheFullBlocks(const internal::RequestView& r, int64_t end);
 
   // ---- Chunks between pools (shared_budget.cc) ----
   // Can every pool p hand out need[p] blocks at once, moving chunks between pools?
@@ -172,7 +175,9 @@ class KvCacheManager::Impl {
   // AppendDecodeTokens' and CheckDecodeBatch's scratch, per slot: 0 between calls.
   std::vector<int32_t> append_counts;
 
-  std::vector<int32_t> pending_commits;  // slots with a state step to commit at NewStep
+  // Slots whose last step has pending full blocks or a state step, committed by CompleteStep
+  // (a slot may appear twice; committing is idempotent).
+  std::vector<int32_t> pending_commits;
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;

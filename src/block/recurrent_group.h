@@ -37,6 +37,7 @@ class RecurrentGroup final : public GroupManager {
   void Grow(const RequestView&, int64_t) override { KVPAGE_DCHECK(false); }
   bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
   void Commit(const RequestView& r) override;
+  void DropPending(const RequestView& r) override { states_[r.slot].snapshot_block = -1; }
   void Free(const RequestView& r) override;
   int64_t NextEvent(const RequestView&) const override { return 0; }  // every step moves it
   StateSlots Slots(int32_t slot) const override;

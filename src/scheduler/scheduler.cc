@@ -543,6 +543,9 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
         "), once; got step ", output.step));
   }
   KVPAGE_RETURN_IF_ERROR(s.CheckModelOutput(output, result));
+  // The forward pass has run: the blocks it filled become prefix hits, before finished
+  // requests free them.
+  s.kv->CompleteStep();
   UpdateResult update;
   s.ApplySamples(output, result, update);
   s.applied = true;

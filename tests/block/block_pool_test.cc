@@ -913,6 +913,7 @@ TEST(BlockPoolGrowthTest, ManagerWithUnlimitedBudgetServesAndHits) {
                                                 .hit = &*hit});
       ASSERT_TRUE(ok.ok()) << ok.status();
       EXPECT_TRUE(*ok);
+      m.CompleteStep();
       ASSERT_TRUE(m.Free(H(m, RequestId(id))).ok());
     }
     const KvCacheUsage usage = m.Usage();

@@ -142,12 +142,14 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
       for (KvCacheManager* m : all) ASSERT_TRUE(m->Free(H(*m, id)).ok());
       return;
     }
+    // Each prefill is a step of its own that completes at once: its full blocks are hits for
+    // the next admission.
+    for (KvCacheManager* m : all) m->CompleteStep();
     live.push_back({id, len, len + uniform(1, 90), next_event(id)});
   };
 
   for (int step = 0; step < 160; ++step) {
-    a.NewStep();
-    b.NewStep();
+    for (KvCacheManager* m : all) m->NewStep();
     while (live.size() < 24) {
       const size_t before = live.size();
       admit();
@@ -197,6 +199,8 @@ TEST_P(DecodeStepEquivalenceTest, BatchCallsMatchPerRequestCalls) {
     ASSERT_EQ(served_q, served_a) << "step " << step;
     expect_same("step " + std::to_string(step));
     if (HasFatalFailure()) return;
+    // The step has run: what it filled joins the cache before requests leave.
+    for (KvCacheManager* m : all) m->CompleteStep();
     // The served advance; the first unserved is preempted (rolled back and freed) on both.
     for (int64_t i = 0; i < served_a; ++i) ++live[i].computed;
     if (served_a < static_cast<int64_t>(live.size())) {

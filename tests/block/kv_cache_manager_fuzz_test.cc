@@ -1248,6 +1248,7 @@ void Prefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) 
   auto ok = m.AllocateSlots(H(m, RequestId(id)), {.num_new_tokens = static_cast<int64_t>(prompt.size())});
   ASSERT_TRUE(ok.ok()) << ok.status();
   ASSERT_TRUE(*ok);
+  m.CompleteStep();  // the prefill has run: its full blocks are cached
   ASSERT_TRUE(m.CheckInvariants().ok()) << m.CheckInvariants();
 }
 
@@ -1350,6 +1351,7 @@ TEST(KvCacheManagerFuzzRepro, RollbackLeavesStaleHashInPool) {
   ASSERT_NO_FATAL_FAILURE(Prefill(m, 1, Tokens(10)));
   ASSERT_TRUE(m.AppendTokens(H(m, RequestId(1)), old_tail).ok());
   ASSERT_TRUE(*m.AllocateSlots(H(m, RequestId(1)), {.num_computed_tokens = 10, .num_new_tokens = 7}));
+  m.CompleteStep();
   // Tokens 14..16 are withdrawn: block 0 (tokens 0..15) is no longer what its hash says.
   ASSERT_TRUE(m.RollbackTokens(H(m, RequestId(1)), 3).ok());
   ASSERT_TRUE(m.CheckInvariants().ok());
@@ -1367,6 +1369,7 @@ TEST(KvCacheManagerFuzzRepro, RollbackLeavesStaleHashInPool) {
   const std::vector<int32_t> new_tail = Tokens(4, 900);
   ASSERT_TRUE(m.AppendTokens(H(m, RequestId(1)), new_tail).ok());
   ASSERT_TRUE(*m.AllocateSlots(H(m, RequestId(1)), {.num_computed_tokens = 13, .num_new_tokens = 5}));
+  m.CompleteStep();
   ASSERT_TRUE(m.Free(H(m, RequestId(1))).ok());
   std::vector<int32_t> new_prefix = Concat(Concat(Tokens(10), Tokens(4, 500)), new_tail);
   ASSERT_TRUE(m.AddRequest({RequestId(3), new_prefix}).ok());

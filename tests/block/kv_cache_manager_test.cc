@@ -35,7 +35,8 @@ std::unique_ptr<KvCacheManager> FullManager(int32_t blocks, bool caching = true,
   return *std::move(m);
 }
 
-// Adds a request, looks up its hit, allocates its whole prompt; returns the hit length.
+// Adds a request, looks up its hit, allocates its whole prompt and completes the step (its
+// full blocks join the prefix cache); returns the hit length.
 int64_t AddAndPrefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prompt) {
   EXPECT_TRUE(m.AddRequest({RequestId(id), prompt}).ok());
   auto hit = m.GetComputedBlocks(H(m, RequestId(id)));
@@ -47,6 +48,7 @@ int64_t AddAndPrefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>&
   auto ok = m.AllocateSlots(H(m, RequestId(id)), req);
   EXPECT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(*ok);
+  m.CompleteStep();
   KVPAGE_EXPECT_INVARIANTS(m);
   return hit->num_tokens;
 }
@@ -94,7 +96,8 @@ TEST(KvCacheManagerTest, DecodeGrowth) {
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), step));
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3, 4, 5));
   KVPAGE_EXPECT_INVARIANTS(*m);
-  // Block 4 (tokens 48–63) became full and is now a hit for the same 64 tokens.
+  m->CompleteStep();
+  // Block 4 (tokens 48–63) became full and, its step done, is a hit for the same 64 tokens.
   std::vector<int32_t> seq = Concat(Concat(Tokens(55), Tokens(4, 100)), Tokens(19, 200));
   seq.resize(65);
   ASSERT_TRUE(m->AddRequest({RequestId(2), seq}).ok());
@@ -192,6 +195,7 @@ TEST(KvCacheManagerTest, CacheSaltSeparatesPrompts) {
   a.extras.cache_salt = "salt1";
   ASSERT_TRUE(m->AddRequest(a).ok());
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 55}));
+  m->CompleteStep();
   KvRequestSpec same = a;
   same.id = RequestId(2);
   ASSERT_TRUE(m->AddRequest(same).ok());
@@ -214,6 +218,7 @@ TEST(KvCacheManagerTest, SkipReadStillWritesWithoutDedup) {
   ASSERT_TRUE(m->AddRequest(plp).ok());
   EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 0);
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_new_tokens = 40}));
+  m->CompleteStep();
   EXPECT_THAT(Table(*m, 1), ElementsAre(1, 2, 3));
   EXPECT_THAT(Table(*m, 2), ElementsAre(4, 5, 6));
   ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
@@ -224,11 +229,22 @@ TEST(KvCacheManagerTest, SkipReadStillWritesWithoutDedup) {
   EXPECT_EQ(hit->num_tokens, 32);
 }
 
-// T16: two identical prompts in one step: the second reuses what the first just allocated.
+// T16: two identical prompts in one step. vllm accounting (as vLLM) lets the second reuse
+// what the first just allocated; kvpage waits for the step to complete
+// (tests/block/pending_blocks_test.cc).
 TEST(KvCacheManagerTest, SameStepDedup) {
-  auto m = FullManager(40);
-  EXPECT_EQ(AddAndPrefill(*m, 1, Tokens(100)), 0);
-  EXPECT_EQ(AddAndPrefill(*m, 2, Tokens(100)), 96);  // schedules 100 mod 16 = 4 tokens
+  KvCacheConfig c;
+  c.mode = AccountingMode::kVllm;
+  c.kv_budget_bytes = 40 * 512;
+  c.chunk_bytes = c.kv_budget_bytes;
+  c.hash_seed = 7;
+  auto m = *KvCacheManager::Create(TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(100)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 100}));
+  // Same step: no CompleteStep in between.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(100)}).ok());
+  EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(2)))->num_tokens, 96);  // 100 mod 16 = 4 left
+  m->CompleteStep();
   // Multi-turn: the next turn is the prompt plus 200 generated tokens: 300 % 16 = 12 new.
   std::vector<int32_t> turn2 = Concat(Tokens(100), Tokens(200, 7000));
   ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), Tokens(200, 7000)).ok());
@@ -565,6 +581,7 @@ TEST_P(SlidingWindowHitPatternTest, HitBlocks) {
   const std::vector<int32_t> prompt = Tokens(2 * n + 1);
   ASSERT_TRUE(m->AddRequest({RequestId(1), prompt}).ok());
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 2 * n + 1}));
+  m->CompleteStep();
   const std::vector<BlockId> table(m->BlockTable(H(*m, RequestId(1)), GroupId(0))->begin(),
                                    m->BlockTable(H(*m, RequestId(1)), GroupId(0))->end());
   ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
@@ -610,6 +627,8 @@ TEST(KvCacheManagerEventsTest, StoredRemovedCleared) {
   ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(32)}).ok());
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_new_tokens = 32}));
+  EXPECT_TRUE(m->DrainEvents().empty());  // stored once the step has run
+  m->CompleteStep();
   std::vector<KvEvent> events = m->DrainEvents();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].type, KvEvent::Type::kStored);
@@ -618,6 +637,7 @@ TEST(KvCacheManagerEventsTest, StoredRemovedCleared) {
   ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   ASSERT_TRUE(m->AddRequest({RequestId(2), Tokens(20, 500)}).ok());
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(2)), {.num_new_tokens = 20}));  // evicts both
+  m->CompleteStep();
   events = m->DrainEvents();
   ASSERT_EQ(events.size(), 3u);  // both pages evicted (tail block first), then one stored
   EXPECT_EQ(events[0].type, KvEvent::Type::kRemoved);
@@ -746,6 +766,7 @@ TEST(KvCacheManagerDecodeStepTest, HandlesAndBatchedTokenAppends) {
   // identical 33-token prompt hits both blocks.
   std::vector<DecodeStep> step = {{h5, 31, 1}};
   ASSERT_EQ(*m->AllocateDecodeStep(step), 1);
+  m->CompleteStep();
   std::vector<int32_t> same = testing::Tokens(31, 0);
   same.push_back(9);
   same.push_back(1);
@@ -787,6 +808,7 @@ TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
   EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(42, 0));
   // Allocating through token 41 caches block 1 (block 2 is not full).
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 20, .num_new_tokens = 22}));
+  m->CompleteStep();
   KVPAGE_EXPECT_INVARIANTS(*m);
   // A prompt of the same 50 tokens hits blocks 0 and 1: block 1 was hashed from tokens
   // 16..31 in order.
@@ -802,6 +824,7 @@ TEST(KvCacheManagerTest, DecodeTokensInTheTailKeepTheirOrderAndHashes) {
   }
   EXPECT_EQ(*m->Tokens(H(*m, RequestId(1))), testing::Tokens(48, 0));
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 39, .num_new_tokens = 9}));
+  m->CompleteStep();
   // Block 2 (tokens 32..47) is cached too now: a 49-token prompt hits all three.
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
   EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 48);
@@ -839,6 +862,7 @@ TEST(KvCacheManagerTest, DecodeBatchAppendsAsSingleAppendsDo) {
       // Allocating through the last tokens caches the full blocks, hashed from the tokens in
       // order: a prompt of request 1's 48 tokens and one more hits all of them.
       ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_computed_tokens = 20, .num_new_tokens = 28}));
+      m->CompleteStep();
       ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(49, 0)}).ok());
       EXPECT_EQ(m->GetComputedBlocks(H(*m, 3))->num_tokens, 48 / block_size * block_size);
       KVPAGE_EXPECT_INVARIANTS(*m);
@@ -891,6 +915,7 @@ TEST(KvCacheManagerTest, BadDecodeTokenUndoesTheBatch) {
   // The completed block was hashed from tokens 0..15 once: cached by the next step, it serves
   // a 17-token prompt.
   ASSERT_TRUE(*m->AllocateSlots(H(*m, RequestId(1)), {.num_computed_tokens = 15, .num_new_tokens = 1}));
+  m->CompleteStep();
   ASSERT_TRUE(m->AddRequest({RequestId(3), testing::Tokens(17, 0)}).ok());
   EXPECT_EQ(m->GetComputedBlocks(H(*m, RequestId(3)))->num_tokens, 16);
   KVPAGE_EXPECT_INVARIANTS(*m);

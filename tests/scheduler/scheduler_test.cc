@@ -148,10 +148,13 @@ TEST(SchedulerTest, OrderWithoutChunkedPrefill) {
   }
 }
 
-// Two identical 100-token prompts in one step: the second hits the 6 blocks the first just
-// filled and computes 100 mod 16 = 4 tokens.
+// Two identical 100-token prompts in one step under vllm accounting, as in vLLM: the second
+// hits the 6 blocks the first fills in that step and computes 100 mod 16 = 4 tokens. (kvpage
+// accounting waits for the step to complete: step_completion_test.cc, SameStepTwinsBothCompute.)
 TEST(SchedulerTest, SameStepPrefixDedup) {
-  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  SchedulerConfig c = TinyConfig(100);
+  c.kv.mode = AccountingMode::kVllm;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
   ASSERT_TRUE(s->AddRequest(Req(0, Tokens(100, 7))).ok());
   ASSERT_TRUE(s->AddRequest(Req(1, Tokens(100, 7))).ok());
   const SchedulerOutput& out = s->Schedule();

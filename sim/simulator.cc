@@ -321,7 +321,12 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
   }
   std::unique_ptr<CostModel> owned_cost;
   const CostModel* cost = config.cost_model;
-  if (cost == nullptr) {
+  if (cost == nullptr && config.calibration.has_value()) {
+    KVPAGE_ASSIGN_OR_RETURN(owned_cost, CalibratedCostModel::Create(config.model, config.gpu,
+                                                                    *config.calibration,
+                                                                    config.cost));
+    cost = owned_cost.get();
+  } else if (cost == nullptr) {
     KVPAGE_ASSIGN_OR_RETURN(owned_cost,
                             CreateDefaultCostModel(config.model, config.gpu, config.cost));
     cost = owned_cost.get();

@@ -31,10 +31,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/optional.h"
 #include "kvpage/catalog.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/scheduler.h"
 #include "sim/cost_model.h"
+#include "sim/hardware_calibration.h"
 #include "sim/metrics.h"
 #include "sim/trace.h"
 
@@ -55,8 +57,11 @@ struct SimConfig {
   // so block hashes (and thus the run) do not depend on a random root.
   SchedulerConfig scheduler;
   RooflineOptions cost;
-  // Used instead of a RooflineCostModel built from model, gpu and `cost` when not null; must
-  // outlive Simulate.
+  // The GPU calibration the default cost model uses. Unset: the bundled calibration whose GPU
+  // name matches `gpu.name`, else the roofline (CreateDefaultCostModel). `kvpage sim` sets it
+  // from the hardware file `--gpu` names, bundled or a user's own.
+  absl::optional<GpuCalibration> calibration;
+  // Used instead of the default cost model (above) when not null; must outlive Simulate.
   const CostModel* cost_model = nullptr;
   // Sampled token ids: SplitMix64 of (seed, request index, output position) mod vocab.
   uint64_t seed = 0;

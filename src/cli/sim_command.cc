@@ -24,6 +24,7 @@
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
+#include "sim/hardware_calibration.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -34,7 +35,7 @@ constexpr const char* kSimUsage =
     R"(Usage: kvpage sim --model M --gpu a100|h100|h200 (--trace FILE | --synthetic N) [flags]
 
 Replays a request trace through kvpage's scheduler and block manager on a virtual clock that
-a roofline GPU cost model advances, and reports the metrics `vllm bench serve` reports (TTFT,
+a GPU cost model advances (the calibration in the --gpu file, else a roofline), and reports the metrics `vllm bench serve` reports (TTFT,
 TPOT, ITL, end-to-end latency, throughput) plus preemptions, prefix-cache hits, KV usage and
 the most requests that ran at once. The same command gives the same JSON, byte for byte,
 except `wall_seconds`. docs/simulator.md describes the loop, the cost model and every output.)";
@@ -82,7 +83,7 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.String("gpu", &f.gpu,
             "GPU for the cost model and the KV budget (required): " +
                 absl::StrJoin(BundledGpuNames(), ", ") + " (aliases a100, h100, h200) or a\n"
-                "hardware JSON file.");
+                "hardware JSON file; its \"calibration\" object, when present, sets the step times.");
   fs.String("trace", &f.trace,
             "Trace file. A bare file name not found in the working directory is looked up in\n"
             "the bundled traces, share/kvpage/traces/ next to bin/ (e.g.\n"
@@ -281,6 +282,14 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   auto gpu = LoadGpu(f.gpu);
   if (!gpu.ok()) return gpu.status();
   c.gpu = *std::move(gpu);
+  // The calibration of the file --gpu names (bundled or the user's); none: the bundled one of
+  // the same GPU name, else the roofline.
+  auto calibration = sim::LoadGpuCalibration(f.gpu);
+  if (calibration.ok()) {
+    c.calibration = *std::move(calibration);
+  } else if (!absl::IsNotFound(calibration.status())) {
+    return calibration.status();
+  }
   for (auto [flag, v] : {std::pair{"block-size", f.block_size},
                          {"max-num-batched-tokens", f.max_num_batched_tokens},
                          {"max-num-seqs", f.max_num_seqs}}) {

@@ -164,6 +164,43 @@ TEST(SimCliTest, SyntheticTraceRuns) {
   EXPECT_EQ(j["total_output_tokens"], 320);
 }
 
+// `--gpu FILE` prices steps with the file's own calibration: a renamed copy of the bundled
+// A100 file simulates exactly as `--gpu a100`, and a refit with slower GEMMs runs slower.
+TEST(SimCliTest, GpuFileCalibrationIsUsed) {
+  std::string text = ReadFile(std::string(KVPAGE_SOURCE_DIR) +
+                              "/sim/data/hardware/a100-sxm-80gb.json");
+  const std::string name = "\"name\": \"A100-SXM4-80GB\"";
+  ASSERT_NE(text.find(name), std::string::npos);
+  text.replace(text.find(name), name.size(), "\"name\": \"My-A100\"");
+  const std::string copy = TempPath("my_a100.json");
+  std::ofstream(copy) << text;
+  const std::string launch = "\"launch_us\": 4.";  // the tp 1 GEMM curve comes first
+  ASSERT_NE(text.find(launch), std::string::npos);
+  text.replace(text.find(launch), launch.size(), "\"launch_us\": 404.");
+  const std::string slow = TempPath("slow_a100.json");
+  std::ofstream(slow) << text;
+
+  const std::string args = "sim --model qwen3-8b --synthetic 20 --prompt-len 512 "
+                           "--output-len 16 --arrival burst --output-json - --gpu ";
+  const CommandResult bundled = RunKvpage(args + "a100");
+  const CommandResult same = RunKvpage(args + copy);
+  const CommandResult slower = RunKvpage(args + slow);
+  ASSERT_EQ(bundled.exit_code, 0) << bundled.output;
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  ASSERT_EQ(slower.exit_code, 0) << slower.output;
+  json a = json::parse(bundled.output);
+  json b = json::parse(same.output);
+  const json c = json::parse(slower.output);
+  a.erase("wall_seconds");
+  b.erase("wall_seconds");
+  EXPECT_EQ(a.dump(), b.dump());
+  // 400 us more per GEMM x (36 layers x 4 + LM head) = 58 ms more per step; every request
+  // waits for at least one step before its first token.
+  EXPECT_GE(c["mean_ttft_ms"].get<double>() - a["mean_ttft_ms"].get<double>(), 58.0);
+  std::filesystem::remove(copy);
+  std::filesystem::remove(slow);
+}
+
 TEST(SimCliTest, OutputDirWritesCsvsAndPlot) {
   const std::string dir = TempPath("out");
   const CommandResult r = RunKvpage(kBase + " --output-dir " + dir);

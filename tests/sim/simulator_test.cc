@@ -13,6 +13,8 @@
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
 #include "nlohmann/json.hpp"
+#include "sim/calibrated_cost_model.h"
+#include "sim/hardware_calibration.h"
 #include "sim/trace.h"
 
 // Sanitizer builds (ASan + UBSan, Debug) run the whole-trace test ~50x slower: skip it there.
@@ -115,6 +117,40 @@ TEST(SimulatorTest, FixedCostTimesAreExact) {
   // Peak usage: request 0 holds 3 blocks after its third token; 1 block = 16 · 147,456 B.
   ASSERT_EQ(r->kv_usage.size(), 2u);
   EXPECT_DOUBLE_EQ(r->kv_usage[0].peak, 3.0 * 16 * 147456 / (4.0 * kGiB));
+}
+
+// A calibration in the config (a user's refit) replaces the bundled one of the same GPU.
+TEST(SimulatorTest, ConfigCalibrationSetsTheStepTimes) {
+  absl::StatusOr<GpuCalibration> cal = LoadGpuCalibration("h100");
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  GpuCalibration slow = *cal;
+  slow.gemm[0].launch_s += 1e-3;  // 1 ms more per GEMM kernel at tp 1
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 32, 2)};
+  SimConfig bundled = QwenConfig(4 * kGiB);
+  SimConfig user = bundled;
+  user.calibration = slow;
+  absl::StatusOr<SimResult> a = Simulate(trace, bundled);
+  absl::StatusOr<SimResult> b = Simulate(trace, user);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->steps.size(), 2u);
+  ASSERT_EQ(b->steps.size(), 2u);
+  // The steps are priced by the given calibration: a 32-token prefill, then one decode.
+  auto m = CalibratedCostModel::Create(user.model, user.gpu, slow);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_DOUBLE_EQ(b->steps[0].duration_s, (*m)->StepTime(StepShape{{{0, 32}}}));
+  EXPECT_DOUBLE_EQ(b->steps[1].duration_s, (*m)->StepTime(StepShape{{{32, 1}}}));
+  // Qwen3-8B runs 36 layers x 4 GEMMs + the LM head: 145 kernels, 145 ms more per step.
+  EXPECT_NEAR(b->steps[0].duration_s - a->steps[0].duration_s, 0.145, 1e-9);
+  EXPECT_NEAR(b->steps[1].duration_s - a->steps[1].duration_s, 0.145, 1e-9);
+  // The bundled file's own calibration, given explicitly, is the one used by name.
+  SimConfig same = bundled;
+  same.calibration = *cal;
+  absl::StatusOr<SimResult> c = Simulate(Conversation(200), same);
+  absl::StatusOr<SimResult> d = Simulate(Conversation(200), bundled);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(JsonWithoutWall(*c), JsonWithoutWall(*d));
 }
 
 // ---- Admission edge cases ----------------------------------------------------------------

@@ -54,8 +54,9 @@ test-sanitize: bootstrap
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
 # libFuzzer harnesses (fuzz/) built with clang 16 and run FUZZ_SECONDS each (default 60);
-# needs clang-16: KVPAGE_FUZZ_DEPS=1 bash scripts/bootstrap.sh. make test replays their corpora.
+# installs clang-16 if it is missing. Fails on any finding. make test replays their corpora.
 fuzz:
+	@KVPAGE_FUZZ_DEPS=1 bash scripts/bootstrap.sh
 	bash scripts/fuzz.sh
 
 bench: build

@@ -287,6 +287,8 @@ class ManagerRun {
     const int64_t k = in_.Byte() % (l->tokens - l->prompt_len + 1);
     const KvCacheUsage before = m_->Usage();
     const absl::Status s = m_->RollbackTokens(l->handle, k);
+    // A recurrent state that includes the tokens cannot be rewound.
+    if (has_state_ && l->allocated && k > 0) KVPAGE_FUZZ_CHECK(!s.ok());
     if (!s.ok()) {
       // A shared block, a state that cannot rewind, or a window that moved past the tokens.
       KVPAGE_FUZZ_CHECK(absl::IsFailedPrecondition(s));

@@ -1,5 +1,5 @@
 // One scheduling step of a server in steady decode: Schedule() + Update() with N running
-// requests that each decode one token (the target: <= 20 us at 1,024 on one core).
+// requests that each decode one token (targets and results: docs/benchmarks.md).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

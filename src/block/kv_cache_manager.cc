@@ -337,12 +337,13 @@ absl::Status KvCacheManager::Impl::CheckDecodeBatch(absl::Span<const DecodeStep>
   for (size_t i = 0; i < steps.size(); ++i) {
     const RequestState* st = Get(steps[i].request);
     if (st == nullptr) return fail(i, Stale(steps[i].request));
-    if (append_counts[st->slot] != 0) {
+    const int32_t slot = steps[i].request.slot_;  // st's (Get checked the handle)
+    if (append_counts[slot] != 0) {
       return fail(i, absl::InvalidArgumentError(absl::StrCat(
                          "request ", st->id.value, " appears twice in one decode step (entry ",
                          i, ")")));
     }
-    append_counts[st->slot] = 1;
+    append_counts[slot] = 1;
   }
   return fail(steps.size(), absl::OkStatus());
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_test_util.h"
+#include "scheduler/scheduler_test_util.h"
 #include "kvpage/catalog.h"
 
 namespace kvpage {
@@ -24,12 +25,6 @@ using testing::Concat;
 using testing::H;
 using testing::Tokens;
 using testing::TinyModel;
-
-#define EXPECT_SCHED_INVARIANTS(s)              \
-  do {                                          \
-    absl::Status st_ = (s).CheckInvariants();   \
-    ASSERT_TRUE(st_.ok()) << st_;               \
-  } while (false)
 
 // kTinyFull costs 512 bytes per 16-token block: a budget of `blocks` blocks, one chunk.
 SchedulerConfig TinyConfig(int32_t blocks, int32_t budget_tokens = 8192) {

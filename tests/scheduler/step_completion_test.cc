@@ -8,6 +8,7 @@
 #include <map>
 
 #include "block/manager_test_util.h"
+#include "scheduler/scheduler_test_util.h"
 #include "kvpage/scheduler.h"
 
 namespace kvpage {
@@ -17,12 +18,6 @@ using ::testing::ElementsAre;
 using testing::H;
 using testing::TinyModel;
 using testing::Tokens;
-
-#define EXPECT_SCHED_INVARIANTS(s)            \
-  do {                                        \
-    absl::Status st_ = (s).CheckInvariants(); \
-    ASSERT_TRUE(st_.ok()) << st_;             \
-  } while (false)
 
 // kTinyFull costs 512 bytes per 16-token block: `blocks` blocks in one chunk, events on.
 SchedulerConfig Config(int32_t blocks) {

@@ -40,9 +40,6 @@
 
 namespace kvpage {
 
-// Which view of a layer's tensors: K or V of attention, the MLA latent, or a state tensor.
-enum class TensorPart : uint8_t { kKey, kValue, kLatent, kConvState, kRecurrentState };
-
 class HostMemoryBacking final : public MemoryBacking {
  public:
   HostMemoryBacking();

@@ -31,7 +31,21 @@
 namespace kvpage {
 
 enum class CacheTensorKind : uint8_t { kKv, kMlaLatent, kConvState, kRecurrentState };
-absl::string_view CacheTensorKindName(CacheTensorKind kind);  // "kv", "mla_latent", ...
+
+// "kv", "mla_latent", "conv_state", "recurrent_state".
+inline absl::string_view CacheTensorKindName(CacheTensorKind kind) {
+  switch (kind) {
+    case CacheTensorKind::kKv: return "kv";
+    case CacheTensorKind::kMlaLatent: return "mla_latent";
+    case CacheTensorKind::kConvState: return "conv_state";
+    case CacheTensorKind::kRecurrentState: return "recurrent_state";
+  }
+  return "unknown";
+}
+
+// Which view of a layer's tensors a backing's View returns: K or V of attention, the MLA
+// latent, or a state tensor.
+enum class TensorPart : uint8_t { kKey, kValue, kLatent, kConvState, kRecurrentState };
 
 // The pages of one pool (BlockPool), as the backing maps them.
 struct PoolLayout {

@@ -7,16 +7,6 @@
 
 namespace kvpage {
 
-absl::string_view CacheTensorKindName(CacheTensorKind kind) {
-  switch (kind) {
-    case CacheTensorKind::kKv: return "kv";
-    case CacheTensorKind::kMlaLatent: return "mla_latent";
-    case CacheTensorKind::kConvState: return "conv_state";
-    case CacheTensorKind::kRecurrentState: return "recurrent_state";
-  }
-  return "unknown";
-}
-
 namespace internal {
 namespace {
 

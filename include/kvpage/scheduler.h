@@ -222,7 +222,9 @@ class Scheduler {
   // output token under max_model_len.
   absl::Status AddRequest(RequestSpec spec);
   // Removes a waiting or running request and frees its blocks at once. NotFound if unknown
-  // (or already finished).
+  // (or already finished). Between Schedule and Update the latest output stays as it was
+  // (its block tables then read a copy): the server may still run it, the aborted request's
+  // part included (blocks it fills may already serve the prefix cache).
   absl::Status Abort(RequestId id);
 
   // Decides the next step. The returned output lives in the scheduler until the next call.

@@ -2,7 +2,7 @@
 # test runs it): every #include "..." of a layer's sources and public headers names a header
 # of the same layer or of one below it.
 #
-#   model <- block <- scheduler <- sim        planner -> block, model
+#   model <- block <- scheduler <- sim        planner -> block, model      memory -> block
 #   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
 cmake_minimum_required(VERSION 3.25)
 
@@ -11,12 +11,15 @@ set(allowed_block model block internal)
 set(allowed_scheduler model block scheduler internal)
 set(allowed_planner model block planner internal)
 set(allowed_sim model block scheduler sim internal)
+set(allowed_memory model block memory internal)
 set(allowed_kernels model kernels internal)
 set(allowed_internal internal)
 
 # The layer of each public header in include/kvpage/.
 set(public_model dtype model_spec catalog)
-set(public_block types block_hash block_pool memory_budget kv_events kv_cache_manager)
+set(public_block types block_hash block_pool memory_budget memory_layout kv_events
+    kv_cache_manager)
+set(public_memory host_memory_backing cuda_vmm_backing)
 set(public_scheduler scheduler)
 set(public_planner planner plan_format)
 set(public_kernels kernel_layout kernel_reference)
@@ -28,7 +31,7 @@ function(layer_of_include path out)
     set(layer kernels)
   elseif(path MATCHES "^kvpage/([a-z_0-9]+)\\.h$")
     set(name ${CMAKE_MATCH_1})
-    foreach(candidate model block scheduler planner kernels)
+    foreach(candidate model block scheduler planner kernels memory)
       if(name IN_LIST public_${candidate})
         set(layer ${candidate})
       endif()
@@ -38,7 +41,7 @@ function(layer_of_include path out)
     endif()
   elseif(path MATCHES "^(src/)?(internal|profile)/")
     set(layer internal)
-  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels)/")
+  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory)/")
     set(layer ${CMAKE_MATCH_1})
   endif()
   set(${out} "${layer}" PARENT_SCOPE)
@@ -60,7 +63,7 @@ function(check_files layer)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-foreach(layer model block scheduler planner internal)
+foreach(layer model block scheduler planner memory internal)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.h ${SOURCE_DIR}/src/${layer}/*.cc)
   check_files(${layer} ${files})
 endforeach()

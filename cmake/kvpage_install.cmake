@@ -28,9 +28,10 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/
         FILES_MATCHING PATTERN *.h PATTERN data EXCLUDE)
 
 set(_kvpage_export_targets
-    kvpage kvpage_model kvpage_block kvpage_scheduler kvpage_planner kvpage_sim kvpage_kernel_ref)
+    kvpage kvpage_model kvpage_block kvpage_scheduler kvpage_planner kvpage_memory kvpage_sim
+    kvpage_kernel_ref)
 if(TARGET kvpage_cuda)
-  list(APPEND _kvpage_export_targets kvpage_cuda)
+  list(APPEND _kvpage_export_targets kvpage_cuda kvpage_memory_cuda)
 endif()
 install(TARGETS ${_kvpage_export_targets}
         EXPORT kvpageTargets

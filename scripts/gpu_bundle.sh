@@ -10,7 +10,8 @@
 # CPU references, the checks; needs the CUDA toolkit, Abseil and GoogleTest here, nothing else)
 # with KVPAGE_STATIC_DEPS, so Abseil, GoogleTest, libstdc++, libgcc and cudart are linked
 # statically and the binaries need only glibc and the NVIDIA driver. The folder holds
-#   bin/kvpage_gpu_check  bin/kernels_gpu_test  gpu_check.sh  MANIFEST  ptxas.txt
+#   bin/kvpage_gpu_check  bin/kernels_gpu_test  bin/cuda_vmm_backing_gpu_test  gpu_check.sh
+#   MANIFEST  ptxas.txt
 # and the script fails if a binary needs any other shared library or the folder passes 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +24,12 @@ cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKVPAGE_STATIC_DEPS
 # Rebuild the CUDA objects so ptxas prints every kernel's resources into the log.
 cmake --build "$BUILD_DIR" --target clean > /dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target kvpage_gpu_check kernels_gpu_test \
+  cuda_vmm_backing_gpu_test \
   > "$BUILD_DIR/bundle_build.log" 2>&1 || { tail -30 "$BUILD_DIR/bundle_build.log"; exit 1; }
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin"
-for b in kvpage_gpu_check kernels_gpu_test; do
+for b in kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test; do
   cp "$BUILD_DIR/bin/$b" "$DIR/bin/"
   strip --strip-debug "$DIR/bin/$b"
 done

@@ -47,12 +47,15 @@ if [ -z "$PREBUILT" ]; then
   start=$(date +%s)
   cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/configure.log"
   cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc 2>/dev/null || echo 2)}" \
-    --target kvpage_gpu_check kernels_gpu_test 2>&1 | tee "$OUT_DIR/build.log" | tail -3
+    --target kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test 2>&1 | tee "$OUT_DIR/build.log" | tail -3
   echo "build took $(( $(date +%s) - start )) s"
 fi
 
 echo "== kernels_gpu_test (device vs CPU reference, fixed seeds)"
 "$BIN_DIR/kernels_gpu_test" 2>&1 | tee "$OUT_DIR/gtest.txt" | tail -3 || status=1
+
+echo "== cuda_vmm_backing_gpu_test (KV cache on CUDA virtual memory: granules per chunk)"
+"$BIN_DIR/cuda_vmm_backing_gpu_test" 2>&1 | tee "$OUT_DIR/vmm.txt" | tail -3 || status=1
 
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SANITIZER" ]; then

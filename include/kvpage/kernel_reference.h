@@ -72,6 +72,24 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse);
 
+// Attention for a batch of variable-length query chunks over the paged cache: prefill chunks
+// with cached prefixes and decodes in one call (the batches the scheduler emits).
+//   q: [total_tokens][num_q_heads][head_dim] (bits of cache.dtype), token stride
+//      q_token_stride; sequence b's queries are tokens [query_start_loc[b],
+//      query_start_loc[b + 1]), the last q_len of its table.seq_lens[b] positions (their K/V
+//      already written).
+//   out: [total_tokens][num_q_heads][head_dim] double; lse: [total_tokens][num_q_heads] (may
+//   be null).
+// The query at position p attends to AttendedRange(p + 1, window_left): causal within the
+// chunk, the cached prefix in full (within the window). Each query is computed exactly as
+// PagedDecode computes a sequence of length p + 1, so a token's output does not depend on how
+// its sequence was chunked. InvalidArgument as PagedDecode, and for decreasing query offsets
+// or a chunk longer than its sequence (naming the sequence).
+absl::Status PagedPrefill(const uint16_t* q, int64_t q_token_stride,
+                          const int32_t* query_start_loc, const KvCacheView& cache,
+                          const BlockTableView& table, const DecodeParams& params, double* out,
+                          double* lse);
+
 // Merges split-KV partial states.
 //   partial_o: [num_seqs][num_heads][num_splits][head_dim] float (each split normalised),
 //   partial_lse: [num_seqs][num_heads][num_splits] float natural-log; -inf = empty split.

@@ -14,14 +14,19 @@
 #define KVPAGE_MEMORY_BUDGET_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "kvpage/memory_layout.h"
 
 namespace kvpage {
 
 class MemoryBacking {
  public:
   virtual ~MemoryBacking() = default;
+  // Called once by KvCacheManager::Create, before any chunk is mapped: reserve what `layout`
+  // needs (address space, not memory). Its error fails Create. The default keeps nothing.
+  virtual absl::Status Reserve(const MemoryLayout& /*layout*/) { return absl::OkStatus(); }
   // Makes the pages of chunk `chunk` of pool `pool` usable. Called before any of its blocks is
   // handed out.
   virtual absl::Status MapChunk(int32_t pool, int32_t chunk) = 0;
@@ -55,20 +60,32 @@ class MemoryBudget {
   // the budget lacks the bytes or the backing refuses.
   bool TakeChunk(int32_t pool, int32_t chunk, int64_t bytes) {
     if (bytes > free_bytes()) return false;
-    if (backing_ != nullptr && !backing_->MapChunk(pool, chunk).ok()) return false;
+    if (backing_ != nullptr) {
+      absl::Status mapped = backing_->MapChunk(pool, chunk);
+      if (!mapped.ok()) {
+        if (backing_error_.ok()) backing_error_ = std::move(mapped);
+        return false;
+      }
+    }
     used_bytes_ += bytes;
     return true;
   }
   void GiveChunk(int32_t pool, int32_t chunk, int64_t bytes) {
-    if (backing_ != nullptr) backing_->UnmapChunk(pool, chunk).IgnoreError();
+    if (backing_ != nullptr) {
+      absl::Status unmapped = backing_->UnmapChunk(pool, chunk);
+      if (!unmapped.ok() && backing_error_.ok()) backing_error_ = std::move(unmapped);
+    }
     used_bytes_ -= bytes;
   }
+  // The first error the backing returned (a refused map, a failed unmap), or OK.
+  const absl::Status& backing_error() const { return backing_error_; }
 
  private:
   int64_t total_bytes_;
   int64_t used_bytes_ = 0;
   int64_t headroom_bytes_ = 0;
   MemoryBacking* backing_;
+  absl::Status backing_error_;
 };
 
 }  // namespace kvpage

@@ -223,7 +223,11 @@ class Scheduler {
   // OutOfRange when the prompt leaves no room for one output token under max_model_len.
   absl::Status AddRequest(RequestSpec spec);
   // Removes a waiting or running request and frees its blocks at once. NotFound if unknown
-  // (or already finished).
+  // (or already finished). Between Schedule and Update the latest output stays as it was
+  // (its block tables then read a copy), so the server may run it as planned. It may also
+  // skip the aborted request's part: under kKvpage accounting nothing that step fills becomes
+  // a prefix hit (KvCacheManager::CompleteStep). Under kVllm accounting blocks are cached when
+  // allocated, so a request admitted in the same step may read them: run it.
   absl::Status Abort(RequestId id);
 
   // Decides the next step. The returned output lives in the scheduler until the next call.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
+#include "block/memory_description.h"
 #include "internal/status_macros.h"
 #include "model/kv_sizing.h"
 #include "model/vllm_layout.h"
@@ -194,6 +195,11 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     KVPAGE_RETURN_IF_ERROR(BuildKvpageLayout(*m, model, dtype, layout));
   } else {
     KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype, layout));
+  }
+  if (config.backing != nullptr) {  // before any chunk is mapped
+    KVPAGE_ASSIGN_OR_RETURN(MemoryLayout memory,
+                            internal::DescribeMemory(model, config, dtype, layout.groups, m->pools));
+    KVPAGE_RETURN_IF_ERROR(config.backing->Reserve(memory));
   }
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
   m->context = internal::GroupContext{

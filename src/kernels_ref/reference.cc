@@ -184,6 +184,35 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
   return absl::OkStatus();
 }
 
+absl::Status PagedPrefill(const uint16_t* q, int64_t q_token_stride,
+                          const int32_t* query_start_loc, const KvCacheView& cache,
+                          const BlockTableView& table, const DecodeParams& params, double* out,
+                          double* lse) {
+  const int64_t row = static_cast<int64_t>(params.num_q_heads) * cache.head_dim;
+  for (int32_t b = 0; b < table.num_seqs; ++b) {
+    const int32_t begin = query_start_loc[b], end = query_start_loc[b + 1];
+    const int32_t seq_len = table.seq_lens[b];
+    if (end < begin || end - begin > seq_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PagedPrefill: sequence ", b, " has queries [", begin, ", ", end,
+                       ") but ", seq_len, " tokens"));
+    }
+    // One query at a time, as a decode of the sequence cut after the query's own token.
+    for (int32_t i = begin; i < end; ++i) {
+      const int32_t len = seq_len - (end - i) + 1;
+      const BlockTableView one{.table = table.table + b * table.row_stride,
+                               .row_stride = table.row_stride,
+                               .seq_lens = &len,
+                               .num_seqs = 1};
+      absl::Status status =
+          PagedDecode(q + i * q_token_stride, q_token_stride, cache, one, params, out + i * row,
+                      lse == nullptr ? nullptr : lse + static_cast<int64_t>(i) * params.num_q_heads);
+      if (!status.ok()) return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 void MergeAttnStates(const float* partial_o, const float* partial_lse, int32_t num_seqs,
                      int32_t num_heads, int32_t num_splits, int32_t head_dim, double* out,
                      double* lse_out) {

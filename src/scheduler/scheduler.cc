@@ -306,9 +306,14 @@ absl::Status Scheduler::Abort(RequestId id) {
     s.EraseWaiting(q);
     if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
   } else {
-    // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
-    if (!s.applied && s.reqs[q].scheduled_step == s.step) {
-      std::replace(s.scheduled.begin(), s.scheduled.end(), q, -1);
+    if (!s.applied) {
+      // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
+      if (s.reqs[q].scheduled_step == s.step) {
+        std::replace(s.scheduled.begin(), s.scheduled.end(), q, -1);
+      }
+      // The server may not have run that output yet: its block tables must not change under
+      // it when the last row moves into this one's place.
+      s.FreezeOutputTables();
     }
     s.LeaveRunning(q);
   }
@@ -357,6 +362,16 @@ void Scheduler::Impl::EraseWaiting(int32_t q) {
   }
   priority_waiting.erase(std::find(priority_waiting.begin(), priority_waiting.end(), q));
   std::make_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
+}
+
+void Scheduler::Impl::FreezeOutputTables() {
+  frozen_tables.resize(out.attention.size());
+  for (size_t a = 0; a < out.attention.size(); ++a) {
+    absl::Span<const int32_t>& table = out.attention[a].block_table;
+    if (table.data() == frozen_tables[a].data()) continue;  // frozen by an earlier abort
+    frozen_tables[a].assign(table.begin(), table.end());
+    table = absl::MakeConstSpan(frozen_tables[a]);
+  }
 }
 
 void Scheduler::Impl::LeaveRunning(int32_t q) {

@@ -116,6 +116,9 @@ class Scheduler::Impl {
   bool NoneWaiting() const;
   // Frees the request's blocks and row and drops it from `running` (order kept).
   void LeaveRunning(int32_t q);
+  // Points the latest output's block tables at copies (frozen_tables) that row moves leave
+  // alone.
+  void FreezeOutputTables();
   void Release(int32_t q);  // the index can be reused
   // Drops the request from the KV cache (blocks and all), keeping its tokens here.
   void FreeKeepingTokens(int32_t q);
@@ -217,6 +220,9 @@ class Scheduler::Impl {
   std::vector<DecodeStep> decode_batch;
   std::vector<size_t> decode_events;  // ScheduleDecodeRun: decode_batch[e] is running[...[e]]
   SchedulerOutput out;
+  // Copies of the output's block tables, made when an abort moves rows while the output is
+  // still to be run (Abort): the output then reads these, not the tables being changed.
+  std::vector<std::vector<int32_t>> frozen_tables;
   std::vector<std::pair<int32_t, int32_t>> pending_row_moves;
   std::vector<RequestId> pending_finished;
   std::vector<DecodeToken> append_tokens;  // scratch of Update

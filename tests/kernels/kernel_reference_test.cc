@@ -436,6 +436,37 @@ TEST_F(DecodeRefTest, EmptySequenceGivesZeroAndMinusInfinity) {
   EXPECT_EQ(lse[0], -kInf);
 }
 
+// A chunk of three queries at positions 1..3 after a cached token 0, in blocks 3 and 1:
+// causal within the chunk (query at position p averages V of tokens 0..p), window applied.
+TEST_F(DecodeRefTest, PrefillChunkIsCausalOverTheCachedPrefix) {
+  SetToken(3, 0, 0.0f, 1.0f);
+  SetToken(3, 1, 0.0f, 2.0f);
+  SetToken(1, 0, 0.0f, 6.0f);
+  SetToken(1, 1, 0.0f, 7.0f);
+  const int32_t table[] = {3, 1};
+  const int32_t lens[] = {4};
+  const int32_t starts[] = {0, 3};
+  std::vector<uint16_t> q(3 * 8, FloatToBf16(1.0f));
+  double out[3 * 8], lse[3];
+  ASSERT_TRUE(ref::PagedPrefill(q.data(), 8, starts, view_, {table, 2, lens, 1}, {1, 1.0f, -1},
+                                out, lse)
+                  .ok());
+  EXPECT_DOUBLE_EQ(out[0], 1.5);             // tokens 0, 1
+  EXPECT_DOUBLE_EQ(out[8], 3.0);             // tokens 0..2
+  EXPECT_DOUBLE_EQ(out[16], 4.0);            // tokens 0..3
+  EXPECT_DOUBLE_EQ(lse[2], std::log(4.0));
+  ASSERT_TRUE(ref::PagedPrefill(q.data(), 8, starts, view_, {table, 2, lens, 1}, {1, 1.0f, 1},
+                                out, nullptr)
+                  .ok());
+  EXPECT_DOUBLE_EQ(out[16], 6.5);            // window: tokens 2, 3
+  const int32_t long_chunk[] = {0, 5};
+  absl::Status s = ref::PagedPrefill(q.data(), 8, long_chunk, view_, {table, 2, lens, 1},
+                                     {1, 1.0f, -1}, out, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("sequence 0 has queries [0, 5) but 4 tokens"),
+            absl::string_view::npos) << s;
+}
+
 TEST(MergeRefTest, WeightsByExpLse) {
   // Two splits with lse 0 and log 3: weights 1/4 and 3/4; a third empty split.
   const float o[] = {1, 1, 3, 3, 100, 100};

@@ -691,6 +691,29 @@ TEST(SchedulerTest, AbortInASteadyStepKeepsEachTokenWithItsRequest) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// The server may run the output after an abort moved rows: the output's block tables stay
+// those of the step it describes (ModelEndToEnd.AbortsAtEveryPointOfAStep runs such steps).
+TEST(SchedulerTest, AbortBeforeTheForwardPassLeavesTheOutputsTablesAlone) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  for (int64_t id = 0; id < 3; ++id) {
+    ASSERT_TRUE(s->AddRequest(Req(id, Tokens(40, static_cast<int32_t>(100 * id)))).ok());
+  }
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.num_rows, 3);
+  const std::vector<int32_t> before(out.attention[0].block_table.begin(),
+                                    out.attention[0].block_table.end());
+  ASSERT_TRUE(s->Abort(RequestId(0)).ok());  // request 2's row moves to row 0 in the scheduler
+  ASSERT_TRUE(s->Abort(RequestId(1)).ok());
+  EXPECT_THAT(std::vector<int32_t>(out.attention[0].block_table.begin(),
+                                   out.attention[0].block_table.end()),
+              ::testing::ElementsAreArray(before));
+  ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());
+  const SchedulerOutput& next = s->Schedule();  // the live table again: request 2 in row 0
+  ASSERT_EQ(next.num_rows, 1);
+  EXPECT_EQ(next.attention[0].block_table[0], before[2 * out.attention[0].max_blocks_per_row]);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // Steady decode steps write only the positions of entries that a steady step wrote before
 // (Scheduler::Impl::static_rows); every row change must make the next step write whole
 // entries again. Requests finish at different steps (the last row moves into each hole),

@@ -1,0 +1,82 @@
+// Which units (host pages, CUDA allocation granules) of one tensor's range a pool's chunk
+// covers, and which of them no other mapped chunk holds (internal). Shared by the host and
+// CUDA backings.
+//
+// Chunk c of a pool covers bytes [(1 + c·bpc)·tb, (1 + (c+1)·bpc)·tb) of a tensor with tb
+// bytes per block id. Its first and last units may also hold neighbouring chunks' blocks (or
+// the null block, always mapped): such a unit stays mapped while any chunk touching it is.
+#ifndef KVPAGE_MEMORY_CHUNK_UNITS_H_
+#define KVPAGE_MEMORY_CHUNK_UNITS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kvpage/memory_layout.h"
+
+namespace kvpage::internal {
+
+struct UnitSpan {
+  int64_t first = 0;  // units [first, last)
+  int64_t last = 0;
+  int64_t size() const { return last - first; }
+};
+
+inline int64_t RoundUpTo(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// Units chunk c's slice of a tensor touches.
+inline UnitSpan ChunkUnits(const PoolLayout& pool, int64_t tensor_block_bytes, int32_t c,
+                           int64_t unit) {
+  const int64_t lo = (1 + int64_t{c} * pool.blocks_per_chunk) * tensor_block_bytes;
+  const int64_t hi = lo + int64_t{pool.blocks_per_chunk} * tensor_block_bytes;
+  return UnitSpan{lo / unit, RoundUpTo(hi, unit) / unit};
+}
+
+// The chunk holding byte `offset` of a tensor: -1 for the null block, max_chunks past the
+// last block.
+inline int64_t ChunkOfByte(const PoolLayout& pool, int64_t tensor_block_bytes, int64_t offset) {
+  const int64_t block = offset / tensor_block_bytes;
+  if (block == 0) return -1;
+  return std::min<int64_t>((block - 1) / pool.blocks_per_chunk, pool.max_chunks);
+}
+
+// Whether unit `index` holds a block of a mapped chunk other than `c` (or the null block).
+inline bool HeldByOthers(const PoolLayout& pool, const std::vector<bool>& mapped,
+                         int64_t tensor_block_bytes, int64_t range_bytes, int64_t index,
+                         int32_t c, int64_t unit) {
+  const int64_t lo = index * unit;
+  const int64_t hi = std::min(lo + unit, range_bytes);
+  const int64_t first = ChunkOfByte(pool, tensor_block_bytes, lo);
+  const int64_t last = ChunkOfByte(pool, tensor_block_bytes, hi - 1);
+  for (int64_t other = first; other <= last; ++other) {
+    if (other == c || other >= pool.max_chunks) continue;
+    if (other < 0 || mapped[other]) return true;
+  }
+  return false;
+}
+
+// The units of chunk c in one tensor that no other mapped chunk holds: what mapping c must
+// add and unmapping it may drop.
+inline UnitSpan OwnUnits(const PoolLayout& pool, const std::vector<bool>& mapped,
+                         int64_t tensor_block_bytes, int64_t range_bytes, int32_t c,
+                         int64_t unit) {
+  UnitSpan span = ChunkUnits(pool, tensor_block_bytes, c, unit);
+  if (span.first < span.last &&
+      HeldByOthers(pool, mapped, tensor_block_bytes, range_bytes, span.first, c, unit)) {
+    ++span.first;
+  }
+  if (span.first < span.last &&
+      HeldByOthers(pool, mapped, tensor_block_bytes, range_bytes, span.last - 1, c, unit)) {
+    --span.last;
+  }
+  return span;
+}
+
+// Bytes of one tensor's range: every block id of its pool, rounded up to whole units.
+inline int64_t RangeBytes(const PoolLayout& pool, int64_t tensor_block_bytes, int64_t unit) {
+  return RoundUpTo(pool.num_blocks() * tensor_block_bytes, unit);
+}
+
+}  // namespace kvpage::internal
+
+#endif  // KVPAGE_MEMORY_CHUNK_UNITS_H_

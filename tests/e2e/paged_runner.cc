@@ -1,0 +1,329 @@
+// The tiny model's server loop on kvpage: Schedule, state zeroes and copies, the forward pass
+// through the reference kernels on the host backing, sampling, Update.
+#include "e2e/paged_runner.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
+#include "kvpage/host_memory_backing.h"
+#include "kvpage/kernel_layout.h"
+#include "kvpage/kernel_reference.h"
+
+namespace kvpage::e2e {
+namespace {
+
+constexpr int32_t kQ = TinyModel::kQHeads * TinyModel::kHeadDim;    // query values per token
+constexpr int32_t kKv = TinyModel::kKvHeads * TinyModel::kHeadDim;  // K (or V) values per token
+
+struct Live {
+  std::vector<int32_t> tokens;  // prompt, then generated
+  int32_t prompt_len = 0;
+  std::vector<uint64_t> prefix;  // prefix[p]: a hash of tokens [0, p]
+
+  uint64_t PrefixKey(int64_t pos) {
+    while (static_cast<int64_t>(prefix.size()) <= pos) {
+      const uint64_t prev = prefix.empty() ? 0x51ed270b27ad3e35ULL : prefix.back();
+      const uint64_t t = static_cast<uint64_t>(tokens[prefix.size()]) + 1;
+      prefix.push_back((prev ^ t) * 0x9e3779b97f4a7c15ULL + (prev >> 29));
+    }
+    return prefix[pos];
+  }
+};
+
+class Runner {
+ public:
+  Runner(const TinyModel& model, const RunOptions& options) : model_(model), options_(options) {}
+  absl::Status Start(const std::vector<Request>& requests);
+  absl::StatusOr<RunResult> Run();
+
+ private:
+  GroupId GroupOf(int32_t layer) const;
+  absl::StatusOr<KvCacheView> KvView(int32_t layer) const;
+  absl::StatusOr<std::vector<SlotTensor>> StateTensors(GroupId group) const;
+  absl::Status ApplyStateOps(const SchedulerOutput& out);
+  absl::Status Forward(const SchedulerOutput& out, ModelOutput* sampled);
+  absl::Status AttentionLayer(const SchedulerOutput& out, int32_t layer,
+                              std::vector<std::vector<double>>& x);
+  absl::Status LinearLayer(const SchedulerOutput& out, int32_t layer,
+                           std::vector<std::vector<double>>& x);
+  void CheckAgainstDense(const ScheduledRequest& r, int32_t layer, int32_t start,
+                         const uint16_t* q, const double* paged);
+  void Hook(int64_t step, StepPoint point, const SchedulerOutput* out);
+
+  const TinyModel& model_;
+  const RunOptions options_;
+  ModelSpec spec_ = TinyModel::Spec();
+  HostMemoryBacking backing_;
+  std::unique_ptr<Scheduler> scheduler_;
+  absl::flat_hash_map<int64_t, Live> live_;
+  absl::flat_hash_set<int64_t> aborted_;  // aborted during the current step
+  // Dense K then V row ([2][kKv] bf16 bits) of each (layer, token prefix) any request
+  // computed: what paged attention must read back, whoever wrote it.
+  absl::flat_hash_map<std::pair<int32_t, uint64_t>, std::vector<uint16_t>> dense_kv_;
+  RunResult result_;
+};
+
+GroupId Runner::GroupOf(int32_t layer) const {
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    for (int32_t l : spec_.groups[g].layers) {
+      if (l == layer) return GroupId(static_cast<int32_t>(g));
+    }
+  }
+  return GroupId(-1);
+}
+
+absl::Status Runner::Start(const std::vector<Request>& requests) {
+  SchedulerConfig config;
+  config.kv.kv_budget_bytes = options_.kv_budget_bytes;
+  config.kv.chunk_bytes = options_.chunk_bytes;
+  config.kv.block_size = options_.block_size;
+  config.kv.enable_prefix_caching = options_.enable_prefix_caching;
+  config.kv.decode_snapshot_interval_blocks = options_.decode_snapshot_interval_blocks;
+  config.kv.hash_seed = 7;
+  config.kv.backing = &backing_;
+  config.max_num_batched_tokens = options_.max_num_batched_tokens;
+  config.max_num_seqs = options_.max_num_seqs;
+  config.max_model_len = TinyModel::kMaxPositions;
+  KVPAGE_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(spec_, config));
+  for (const Request& r : requests) {
+    KVPAGE_RETURN_IF_ERROR(scheduler_->AddRequest(
+        {.id = r.id, .prompt_token_ids = r.prompt, .max_new_tokens = r.max_new_tokens}));
+    Live& live = live_[r.id.value];
+    live.tokens = r.prompt;
+    live.prompt_len = static_cast<int32_t>(r.prompt.size());
+  }
+  return absl::OkStatus();
+}
+
+void Runner::Hook(int64_t step, StepPoint point, const SchedulerOutput* out) {
+  if (!options_.hook) return;
+  for (RequestId id : options_.hook(step, point, out)) {
+    if (!scheduler_->Abort(id).ok()) continue;  // finished already
+    // A step already scheduled still runs whole, the aborted request's part included: the
+    // blocks it fills this step may already serve the prefix cache. Its samples are dropped.
+    aborted_.insert(id.value);
+  }
+}
+
+absl::StatusOr<KvCacheView> Runner::KvView(int32_t layer) const {
+  KVPAGE_ASSIGN_OR_RETURN(TensorView k, backing_.View(GroupOf(layer), layer, TensorPart::kKey));
+  KVPAGE_ASSIGN_OR_RETURN(TensorView v, backing_.View(GroupOf(layer), layer, TensorPart::kValue));
+  const int64_t e = BytesPerValue(k.dtype);
+  KvCacheView view{.base = k.base,
+                   .block_stride = k.byte_strides[0] / e,
+                   .kv_stride = (static_cast<char*>(v.base) - static_cast<char*>(k.base)) / e,
+                   .token_stride = k.byte_strides[1] / e,
+                   .head_stride = k.byte_strides[2] / e,
+                   .num_blocks = static_cast<int32_t>(k.shape[0]),
+                   .block_size = static_cast<int32_t>(k.shape[1]),
+                   .num_kv_heads = static_cast<int32_t>(k.shape[2]),
+                   .head_dim = static_cast<int32_t>(k.shape[3]),
+                   .dtype = k.dtype};
+  KVPAGE_RETURN_IF_ERROR(ValidateKvCacheView(view));
+  return view;
+}
+
+absl::StatusOr<std::vector<SlotTensor>> Runner::StateTensors(GroupId group) const {
+  std::vector<SlotTensor> tensors;
+  for (int32_t layer : spec_.groups[group.value].layers) {
+    for (TensorPart part : {TensorPart::kConvState, TensorPart::kRecurrentState}) {
+      KVPAGE_ASSIGN_OR_RETURN(TensorView t, backing_.View(group, layer, part));
+      tensors.push_back(SlotTensor{.base = t.base,
+                                   .slot_stride_bytes = t.byte_strides[0],
+                                   .copy_bytes = t.byte_strides[0],
+                                   .num_slots = static_cast<int32_t>(t.shape[0])});
+    }
+  }
+  return tensors;
+}
+
+// Zeroes, then copies, as the scheduler's contract orders them.
+absl::Status Runner::ApplyStateOps(const SchedulerOutput& out) {
+  for (const SlotToZero& z : out.slots_to_zero) {
+    KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(z.group));
+    KVPAGE_RETURN_IF_ERROR(ref::ZeroSlots(tensors, &z.slot, 1));
+  }
+  for (const StateCopy& c : out.state_copies) {
+    KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(c.group));
+    KVPAGE_RETURN_IF_ERROR(ref::CopySlots(tensors, &c.src_slot, &c.dst_slot, 1));
+    ++result_.state_copies;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> Runner::Run() {
+  for (int64_t step = 0; scheduler_->HasUnfinishedRequests(); ++step) {
+    Hook(step, StepPoint::kBeforeSchedule, nullptr);
+    for (int64_t id : aborted_) live_.erase(id);
+    aborted_.clear();
+    if (!scheduler_->HasUnfinishedRequests()) break;
+    const SchedulerOutput& out = scheduler_->Schedule();
+    Hook(step, StepPoint::kAfterSchedule, &out);
+    ModelOutput sampled;
+    KVPAGE_RETURN_IF_ERROR(Forward(out, &sampled));
+    Hook(step, StepPoint::kAfterForward, &out);
+    KVPAGE_ASSIGN_OR_RETURN(UpdateResult update, scheduler_->Update(out, sampled));
+    Hook(step, StepPoint::kAfterUpdate, &out);
+    for (int64_t id : aborted_) live_.erase(id);
+    aborted_.clear();
+    for (const FinishedRequest& f : update.finished) {
+      if (f.reason == FinishReason::kAborted) continue;
+      auto it = live_.find(f.id.value);
+      if (it == live_.end()) continue;
+      result_.tokens[f.id.value].assign(it->second.tokens.begin() + it->second.prompt_len,
+                                        it->second.tokens.end());
+      live_.erase(it);
+    }
+    KVPAGE_RETURN_IF_ERROR(scheduler_->CheckInvariants());
+    result_.steps = step + 1;
+    result_.peak_mapped_bytes = backing_.peak_mapped_bytes();
+  }
+  result_.preemptions = scheduler_->stats().preemptions;
+  result_.prefix_hit_tokens = scheduler_->stats().prefix_hit_tokens;
+  result_.final_used_bytes = scheduler_->kv_cache().Usage().used_bytes;
+  return result_;
+}
+
+absl::Status Runner::Forward(const SchedulerOutput& out, ModelOutput* sampled) {
+  KVPAGE_RETURN_IF_ERROR(ApplyStateOps(out));
+  std::vector<std::vector<double>> x(static_cast<size_t>(out.total_num_scheduled_tokens));
+  for (const ScheduledRequest& r : out.requests) {
+    if (r.is_new && r.num_computed_tokens > 0) ++result_.resumed_from_snapshot;
+    const Live& live = live_.at(r.id.value);
+    const int32_t start = out.query_start_loc[r.row];
+    for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
+      const int64_t pos = r.num_computed_tokens + i;
+      x[start + i] = model_.Embed(live.tokens[pos], pos);
+    }
+  }
+  for (int32_t layer = 0; layer < TinyModel::kNumLayers; ++layer) {
+    KVPAGE_RETURN_IF_ERROR(TinyModel::Kind(layer) == LayerKind::kLinearAttention
+                               ? LinearLayer(out, layer, x)
+                               : AttentionLayer(out, layer, x));
+  }
+  sampled->sampled_offsets.push_back(0);
+  for (const ScheduledRequest& r : out.requests) {
+    if (r.samples) {
+      const int32_t last = out.query_start_loc[r.row] + r.num_scheduled_tokens - 1;
+      sampled->sampled_token_ids.push_back(model_.Sample(x[last]));
+      live_.at(r.id.value).tokens.push_back(sampled->sampled_token_ids.back());
+    }
+    sampled->sampled_offsets.push_back(static_cast<int32_t>(sampled->sampled_token_ids.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runner::AttentionLayer(const SchedulerOutput& out, int32_t layer,
+                                    std::vector<std::vector<double>>& x) {
+  const GroupId group = GroupOf(layer);
+  const AttentionBatch* batch = nullptr;
+  for (const AttentionBatch& b : out.attention) batch = b.group == group ? &b : batch;
+  if (batch == nullptr) return absl::InternalError(absl::StrCat("no batch for layer ", layer));
+  KVPAGE_ASSIGN_OR_RETURN(KvCacheView cache, KvView(layer));
+  const int32_t total = static_cast<int32_t>(out.total_num_scheduled_tokens);
+  std::vector<uint16_t> q(static_cast<size_t>(total) * kQ), k(total * kKv), v(total * kKv);
+  for (const ScheduledRequest& r : out.requests) {
+    const int32_t start = out.query_start_loc[r.row];
+    for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
+      const int32_t t = start + i;
+      const TinyModel::Qkv p = model_.Project(layer, x[t]);
+      std::copy(p.q.begin(), p.q.end(), q.begin() + t * kQ);
+      std::copy(p.k.begin(), p.k.end(), k.begin() + t * kKv);
+      std::copy(p.v.begin(), p.v.end(), v.begin() + t * kKv);
+      std::vector<uint16_t>& dense =
+          dense_kv_[{layer, live_.at(r.id.value).PrefixKey(r.num_computed_tokens + i)}];
+      dense.assign(p.k.begin(), p.k.end());
+      dense.insert(dense.end(), p.v.begin(), p.v.end());
+    }
+  }
+  KVPAGE_RETURN_IF_ERROR(ref::WriteKv(k.data(), v.data(), kKv, kKv, batch->slot_mapping.data(), total,
+                                           cache));
+  std::vector<double> o(static_cast<size_t>(total) * kQ);
+  const BlockTableView table{.table = batch->block_table.data(),
+                             .row_stride = batch->max_blocks_per_row,
+                             .seq_lens = out.seq_lens.data(),
+                             .num_seqs = out.num_rows};
+  const DecodeParams params{.num_q_heads = TinyModel::kQHeads,
+                            .scale = 1.0f / std::sqrt(static_cast<float>(TinyModel::kHeadDim)),
+                            .window_left = TinyModel::WindowLeft(layer)};
+  KVPAGE_RETURN_IF_ERROR(ref::PagedPrefill(q.data(), kQ, out.query_start_loc.data(), cache, table,
+                                           params, o.data(), nullptr));
+  for (const ScheduledRequest& r : out.requests) {
+    const int32_t start = out.query_start_loc[r.row];
+    CheckAgainstDense(r, layer, start, q.data(), o.data());
+    for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
+      model_.AddAttentionOutput(layer, o.data() + (start + i) * kQ, x[start + i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Runner::CheckAgainstDense(const ScheduledRequest& r, int32_t layer, int32_t start,
+                               const uint16_t* q, const double* paged) {
+  Live& live = live_.at(r.id.value);
+  for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
+    const int64_t pos = r.num_computed_tokens + i;
+    std::vector<uint16_t> k, v;  // [0, pos] from whichever request computed them
+    bool complete = true;
+    for (int64_t p = 0; p <= pos && complete; ++p) {
+      auto it = dense_kv_.find({layer, live.PrefixKey(p)});
+      complete = it != dense_kv_.end();
+      if (!complete) break;
+      k.insert(k.end(), it->second.begin(), it->second.begin() + kKv);
+      v.insert(v.end(), it->second.begin() + kKv, it->second.end());
+    }
+    double dense[kQ];
+    if (complete) DenseAttention(q + (start + i) * kQ, k, v, pos, TinyModel::WindowLeft(layer), dense);
+    ++result_.attention_checks;
+    if (!complete || std::memcmp(dense, paged + (start + i) * kQ, sizeof(dense)) != 0) {
+      ++result_.attention_mismatches;
+    }
+  }
+}
+
+absl::Status Runner::LinearLayer(const SchedulerOutput& out, int32_t layer,
+                                 std::vector<std::vector<double>>& x) {
+  const GroupId group = GroupOf(layer);
+  const StateBatch* batch = nullptr;
+  for (const StateBatch& b : out.states) batch = b.group == group ? &b : batch;
+  if (batch == nullptr) return absl::InternalError(absl::StrCat("no states for layer ", layer));
+  KVPAGE_ASSIGN_OR_RETURN(TensorView conv_view,
+                          backing_.View(group, layer, TensorPart::kConvState));
+  KVPAGE_ASSIGN_OR_RETURN(TensorView state_view,
+                          backing_.View(group, layer, TensorPart::kRecurrentState));
+  for (const ScheduledRequest& r : out.requests) {
+    const int32_t read = batch->read_slots[r.row], write = batch->write_slots[r.row];
+    if (read < 0 || write < 0 || read >= conv_view.shape[0] || write >= conv_view.shape[0]) {
+      return absl::InternalError(absl::StrCat("request ", r.id.value, " has state slots ", read,
+                                              " -> ", write));
+    }
+    auto at = [](const TensorView& t, int32_t slot) {
+      return reinterpret_cast<float*>(static_cast<char*>(t.base) + slot * t.byte_strides[0]);
+    };
+    std::vector<float> conv(at(conv_view, read), at(conv_view, read) + TinyModel::kConvStateValues);
+    std::vector<float> state(at(state_view, read), at(state_view, read) + TinyModel::kStateValues);
+    const int32_t start = out.query_start_loc[r.row];
+    for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
+      model_.LinearStep(layer, x[start + i], conv.data(), state.data());
+    }
+    std::memcpy(at(conv_view, write), conv.data(), conv.size() * sizeof(float));
+    std::memcpy(at(state_view, write), state.data(), state.size() * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RunResult> RunPaged(const TinyModel& model, const std::vector<Request>& requests,
+                                   const RunOptions& options) {
+  Runner runner(model, options);
+  KVPAGE_RETURN_IF_ERROR(runner.Start(requests));
+  return runner.Run();
+}
+
+}  // namespace kvpage::e2e

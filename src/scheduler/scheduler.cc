@@ -161,7 +161,8 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
   KvRequestSpec spec;
   spec.id = probe;
   spec.prompt_tokens.resize(static_cast<size_t>(len));
-  for (int64_t i = 0; i < len; ++i) spec.prompt_tokens[i] = static_cast<int32_t>(i % 65536);
+  const int64_t vocab = std::min<int64_t>(token_limit, 65536);  // ids the model accepts
+  for (int64_t i = 0; i < len; ++i) spec.prompt_tokens[i] = static_cast<int32_t>(i % vocab);
   const absl::StatusOr<RequestHandle> h = kv->AddRequest(std::move(spec));
   if (!h.ok()) return false;
   // Admitted as a waiting request is (the whole prompt reserved when the scheduler does so),

@@ -15,7 +15,7 @@ set(allowed_kernels model kernels internal)
 set(allowed_internal internal)
 
 # The layer of each public header in include/kvpage/.
-set(public_model dtype model_spec catalog)
+set(public_model dtype model_spec catalog vllm_version)
 set(public_block types block_hash block_pool memory_budget kv_events kv_cache_manager)
 set(public_scheduler scheduler)
 set(public_planner planner plan_format)

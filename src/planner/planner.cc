@@ -40,6 +40,7 @@ absl::Status PlanOptions::Validate() const {
   if (block_size > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
   }
+  KVPAGE_RETURN_IF_ERROR(ValidateVllmVersion(vllm_version));
   if (parallel > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("parallel ", parallel, " is too large"));
   }

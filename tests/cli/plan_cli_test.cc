@@ -121,7 +121,8 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
        {"--model", "--policy", "--compare", "--context", "--kv-cache-dtype", "--block-size",
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
-        "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot"}) {
+        "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
+        "--vllm-version"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }
@@ -138,6 +139,11 @@ TEST(PlanCliTest, ModelsListsBundledModels) {
 
 TEST(PlanCliErrorsTest, UnknownModel) {
   ExpectUsageError("plan --model llama-9000 --context 4K", "llama-9000");
+}
+
+TEST(PlanCliErrorsTest, UnknownVllmVersion) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --policy vllm --vllm-version 0.30",
+                   "--vllm-version: unknown vLLM version '0.30'");
 }
 
 TEST(PlanCliErrorsTest, UnknownPolicy) {

@@ -1,9 +1,12 @@
 // What differs between the vLLM releases that vllm accounting follows (VllmVersion), with the
 // exact block counts each release gives; docs/capacity_planning.md §3.2 cites vLLM's source.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "block/manager_test_util.h"
 #include "kvpage/catalog.h"
@@ -113,6 +116,59 @@ TEST(VllmVersionTest, FirstChunkTakesOneStateBlockPerLinearGroupIn033) {
     EXPECT_EQ(m->Usage().pools[0].used_blocks, 0);
     EXPECT_TRUE(m->CheckInvariants().ok());
   }
+}
+
+
+// vLLM 0.33's "align" bookkeeping, op by op, on qwen3.5-0.8b (groups 0-2 linear attention,
+// group 3 full attention, 544-token blocks) with num_gpu_blocks = 20. Every number below is
+// what vLLM 0.33.0's own KVCacheManager answered to the same calls (tools/vllm_diff).
+TEST(VllmVersionTest, AlignModeStateBlocksMatchVllm033) {
+  constexpr int64_t kBs = 544;
+  auto m = Manager("qwen3.5-0.8b", VllmVersion::kV0_33, 20 * int64_t{6684672});
+  const std::vector<int32_t> prompt = Tokens(2 * kBs + 100, 1);
+  ASSERT_TRUE(m->AddRequest({RequestId(1), prompt}).ok());
+  const RequestHandle a = *m->Find(RequestId(1));
+  auto state = [&](RequestHandle h, int32_t g) {
+    const StateSlots s = *m->GetStateSlots(h, GroupId(g));
+    return std::pair{s.read_slot, s.write_slot};
+  };
+  const int64_t chunks[] = {kBs, kBs, 100};
+  const int64_t free_after[] = {15, 11, 10};
+  int64_t computed = 0;
+  for (int i = 0; i < 3; ++i) {
+    m->NewStep();
+    ASSERT_TRUE(*m->AllocateSlots(a, {.num_computed_tokens = computed,
+                                      .num_new_tokens = chunks[i]}));
+    computed += chunks[i];
+    EXPECT_EQ(FreeBlocks(*m), free_after[i]) << "chunk " << i;
+  }
+  // The second chunk entered block 1: new state blocks 5, 6, 7 beside 1, 2, 3, which the third
+  // step's allocation freed (vLLM: [0, 5, 9] per linear group).
+  EXPECT_EQ(state(a, 0), std::pair(5, 9));
+  EXPECT_THAT(Ids(*m->BlockTable(a, GroupId(3))), ::testing::ElementsAre(4, 8, 12));
+  ASSERT_TRUE(m->AppendTokens(a, {7}).ok());
+  m->NewStep();
+  // A second prompt sharing 1,088 tokens resumes from the states cached at that boundary.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), testing::Concat(std::vector<int32_t>(
+                                               prompt.begin(), prompt.begin() + 2 * kBs),
+                                           std::vector<int32_t>(50, 999))}).ok());
+  const RequestHandle b = *m->Find(RequestId(2));
+  const CacheHit hit = *m->GetComputedBlocks(b);
+  EXPECT_EQ(hit.num_tokens, 2 * kBs);
+  EXPECT_THAT(Ids(hit.blocks[0]), ::testing::ElementsAre(5));
+  EXPECT_THAT(Ids(hit.blocks[3]), ::testing::ElementsAre(4, 8));
+  ASSERT_TRUE(*m->AllocateSlots(b, {.num_computed_tokens = 2 * kBs, .num_new_tokens = 50,
+                                    .hit = &hit}));
+  EXPECT_EQ(FreeBlocks(*m), 6);
+  EXPECT_EQ(state(b, 0), std::pair(5, 13));
+  EXPECT_EQ(state(b, 2), std::pair(7, 15));
+  EXPECT_THAT(Ids(*m->BlockTable(b, GroupId(3))), ::testing::ElementsAre(4, 8, 16));
+  // Freeing the first request: its unhashed blocks first (last freed first), then the blocks
+  // never used, then the cached states of the first chunk.
+  ASSERT_TRUE(m->Free(a).ok());
+  EXPECT_THAT(Ids(m->FreeBlockOrder(GroupId(0))),
+              ::testing::ElementsAre(12, 11, 10, 9, 17, 18, 19, 1, 2, 3));
+  EXPECT_TRUE(m->CheckInvariants().ok());
 }
 
 }  // namespace

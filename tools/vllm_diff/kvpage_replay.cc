@@ -7,6 +7,10 @@
 //       op per line, each with what vLLM answered) through a vllm-mode KvCacheManager and
 //       stops at the first answer that differs. Exit 0: no divergence; 1: a divergence
 //       (printed); 2: bad input.
+//   kvpage_vllm_replay sched --log FILE
+//       replays a vllm_sched_replay.py log (vLLM's Scheduler, step by step) through kvpage's
+//       Scheduler with vllm accounting and stops at the first step that differs.
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -20,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvpage/catalog.h"
 #include "kvpage/kv_cache_manager.h"
+#include "kvpage/scheduler.h"
 #include "nlohmann/json.hpp"
 
 namespace kvpage {
@@ -257,6 +262,109 @@ int Replay(const std::string& path) {
   return 0;
 }
 
+std::string Name(RequestId id) { return absl::StrCat("r", id.value); }
+
+// Compares one kvpage step with vLLM's recorded one (tokens per request, preemptions, who
+// samples); fills `result` with vLLM's sampled tokens. False (and prints) on a divergence.
+bool CompareStep(const SchedulerOutput& out, const json& op, int64_t step, ModelOutput& result) {
+  json scheduled = json::array();
+  for (const ScheduledRequest& r : out.requests) {
+    scheduled.push_back({Name(r.id), r.num_scheduled_tokens});
+  }
+  std::sort(scheduled.begin(), scheduled.end());
+  std::vector<std::string> preempted;
+  for (RequestId id : out.preempted_ids) preempted.push_back(Name(id));
+  std::sort(preempted.begin(), preempted.end());
+  const json got{{"scheduled", scheduled}, {"preempted", preempted}};
+  for (const char* key : {"scheduled", "preempted"}) {
+    if (got[key] != op.at("expect")[key]) {
+      std::cout << "DIVERGENCE at step " << step << " field '" << key << "'\n  vllm:   "
+                << op.at("expect")[key].dump().substr(0, 600)
+                << "\n  kvpage: " << got[key].dump().substr(0, 600) << "\n";
+      return false;
+    }
+  }
+  const json& sampled = op.at("sampled");
+  result.sampled_offsets.push_back(0);
+  for (const ScheduledRequest& r : out.requests) {
+    if (r.samples != sampled.contains(Name(r.id))) {
+      std::cout << "DIVERGENCE at step " << step << ": " << Name(r.id)
+                << (r.samples ? " samples in kvpage only\n" : " samples in vLLM only\n");
+      return false;
+    }
+    if (r.samples) result.sampled_token_ids.push_back(sampled.at(Name(r.id)));
+    result.sampled_offsets.push_back(static_cast<int32_t>(result.sampled_token_ids.size()));
+  }
+  return true;
+}
+
+// Replays a vllm_sched_replay.py log through kvpage's Scheduler: the same requests, each
+// step's sampled tokens as vLLM's, and each step's schedule compared with vLLM's.
+int ReplaySchedule(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    std::cerr << "cannot read " << path << "\n";
+    return 2;
+  }
+  const json header = json::parse(line);
+  auto o = OptionsFromJson(header);
+  auto model = o.ok() ? LoadModel(o->model) : absl::StatusOr<ModelSpec>(o.status());
+  auto bytes = model.ok() ? BlockIdBytes(*model, *o) : absl::StatusOr<int64_t>(model.status());
+  if (!bytes.ok()) {
+    std::cerr << bytes.status().message() << "\n";
+    return 2;
+  }
+  SchedulerConfig c;
+  c.kv = ConfigFor(*o, header.at("num_blocks").get<int64_t>() * *bytes);
+  c.kv.async_scheduling = false;
+  c.max_num_batched_tokens = header.at("max_num_batched_tokens");
+  c.max_num_seqs = header.at("max_num_seqs");
+  c.max_model_len = header.at("max_model_len");
+  auto sched = Scheduler::Create(*model, c);
+  if (!sched.ok()) {
+    std::cerr << sched.status().message() << "\n";
+    return 2;
+  }
+  int64_t n = 0, steps = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const json op = json::parse(line);
+    if (op.at("op") == "add") {
+      RequestSpec spec;
+      spec.id = RequestId(std::stoll(op.at("req").get<std::string>().substr(1)));
+      spec.prompt_token_ids = op.at("tokens").get<std::vector<int32_t>>();
+      spec.max_new_tokens = op.at("max_tokens");
+      if (absl::Status s = (*sched)->AddRequest(std::move(spec)); !s.ok()) {
+        std::cout << "DIVERGENCE at op " << n << ": kvpage refused " << op.at("req") << ": "
+                  << s.message() << "\n";
+        return 1;
+      }
+      continue;
+    }
+    const SchedulerOutput& out = (*sched)->Schedule();
+    ModelOutput result;
+    if (!CompareStep(out, op, steps, result)) return 1;
+    if (auto u = (*sched)->Update(out, result); !u.ok()) {
+      std::cout << "kvpage Update failed at step " << steps << ": " << u.status().message() << "\n";
+      return 1;
+    }
+    if (absl::Status s = (*sched)->CheckInvariants(); !s.ok()) {
+      std::cout << "kvpage invariant broken at step " << steps << ": " << s.message() << "\n";
+      return 1;
+    }
+    ++steps;
+  }
+  if ((*sched)->HasUnfinishedRequests()) {
+    std::cout << "DIVERGENCE: vLLM finished every request after " << steps
+              << " steps; kvpage has some left\n";
+    return 1;
+  }
+  std::cout << "OK: " << steps << " steps, " << (*sched)->stats().preemptions
+            << " preemptions, no divergence\n";
+  return 0;
+}
+
 int PrintLayout(int argc, char** argv) {
   json h{{"model", ""}};
   for (int i = 2; i < argc; ++i) {
@@ -291,8 +399,12 @@ int main(int argc, char** argv) {
   if (cmd == "replay" && argc == 4 && std::string(argv[2]) == "--log") {
     return kvpage::Replay(argv[3]);
   }
+  if (cmd == "sched" && argc == 4 && std::string(argv[2]) == "--log") {
+    return kvpage::ReplaySchedule(argv[3]);
+  }
   std::cerr << "usage: kvpage_vllm_replay layout --model M [--vllm-version V] "
                "[--no-enable-prefix-caching] [--max-model-len N]\n"
-               "       kvpage_vllm_replay replay --log FILE\n";
+               "       kvpage_vllm_replay replay --log FILE\n"
+               "       kvpage_vllm_replay sched --log FILE\n";
   return 2;
 }

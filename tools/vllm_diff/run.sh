@@ -43,4 +43,24 @@ for w in "${workloads[@]}"; do
   echo "== $name ($model, num_gpu_blocks $blocks): vLLM $stats"
   "$driver" replay --log "$work/$name.ops.jsonl" || status=1
 done
+# The schedulers: name model num_gpu_blocks max_num_batched_tokens
+sched_workloads=(
+  "sched_llama_2048 llama-3.1-8b 3000 2048"
+  "sched_llama_8192 llama-3.1-8b 3000 8192"
+  "sched_gemma_2048 gemma-3-4b-it 4000 2048"
+  "sched_gemma_8192 gemma-3-4b-it 8000 8192"
+)
+for w in "${sched_workloads[@]}"; do
+  read -r name model blocks budget <<<"$w"
+  if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
+  "$driver" layout --model "$model" --vllm-version "$kvpage_version" --max-model-len 32768 \
+    >"$work/$name.layout.json"
+  stats=$(cd "$here" && HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" \
+    vllm_sched_replay.py --layout "$work/$name.layout.json" \
+    --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
+    --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
+    --vllm-version "$kvpage_version" --out "$work/$name.ops.jsonl" 2>/dev/null)
+  echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
+  "$driver" sched --log "$work/$name.ops.jsonl" || status=1
+done
 exit $status

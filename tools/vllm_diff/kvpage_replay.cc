@@ -264,9 +264,10 @@ int Replay(const std::string& path) {
 
 std::string Name(RequestId id) { return absl::StrCat("r", id.value); }
 
-// Compares one kvpage step with vLLM's recorded one (tokens per request, preemptions, who
-// samples); fills `result` with vLLM's sampled tokens. False (and prints) on a divergence.
-bool CompareStep(const SchedulerOutput& out, const json& op, int64_t step, ModelOutput& result) {
+// Compares one kvpage step with vLLM's recorded one (tokens per request, preemptions, free
+// blocks after scheduling, who samples); fills `result` with vLLM's sampled tokens. False (and prints) on a divergence.
+bool CompareStep(const SchedulerOutput& out, const KvCacheManager& kv, const json& op,
+                 int64_t step, ModelOutput& result) {
   json scheduled = json::array();
   for (const ScheduledRequest& r : out.requests) {
     scheduled.push_back({Name(r.id), r.num_scheduled_tokens});
@@ -275,9 +276,11 @@ bool CompareStep(const SchedulerOutput& out, const json& op, int64_t step, Model
   std::vector<std::string> preempted;
   for (RequestId id : out.preempted_ids) preempted.push_back(Name(id));
   std::sort(preempted.begin(), preempted.end());
-  const json got{{"scheduled", scheduled}, {"preempted", preempted}};
-  for (const char* key : {"scheduled", "preempted"}) {
-    if (got[key] != op.at("expect")[key]) {
+  const json got{{"scheduled", scheduled},
+                 {"preempted", preempted},
+                 {"free", kv.FreeBlockOrder(GroupId(0)).size()}};
+  for (const char* key : {"scheduled", "preempted", "free"}) {
+    if (op.at("expect").contains(key) && got[key] != op.at("expect")[key]) {
       std::cout << "DIVERGENCE at step " << step << " field '" << key << "'\n  vllm:   "
                 << op.at("expect")[key].dump().substr(0, 600)
                 << "\n  kvpage: " << got[key].dump().substr(0, 600) << "\n";
@@ -344,7 +347,7 @@ int ReplaySchedule(const std::string& path) {
     }
     const SchedulerOutput& out = (*sched)->Schedule();
     ModelOutput result;
-    if (!CompareStep(out, op, steps, result)) return 1;
+    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, result)) return 1;
     if (auto u = (*sched)->Update(out, result); !u.ok()) {
       std::cout << "kvpage Update failed at step " << steps << ": " << u.status().message() << "\n";
       return 1;

@@ -130,11 +130,12 @@ def main():
                                        sampled_token_ids=[[sampled[r]] if r in sampled else []
                                                           for r in ids])
         preempted = sorted(so.preempted_req_ids or [])
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         preemptions += len(preempted)
         sched.update_from_output(so, runner_out)
         out.write(json.dumps({"op": "sched", "expect": {
             "scheduled": sorted([r, n] for r, n in scheduled.items()),
-            "preempted": preempted}, "sampled": sampled}, separators=(",", ":")) + "\n")
+            "preempted": preempted, "free": free}, "sampled": sampled}, separators=(",", ":")) + "\n")
         steps += 1
     out.close()
     print(json.dumps({"requests": len(entries), "steps": steps, "preemptions": preemptions}))

@@ -102,9 +102,10 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
   const int64_t num_blocks =
       std::min(m.config.kv_budget_bytes / block_id_bytes - null_blocks, kMaxPoolBlocks);
   if (num_blocks < 1) {
-    return absl::ResourceExhaustedError(absl::StrCat("kv_budget_bytes ", m.config.kv_budget_bytes,
-                                                     " cannot hold one vLLM block of ",
-                                                     block_id_bytes, " bytes beside the null block"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv_budget_bytes ", m.config.kv_budget_bytes,
+                     " cannot hold one vLLM block of ", block_id_bytes,
+                     " bytes beside the null block"));
   }
   auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
     GroupLayout g;

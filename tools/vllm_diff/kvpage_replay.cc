@@ -265,7 +265,8 @@ int Replay(const std::string& path) {
 std::string Name(RequestId id) { return absl::StrCat("r", id.value); }
 
 // Compares one kvpage step with vLLM's recorded one (tokens per request, preemptions, free
-// blocks after scheduling, who samples); fills `result` with vLLM's sampled tokens. False (and prints) on a divergence.
+// blocks after scheduling, who samples); fills `result` with vLLM's sampled tokens. False
+// (and prints) on a divergence.
 bool CompareStep(const SchedulerOutput& out, const KvCacheManager& kv, const json& op,
                  int64_t step, ModelOutput& result) {
   json scheduled = json::array();

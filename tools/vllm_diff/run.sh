@@ -39,7 +39,8 @@ for w in "${workloads[@]}"; do
     >"$work/$name.layout.json"
   stats=$(VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" "$here/vllm_replay.py" \
     --layout "$work/$name.layout.json" --trace "$trace" --num-requests 300 \
-    --num-blocks "$blocks" --vllm-version "$kvpage_version" --out "$work/$name.ops.jsonl" ${extra:-})
+    --num-blocks "$blocks" --vllm-version "$kvpage_version" \
+    --out "$work/$name.ops.jsonl" ${extra:-})
   echo "== $name ($model, num_gpu_blocks $blocks): vLLM $stats"
   "$driver" replay --log "$work/$name.ops.jsonl" || status=1
 done

@@ -126,16 +126,18 @@ def main():
             if req.num_computed_tokens >= req.num_tokens:
                 sampled[rid] = (steps * 31 + req.num_tokens) % VOCAB + 1
         ids = list(scheduled)
-        runner_out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
-                                       sampled_token_ids=[[sampled[r]] if r in sampled else []
-                                                          for r in ids])
+        runner_out = ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
+            sampled_token_ids=[[sampled[r]] if r in sampled else [] for r in ids])
         preempted = sorted(so.preempted_req_ids or [])
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         preemptions += len(preempted)
         sched.update_from_output(so, runner_out)
-        out.write(json.dumps({"op": "sched", "expect": {
-            "scheduled": sorted([r, n] for r, n in scheduled.items()),
-            "preempted": preempted, "free": free}, "sampled": sampled}, separators=(",", ":")) + "\n")
+        record = {"op": "sched",
+                  "expect": {"scheduled": sorted([r, n] for r, n in scheduled.items()),
+                             "preempted": preempted, "free": free},
+                  "sampled": sampled}
+        out.write(json.dumps(record, separators=(",", ":")) + "\n")
         steps += 1
     out.close()
     print(json.dumps({"requests": len(entries), "steps": steps, "preemptions": preemptions}))

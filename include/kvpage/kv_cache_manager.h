@@ -40,13 +40,13 @@
 //   * kKvpage — per-group pools, nothing padded, chunks shared through one budget, sliding
 //     windows hold only the blocks they can reach, recurrent state in native dtypes with
 //     prefix-cache snapshots cached separately.
-//   * kVllm   — reserves what vLLM 0.29 would: one block-id space shared by vLLM's equal-size
-//     groups (padding layers and page padding included), hybrid block alignment, two state
-//     blocks per linear-attention group with prefix caching. For replaying one trace under both.
-//     As vLLM does, it offers a full attention block to the prefix cache when the block is
-//     allocated, so a request admitted later in the same step hits blocks that step writes
-//     (and a request freed before its step ran leaves them cached): it models vLLM's numbers,
-//     not a contract for kernels that may skip a step.
+//   * kVllm   — reserves what the vLLM release `vllm_version` would: one block-id space shared
+//     by vLLM's equal-size groups (padding layers and page padding included), hybrid block
+//     alignment, vLLM's null block, the release's linear-attention state blocks. For replaying
+//     one trace under both. As vLLM does, it offers a full attention block to the prefix cache
+//     when the block is allocated, so a request admitted later in the same step hits blocks
+//     that step writes (and a request freed before its step ran leaves them cached): it models
+//     vLLM's numbers, not a contract for kernels that may skip a step.
 //
 // Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
 // max_model_len, inconsistent token counts) returns an absl::Status naming the value and
@@ -69,6 +69,7 @@
 #include "kvpage/memory_budget.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/types.h"
+#include "kvpage/vllm_version.h"
 
 namespace kvpage {
 
@@ -76,6 +77,7 @@ enum class AccountingMode : uint8_t { kKvpage, kVllm };
 
 struct KvCacheConfig {
   AccountingMode mode = AccountingMode::kKvpage;
+  VllmVersion vllm_version = kCurrentVllmVersion;  // the release vllm mode follows
   int64_t kv_budget_bytes = 0;   // memory for KV and state; required (> 0)
   int32_t block_size = 16;       // tokens per block (kvpage mode; vllm mode may enlarge it)
   std::optional<DType> kv_cache_dtype;  // attention KV; unset = the model dtype

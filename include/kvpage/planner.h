@@ -8,7 +8,8 @@
 //                 only the blocks its window reaches, while the in-flight chunk allowance is
 //                 kept once per pool (`PlanRow::shared_bytes`); recurrent state unpadded in its
 //                 native dtypes.
-//   * kVllm     — what vLLM 0.29 sets aside for one max-length request (hybrid allocator:
+//   * kVllm     — what vLLM (PlanOptions::vllm_version) sets aside for one max-length
+//                 request, as its capacity log counts it (hybrid allocator:
 //                 equal-size layer groups with padding layers, one block id = group_size pages,
 //                 page unification, Mamba page padding, per-request SWA in-flight allowance).
 //   * kLlamaCpp — what `llama-server -c L --parallel N` allocates (cells padded to 256,
@@ -29,6 +30,7 @@
 #include "absl/types/span.h"
 #include "kvpage/dtype.h"
 #include "kvpage/model_spec.h"
+#include "kvpage/vllm_version.h"
 
 namespace kvpage {
 
@@ -55,6 +57,9 @@ struct PlanOptions {
   bool enable_prefix_caching = true;
   // vllm only: async scheduling keeps two batches in flight (vLLM >= 0.26 default).
   bool async_scheduling = true;
+  // vllm only: the release to follow. 0.29 and 0.33 reserve the same for one max-length
+  // request on the paths modelled (docs/capacity_planning.md §3.2).
+  VllmVersion vllm_version = kCurrentVllmVersion;
 
   // llamacpp only.
   int32_t ubatch = 512;   // --ubatch-size

@@ -52,6 +52,11 @@ struct GroupLayout {
 struct GroupContext {
   AccountingMode mode = AccountingMode::kKvpage;
   bool enable_prefix_caching = true;
+  // vllm mode, with prefix caching: state blocks a recurrent group takes on a request's first
+  // allocation beyond the one it writes (VllmRules::extra_first_state_blocks); 0 in kvpage mode.
+  int32_t extra_first_state_blocks = 0;
+  // vllm mode (0.33), with prefix caching: VllmRules::align_state_blocks.
+  bool align_state_blocks = false;
   int32_t hash_block_size = 0;  // the block size of the request's hashes
   int64_t max_model_len = 0;
   int32_t max_num_batched_tokens = 0;

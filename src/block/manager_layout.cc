@@ -97,11 +97,16 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
     attention_block = b.block_size;
   }
   m.block_size = attention_block > 0 ? static_cast<int32_t>(attention_block) : m.config.block_size;
-  const int64_t num_blocks = std::min(m.config.kv_budget_bytes / block_id_bytes, kMaxPoolBlocks);
+  // vLLM's num_gpu_blocks counts its null block (block 0 of the pool); kvpage's pools keep id 0
+  // aside on their own, so the usable count drops by one where the release does that.
+  const int64_t null_blocks = internal::RulesFor(m.config.vllm_version).null_block_in_pool ? 1 : 0;
+  const int64_t num_blocks =
+      std::min(m.config.kv_budget_bytes / block_id_bytes - null_blocks, kMaxPoolBlocks);
   if (num_blocks < 1) {
-    return absl::ResourceExhaustedError(absl::StrCat("kv_budget_bytes ", m.config.kv_budget_bytes,
-                                                     " cannot hold one vLLM block of ",
-                                                     block_id_bytes, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv_budget_bytes ", m.config.kv_budget_bytes,
+                     " cannot hold one vLLM block of ", block_id_bytes,
+                     " bytes beside the null block"));
   }
   auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
     GroupLayout g;
@@ -148,6 +153,7 @@ absl::Status KvCacheConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("mode ", static_cast<int>(mode),
                                                    " is not an AccountingMode"));
   }
+  KVPAGE_RETURN_IF_ERROR(ValidateVllmVersion(vllm_version));
   if (hash_algorithm != HashAlgorithm::kXxh3_128 && hash_algorithm != HashAlgorithm::kSha256) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hash_algorithm ", static_cast<int>(hash_algorithm), " is not a HashAlgorithm"));
@@ -205,6 +211,13 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   m->context = internal::GroupContext{
       .mode = config.mode,
       .enable_prefix_caching = config.enable_prefix_caching,
+      .extra_first_state_blocks =
+          config.mode == AccountingMode::kVllm
+              ? internal::RulesFor(config.vllm_version).extra_first_state_blocks
+              : 0,
+      .align_state_blocks = config.mode == AccountingMode::kVllm &&
+                            config.enable_prefix_caching &&
+                            internal::RulesFor(config.vllm_version).align_state_blocks,
       .hash_block_size = m->block_size,
       .max_model_len = m->max_model_len,
       .max_num_batched_tokens = config.max_num_batched_tokens,

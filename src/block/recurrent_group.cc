@@ -2,6 +2,7 @@
 #include "block/recurrent_group.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage::internal {
 
@@ -37,18 +38,25 @@ absl::Status RecurrentGroup::CheckHit(const RequestView& r, const StepArgs& step
   return absl::OkStatus();
 }
 
+int64_t RecurrentGroup::SnapshotBlock(const RequestView& r, const StepArgs& step) const {
+  const int64_t end = step.verified_end;
+  const int64_t bs = ctx().hash_block_size;
+  if (!ctx().enable_prefix_caching || end % bs != 0 ||
+      end / bs > static_cast<int64_t>(r.hashes.size())) {
+    return -1;
+  }
+  // vLLM's align mode caches the state at every block boundary it reaches.
+  const int64_t interval = int64_t{ctx().decode_snapshot_interval_blocks} * bs;
+  if (ctx().align_state_blocks || end <= r.prompt_len || (interval > 0 && end % interval == 0)) {
+    return end / bs - 1;
+  }
+  return -1;
+}
+
 int64_t RecurrentGroup::Plan(const RequestView& r, const StepArgs& step) {
   const State& s = states_[r.slot];
   StepPlan plan;
-  const int64_t end = step.verified_end;
-  const int64_t bs = ctx().hash_block_size;
-  const int64_t known_blocks = static_cast<int64_t>(r.hashes.size());
-  if (ctx().enable_prefix_caching && end % bs == 0 && end / bs <= known_blocks) {
-    const int64_t interval = int64_t{ctx().decode_snapshot_interval_blocks} * bs;
-    if (end <= r.prompt_len || (interval > 0 && end % interval == 0)) {
-      plan.snapshot_block = end / bs - 1;
-    }
-  }
+  plan.snapshot_block = SnapshotBlock(r, step);
   // A committed step left `cur`; a pending one (async scheduling) will leave `write`.
   const bool has_state = r.allocated || step.hit != nullptr;
   int32_t cur = s.step_pending ? s.write : s.cur;
@@ -59,11 +67,18 @@ int64_t RecurrentGroup::Plan(const RequestView& r, const StepArgs& step) {
     cur_shared = true;
     plan.hit_needs_touch = pool().ref_count(slot) == 0;
   }
-  plan.write_in_place = has_state && cur >= 0 && !cur_shared && plan.snapshot_block < 0;
+  // kvpage keeps a snapshot by writing the step elsewhere. vLLM's block list is
+  // position-indexed: a step whose end enters a block the request has no state block for
+  // takes one (MambaManager.get_num_blocks_to_allocate), and the state at a boundary stays in
+  // the block that reached it.
+  const int64_t bs = ctx().hash_block_size;
+  const bool needs_new = ctx().align_state_blocks
+                             ? CeilDiv(step.verified_end, bs) > CeilDiv(step.computed, bs)
+                             : plan.snapshot_block >= 0;
+  plan.write_in_place = has_state && cur >= 0 && !cur_shared && !needs_new;
   plan.fresh_slots = plan.write_in_place ? 0 : 1;
-  // vLLM keeps a second state block per group while prefix caching is on (vllm.md).
-  if (ctx().mode == AccountingMode::kVllm && ctx().enable_prefix_caching && !r.allocated) {
-    plan.fresh_slots += 1;
+  if (ctx().enable_prefix_caching && !r.allocated) {
+    plan.fresh_slots += ctx().extra_first_state_blocks;
   }
   plan_ = plan;
   return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
@@ -95,10 +110,25 @@ void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
   s.step_pending = true;
 }
 
+void RecurrentGroup::Release(const RequestView& r, int64_t /*processed*/) {
+  State& s = states_[r.slot];
+  if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
+  s.retiring = -1;
+}
+
 void RecurrentGroup::Commit(const RequestView& r) {
   State& s = states_[r.slot];
   if (!s.step_pending) return;
-  if (s.write != s.cur && s.cur >= 0) pool().Free({BlockId(s.cur)});
+  if (s.write != s.cur && s.cur >= 0) {
+    // vLLM frees the replaced state block when the request is next allocated
+    // (MambaManager.remove_skipped_blocks); kvpage frees it now.
+    if (ctx().align_state_blocks) {
+      if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
+      s.retiring = s.cur;
+    } else {
+      pool().Free({BlockId(s.cur)});
+    }
+  }
   s.cur = s.write;
   s.cur_is_snapshot = false;
   if (s.snapshot_block >= 0 && s.snapshot_block < static_cast<int64_t>(r.hashes.size())) {
@@ -113,7 +143,9 @@ void RecurrentGroup::Commit(const RequestView& r) {
 
 void RecurrentGroup::Free(const RequestView& r) {
   State& s = states_[r.slot];
+  // vLLM frees a request's blocks last first: the state, then the one it replaced.
   if (s.cur >= 0) pool().Free({BlockId(s.cur)});
+  if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
   for (int32_t slot : s.extra) pool().Free({BlockId(slot)});
   s = State{};
 }
@@ -135,6 +167,7 @@ absl::Status RecurrentGroup::CountRefs(int32_t slot, RequestId id,
     return absl::OkStatus();
   };
   absl::Status status = count(s.cur);
+  if (status.ok()) status = count(s.retiring);
   if (status.ok() && s.step_pending && s.write != s.cur) status = count(s.write);
   for (int32_t b : s.extra) {
     if (status.ok()) status = count(b);

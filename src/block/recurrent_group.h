@@ -35,6 +35,8 @@ class RecurrentGroup final : public GroupManager {
   // Never a plain step's own-pool growth: a model with recurrent state has none
   // (KvCacheManager::Impl::own_pool_steps).
   void Grow(const RequestView&, int64_t) override { KVPAGE_DCHECK(false); }
+  // GroupContext::align_state_blocks: frees the state block the last committed step replaced.
+  void Release(const RequestView& r, int64_t processed) override;
   bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
   void Commit(const RequestView& r) override;
   void DropPending(const RequestView& r) override { states_[r.slot].snapshot_block = -1; }
@@ -57,6 +59,7 @@ class RecurrentGroup final : public GroupManager {
     int32_t write = -1;
     int64_t snapshot_block = -1;
     std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps
+    int32_t retiring = -1;  // GroupContext::align_state_blocks: the state `cur` replaced
   };
   // Where this step writes its state (Plan's result, read by FreshBlocks and Install).
   struct StepPlan {
@@ -65,6 +68,9 @@ class RecurrentGroup final : public GroupManager {
     int64_t snapshot_block = -1;   // register the written state under this block's hash
     bool hit_needs_touch = false;  // the hit snapshot is cached-free and must leave the LRU
   };
+
+  // The block whose hash the step's written state is registered under, or -1.
+  int64_t SnapshotBlock(const RequestView& r, const StepArgs& step) const;
 
   std::vector<State> states_;  // by request slot
   StepPlan plan_;              // of the step being allocated

@@ -42,6 +42,7 @@ struct PlanFlags {
   int64_t max_num_batched_tokens = 8192;
   bool no_async_scheduling = false;
   bool no_enable_prefix_caching = false;
+  std::string vllm_version{VllmVersionName(kCurrentVllmVersion)};
   int64_t ubatch = 512;
   int64_t batch = 2048;
   int64_t parallel = 1;
@@ -74,6 +75,11 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Bool("no-enable-prefix-caching", &f.no_enable_prefix_caching,
           "kvpage, vllm: prefix caching off (vllm keeps 1 linear-attention state block per\n"
           "group instead of 2; kvpage takes no state snapshots).");
+  fs.String("vllm-version", &f.vllm_version,
+            "vllm: the vLLM release to follow, 0.29 or 0.33 (default " +
+                std::string(VllmVersionName(kCurrentVllmVersion)) +
+                "). Both reserve the same\nfor every bundled model "
+                "(docs/capacity_planning.md §3.2).");
   fs.Int("ubatch", &f.ubatch, "llamacpp: --ubatch-size (default 512).");
   fs.Int("batch", &f.batch, "llamacpp: --batch-size (default 2048).");
   fs.Int("parallel", &f.parallel, "llamacpp: --parallel, number of sequences (default 1).");
@@ -134,6 +140,11 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   }
   o.async_scheduling = !f.no_async_scheduling;
   o.enable_prefix_caching = !f.no_enable_prefix_caching;
+  auto version = ParseVllmVersion(f.vllm_version);
+  if (!version.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--vllm-version: ", version.status().message()));
+  }
+  o.vllm_version = *version;
   o.kv_unified = f.kv_unified;
   o.swa_full = f.swa_full;
   if (absl::Status s = o.Validate(); !s.ok()) return s;

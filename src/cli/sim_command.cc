@@ -60,6 +60,7 @@ struct SimFlags {
   std::string kv_cache_dtype = "auto";
   int64_t tp = 1;
   std::string allocator = "kvpage";
+  std::string vllm_version{VllmVersionName(kCurrentVllmVersion)};
   int64_t kv_chunk_mib = 2;
   bool compare_allocators = false;
   int64_t max_requests = 0;
@@ -120,7 +121,11 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
          "Tensor-parallel degree, 1 to 1024: divides the cost model's FLOPs and bytes, and\n"
          "multiplies GPU memory for the budget (default 1).");
   fs.String("allocator", &f.allocator,
-            "KV accounting: kvpage (default) or vllm (what vLLM 0.29 would reserve).");
+            "KV accounting: kvpage (default) or vllm (what the vLLM release --vllm-version\n"
+            "would allocate).");
+  fs.String("vllm-version", &f.vllm_version,
+            "vllm accounting: the vLLM release to follow, 0.29 or 0.33 (default " +
+                std::string(VllmVersionName(kCurrentVllmVersion)) + ").");
   fs.Int("kv-chunk-mib", &f.kv_chunk_mib,
          "kvpage accounting: MiB a pool takes from the budget at a time (default 2). Larger\n"
          "chunks make huge budgets cheaper to simulate; smaller ones strand less memory in\n"
@@ -329,6 +334,11 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   }
   s.kv.block_size = static_cast<int32_t>(f.block_size);
   s.kv.enable_prefix_caching = !f.no_enable_prefix_caching;
+  auto version = ParseVllmVersion(f.vllm_version);
+  if (!version.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--vllm-version: ", version.status().message()));
+  }
+  s.kv.vllm_version = *version;
   if (f.kv_cache_dtype != "auto") {
     auto dtype = ParseDType(f.kv_cache_dtype);
     if (!dtype.ok()) {

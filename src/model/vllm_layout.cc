@@ -1,13 +1,65 @@
 #include "model/vllm_layout.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
 #include "internal/status_macros.h"
 #include "model/kv_sizing.h"
 
+namespace kvpage {
+
+absl::string_view VllmVersionName(VllmVersion version) {
+  switch (version) {
+    case VllmVersion::kV0_29: return "0.29";
+    case VllmVersion::kV0_33: return "0.33";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text) {
+  absl::string_view t = text;
+  absl::ConsumePrefix(&t, "v");
+  const std::pair<absl::string_view, VllmVersion> known[] = {{"0.29", VllmVersion::kV0_29},
+                                                             {"0.33", VllmVersion::kV0_33}};
+  for (const auto& [name, version] : known) {
+    absl::string_view patch = t;
+    if (!absl::ConsumePrefix(&patch, name)) continue;
+    // A patch level names the same rules: "0.33.0" is "0.33".
+    if (patch.empty()) return version;
+    if (absl::ConsumePrefix(&patch, ".") && !patch.empty() &&
+        std::all_of(patch.begin(), patch.end(), absl::ascii_isdigit)) {
+      return version;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown vLLM version '", text, "' (expected 0.29 or 0.33)"));
+}
+
+absl::Status ValidateVllmVersion(VllmVersion version) {
+  if (version == VllmVersion::kV0_29 || version == VllmVersion::kV0_33) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("vllm_version ", static_cast<int>(version), " is not a VllmVersion"));
+}
+
+}  // namespace kvpage
+
 namespace kvpage::internal {
+
+VllmRules RulesFor(VllmVersion version) {
+  VllmRules rules;
+  // kvpage's 0.29 emulation takes the two blocks of MambaSpec.max_memory_usage_bytes on the
+  // first step; vLLM 0.33's MambaManager takes one (docs/capacity_planning.md §3.2).
+  rules.extra_first_state_blocks = version == VllmVersion::kV0_29 ? 1 : 0;
+  // vLLM 0.29 has the null block too; the 0.29 emulation keeps the block counts it has always
+  // reproduced, so only the current release subtracts it.
+  rules.null_block_in_pool = version != VllmVersion::kV0_29;
+  rules.align_state_blocks = version != VllmVersion::kV0_29;
+  return rules;
+}
 
 absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
                                            DType dtype) {

@@ -10,11 +10,28 @@
 #include "absl/status/statusor.h"
 #include "kvpage/dtype.h"
 #include "kvpage/model_spec.h"
+#include "kvpage/vllm_version.h"
 
 namespace kvpage::internal {
 
 // FlashAttention's kernel block alignment in vLLM on Hopper/Ampere.
 inline constexpr int64_t kKernelBlockAlignment = 16;
+
+// The rules in which the emulated vLLM releases differ, as parameters of the layout and of
+// the group managers (docs/capacity_planning.md §3.2 gives each one's vLLM source).
+struct VllmRules {
+  // State blocks a linear-attention group takes, beyond the one its first step writes, on a
+  // request's first allocation with prefix caching ("align" mode).
+  int32_t extra_first_state_blocks = 0;
+  // Block 0 of vLLM's pool is its null block, so num_gpu_blocks ids leave one fewer usable.
+  bool null_block_in_pool = true;
+  // vLLM's "align" Mamba bookkeeping (MambaManager): a step that enters a new block writes a
+  // new state block, the state at every block boundary is cached, and the block a step
+  // replaced is freed when the request is next allocated.
+  bool align_state_blocks = true;
+};
+
+VllmRules RulesFor(VllmVersion version);
 
 // Layers of one identical spec ("bucket" before grouping), with their unified page.
 struct VllmBucket {

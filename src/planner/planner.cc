@@ -50,6 +50,7 @@ absl::Status PlanOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
   }
   if (policy == Policy::kVllm) KVPAGE_RETURN_IF_ERROR(CheckVllmBlockSize(block_size));
+  KVPAGE_RETURN_IF_ERROR(ValidateVllmVersion(vllm_version));
   if (parallel > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("parallel ", parallel, " is too large"));
   }

@@ -274,6 +274,11 @@ class Fuzzer {
       const LayerKind kind = m_->group_kind(GroupId(g));
       has_linear_ |= kind == LayerKind::kLinearAttention;
       has_sliding_ |= kind == LayerKind::kSlidingWindow;
+      // vLLM 0.33's align-mode state blocks: the block a step replaced is freed when the
+      // request is next allocated, inside AllocateSlots, as a window's dead blocks are.
+      releases_state_ |= kind == LayerKind::kLinearAttention && mode_ == AccountingMode::kVllm &&
+                         config.enable_prefix_caching &&
+                         config.vllm_version != VllmVersion::kV0_29;
       if (kind != LayerKind::kLinearAttention) {
         ASSERT_EQ(m_->group_block_size(GroupId(g)), bs_) << "one hash block size expected";
       }
@@ -665,7 +670,7 @@ class Fuzzer {
     int64_t c = r->computed;
     // Whether nothing but this step's blocks can change the pools' used counts (no window
     // release inside AllocateSlots).
-    bool exact_count = !r->allocated || !has_sliding_;
+    bool exact_count = !r->allocated || !(has_sliding_ || releases_state_);
     if (!r->allocated) {
       auto h = m_->GetComputedBlocks(H(*m_, r->id));
       ASSERT_TRUE(h.ok()) << h.status();
@@ -679,8 +684,9 @@ class Fuzzer {
       // Async scheduling: the last step may still be running on the device.
       const int64_t processed = Chance(0.3) ? std::max<int64_t>(0, c - Uniform(0, 3)) : c;
       req.num_processed_tokens = processed == c && Chance(0.5) ? -1 : processed;
-      if (Chance(0.5)) {
-        // Release dead window blocks first, so the all-or-nothing check below is exact.
+      if (Chance(0.5) || releases_state_) {
+        // Release dead window blocks (and replaced state blocks) first, so the all-or-nothing
+        // check below is exact.
         AssertOk(m_->RemoveSkippedBlocks(H(*m_, r->id), processed));
         exact_count = true;
       }
@@ -1194,6 +1200,7 @@ class Fuzzer {
   int32_t window_ = 0;
   bool has_linear_ = false;
   bool has_sliding_ = false;
+  bool releases_state_ = false;  // AllocateSlots frees replaced state blocks (vllm 0.33)
   int32_t max_live_ = 8;
   int64_t max_len_ = 0;
   std::vector<std::vector<int32_t>> prefixes_, documents_;

@@ -121,7 +121,8 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
        {"--model", "--policy", "--compare", "--context", "--kv-cache-dtype", "--block-size",
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
-        "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot"}) {
+        "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
+        "--vllm-version"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }
@@ -148,6 +149,11 @@ TEST(PlanCliErrorsTest, BlockSizeVllmRefuses) {
   // kvpage's own allocator takes any block size.
   EXPECT_EQ(RunKvpage("plan --model qwen3-8b --context 4K --policy kvpage --block-size 7").exit_code,
             0);
+}
+
+TEST(PlanCliErrorsTest, UnknownVllmVersion) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --policy vllm --vllm-version 0.30",
+                   "--vllm-version: unknown vLLM version '0.30'");
 }
 
 TEST(PlanCliErrorsTest, UnknownPolicy) {

@@ -103,6 +103,7 @@ TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
   ExpectUsageError(kBase + " --tp 4294967296", "--tp must be in [1, 1024], got 4294967296");
   ExpectUsageError(kBase + " --tp 1025", "--tp must be in [1, 1024], got 1025");
   ExpectUsageError(kBase + " --scheduling-policy lifo", "lifo");
+  ExpectUsageError(kBase + " --allocator vllm --vllm-version 1.0", "unknown vLLM version '1.0'");
   ExpectUsageError(kBase + " --trace-format parquet", "parquet");
   ExpectUsageError(kBase + " --kv-cache-dtype int3", "int3");
   ExpectUsageError(kBase + " --bogus-flag", "--bogus-flag");

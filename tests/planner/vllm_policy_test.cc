@@ -83,6 +83,39 @@ TEST(VllmPolicyTest, HybridModelUses528TokenBlocksAndPaddedStatePages) {
   EXPECT_DOUBLE_EQ(off.rows[2].bytes_per_token, 33264.0);
 }
 
+// qwen3.5-0.8b: 2 KV heads × 256 → 2,048 B per token and layer; state 1,085,440 B, so the
+// block is 16 × cdiv(1,085,440, 32,768) = 544 tokens (not Qwen3.5-9B's 528).
+TEST(VllmPolicyTest, Qwen35SmallGets544TokenBlocks) {
+  Plan plan = PlanBundled("qwen3.5-0.8b", Vllm(), {32768});
+  const PlanRow& row = plan.rows[0];
+  ASSERT_EQ(row.groups.size(), 4u);  // 6 full + 18 GDN → 1 full + 3 GDN groups of 6
+  EXPECT_EQ(row.groups[3].block_size, 544);
+  EXPECT_EQ(row.groups[3].blocks, 61);  // cdiv(32768, 544)
+  // Block id = 6 × 544 × 2048 B = 6,684,672 B; (61 + 3 × 2) blocks.
+  EXPECT_EQ(row.reserved_bytes, 67 * int64_t{6684672});
+}
+
+// Both releases reserve the same on the Triton GDN path (capacity_planning.md §3.2.1).
+TEST(VllmPolicyTest, Releases029And033ReserveTheSame) {
+  PlanOptions v29 = Vllm(), v33 = Vllm();
+  v29.vllm_version = VllmVersion::kV0_29;
+  v33.vllm_version = VllmVersion::kV0_33;
+  for (const char* model : {"gemma-3-4b-it", "qwen3.5-9b", "qwen3.5-0.8b", "gpt-oss-20b",
+                            "deepseek-v2-lite", "llama-3.1-8b"}) {
+    SCOPED_TRACE(model);
+    Plan a = PlanBundled(model, v29, {4096, 32768}, 40 * kGiB);
+    Plan b = PlanBundled(model, v33, {4096, 32768}, 40 * kGiB);
+    ASSERT_EQ(a.rows.size(), b.rows.size());
+    for (size_t i = 0; i < a.rows.size(); ++i) {
+      EXPECT_EQ(a.rows[i].reserved_bytes, b.rows[i].reserved_bytes);
+      EXPECT_EQ(a.rows[i].max_concurrency, b.rows[i].max_concurrency);
+    }
+  }
+  PlanOptions bad = Vllm();
+  bad.vllm_version = static_cast<VllmVersion>(9);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.Validate()));
+}
+
 TEST(VllmPolicyTest, UniformModelsCostWhatTheyStore) {
   Plan mla = PlanBundled("deepseek-v2-lite", Vllm(), {32768});
   EXPECT_DOUBLE_EQ(mla.rows[0].bytes_per_token, 31104.0);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Interleaved A/B timing of two or more kvpage_benchmarks binaries: each round runs every
 # binary once (5 short repetitions, pinned to one core), so slow phases of a shared machine hit
-# all of them alike. Prints, per binary and benchmark, the minimum over all runs (interference
-# can only add time) and the median.
+# all of them alike. Prints, per binary and benchmark, the minimum CPU time over all runs
+# (interference can only add time) and the median.
 #
 #   scripts/ab_bench.sh FILTER ROUNDS BINARY...
 #   scripts/ab_bench.sh 'ScheduleUpdate/qwen3_8b/requests:1024' 4 old/bin/kvpage_benchmarks build/bin/kvpage_benchmarks
@@ -16,7 +16,7 @@ for _ in $(seq "$ROUNDS"); do
   for b in "$@"; do
     taskset -c "$CORE" "$b" --benchmark_filter="$FILTER" --benchmark_min_time=0.05 \
       --benchmark_repetitions=5 2>/dev/null |
-      awk -v b="$b" '/^BM_/ && !/_(mean|median|stddev|cv) / {print b, $1, $2, $3}'
+      awk -v b="$b" '/^BM_/ && !/_(mean|median|stddev|cv) / {print b, $1, $4, $5}'
   done
 done | python3 -c '
 import collections, sys

@@ -180,8 +180,9 @@ int64_t BudgetFor(const ModelSpec& model, const std::vector<int64_t>& tokens_per
 
 // N running requests of one model, prefilled and ready to decode.
 //
-// cross = false: request i has 1000 + i tokens, nudged off the block boundary, so the next
-// token never needs a new block; a step is undone by RollbackTokens (the blocks stay).
+// cross = false: request i has 1000 + i tokens, nudged off the block boundary (and off a
+// block's last token), so the next token never needs a new block; a step is undone by
+// RollbackTokens (the blocks stay).
 // cross = true: request i has 1000 + i tokens rounded up to a whole block, so the next token
 // needs a new block in every attention group. After a step each request is advanced by 15
 // more tokens to the next boundary; every kGrowthSteps steps all requests are freed, the prefix
@@ -203,8 +204,11 @@ class DecodeBatch {
       int64_t len = 1000 + i;
       if (cross_) {
         len = (len + kBlockSize - 1) / kBlockSize * kBlockSize;
-      } else if (len % kBlockSize == 0) {
-        ++len;
+      } else {
+        // Off the boundary, and off a block's last token: with a sliding window of whole
+        // blocks (Gemma 3: 1,024 tokens) the prefill would have released the block that
+        // undoing a step by RollbackTokens needs.
+        while (len % kBlockSize == 0 || len % kBlockSize == kBlockSize - 1) ++len;
       }
       prompt_len_.push_back(len);
       prompts_.push_back(MakeTokens(static_cast<uint32_t>(i), len));
@@ -511,6 +515,7 @@ void BM_PrefixHitLookup(benchmark::State& state, const char* model_name) {
   auto allocated = ok ? manager.AllocateSlots(
                             *first, {.num_computed_tokens = 0, .num_new_tokens = prompt_len})
                       : absl::StatusOr<bool>(false);
+  manager.CompleteStep();  // the prompt's blocks join the prefix cache once computed
   ok &= allocated.ok() && *allocated && manager.Free(*first).ok();
   auto second = manager.AddRequest({RequestId(1), prompt, {}});
   ok &= second.ok();

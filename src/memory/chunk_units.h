@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "kvpage/memory_layout.h"
 
 namespace kvpage::internal {
@@ -75,6 +78,25 @@ inline UnitSpan OwnUnits(const PoolLayout& pool, const std::vector<bool>& mapped
 // Bytes of one tensor's range: every block id of its pool, rounded up to whole units.
 inline int64_t RangeBytes(const PoolLayout& pool, int64_t tensor_block_bytes, int64_t unit) {
   return RoundUpTo(pool.num_blocks() * tensor_block_bytes, unit);
+}
+
+// The checks MapChunk and UnmapChunk (`call`) share: FailedPrecondition before Reserve,
+// InvalidArgument for a chunk the layout lacks, FailedPrecondition unless the chunk's mapped
+// flag is `expect_mapped`.
+inline absl::Status CheckChunkCall(absl::string_view call, bool reserved,
+                                   const std::vector<std::vector<bool>>& mapped, int32_t pool,
+                                   int32_t chunk, bool expect_mapped) {
+  if (!reserved) return absl::FailedPreconditionError(absl::StrCat(call, " before Reserve"));
+  if (pool < 0 || static_cast<size_t>(pool) >= mapped.size() || chunk < 0 ||
+      static_cast<size_t>(chunk) >= mapped[pool].size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, ": no chunk ", chunk, " in pool ", pool));
+  }
+  if (mapped[pool][chunk] != expect_mapped) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk ", chunk, " of pool ", pool, expect_mapped ? " is not mapped" : " is already mapped"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvpage::internal

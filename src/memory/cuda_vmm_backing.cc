@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
 #include "memory/chunk_units.h"
 #include "memory/cuda_driver.h"
 #include "memory/tensor_view_of.h"
@@ -206,15 +207,8 @@ absl::Status CudaVmmBacking::Reserve(const MemoryLayout& layout) {
 
 absl::Status CudaVmmBacking::MapChunk(int32_t pool, int32_t chunk) {
   State& s = *state_;
-  if (!s.reserved) return absl::FailedPreconditionError("MapChunk before Reserve");
-  if (pool < 0 || static_cast<size_t>(pool) >= s.mapped.size() || chunk < 0 ||
-      static_cast<size_t>(chunk) >= s.mapped[pool].size()) {
-    return absl::InvalidArgumentError(absl::StrCat("MapChunk: no chunk ", chunk, " in pool ", pool));
-  }
-  if (s.mapped[pool][chunk]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("chunk ", chunk, " of pool ", pool, " is already mapped"));
-  }
+  KVPAGE_RETURN_IF_ERROR(internal::CheckChunkCall("MapChunk", s.reserved, s.mapped, pool, chunk,
+                                                /*expect_mapped=*/false));
   const PoolLayout& layout = s.layout.pools[pool];
   const std::vector<int32_t>& tensors = s.pool_tensors[pool];
   for (size_t done = 0; done < tensors.size(); ++done) {
@@ -243,12 +237,8 @@ absl::Status CudaVmmBacking::MapChunk(int32_t pool, int32_t chunk) {
 
 absl::Status CudaVmmBacking::UnmapChunk(int32_t pool, int32_t chunk) {
   State& s = *state_;
-  if (!s.reserved) return absl::FailedPreconditionError("UnmapChunk before Reserve");
-  if (pool < 0 || static_cast<size_t>(pool) >= s.mapped.size() || chunk < 0 ||
-      static_cast<size_t>(chunk) >= s.mapped[pool].size() || !s.mapped[pool][chunk]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("UnmapChunk: chunk ", chunk, " of pool ", pool, " is not mapped"));
-  }
+  KVPAGE_RETURN_IF_ERROR(internal::CheckChunkCall("UnmapChunk", s.reserved, s.mapped, pool,
+                                                chunk, /*expect_mapped=*/true));
   s.mapped[pool][chunk] = false;
   for (int32_t t : s.pool_tensors[pool]) {
     DeviceRange& r = s.ranges[t];

@@ -73,15 +73,8 @@ absl::Status HostMemoryBacking::Reserve(const MemoryLayout& layout) {
 
 absl::Status HostMemoryBacking::MapChunk(int32_t pool, int32_t chunk) {
   State& s = *state_;
-  if (!s.reserved) return absl::FailedPreconditionError("MapChunk before Reserve");
-  if (pool < 0 || static_cast<size_t>(pool) >= s.mapped.size() || chunk < 0 ||
-      static_cast<size_t>(chunk) >= s.mapped[pool].size()) {
-    return absl::InvalidArgumentError(absl::StrCat("MapChunk: no chunk ", chunk, " in pool ", pool));
-  }
-  if (s.mapped[pool][chunk]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("chunk ", chunk, " of pool ", pool, " is already mapped"));
-  }
+  KVPAGE_RETURN_IF_ERROR(internal::CheckChunkCall("MapChunk", s.reserved, s.mapped, pool, chunk,
+                                                /*expect_mapped=*/false));
   const PoolLayout& layout = s.layout.pools[pool];
   const int64_t page = VirtualRange::PageSize();
   int64_t committed = 0;
@@ -114,16 +107,8 @@ absl::Status HostMemoryBacking::MapChunk(int32_t pool, int32_t chunk) {
 
 absl::Status HostMemoryBacking::UnmapChunk(int32_t pool, int32_t chunk) {
   State& s = *state_;
-  if (!s.reserved) return absl::FailedPreconditionError("UnmapChunk before Reserve");
-  if (pool < 0 || static_cast<size_t>(pool) >= s.mapped.size() || chunk < 0 ||
-      static_cast<size_t>(chunk) >= s.mapped[pool].size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UnmapChunk: no chunk ", chunk, " in pool ", pool));
-  }
-  if (!s.mapped[pool][chunk]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("chunk ", chunk, " of pool ", pool, " is not mapped"));
-  }
+  KVPAGE_RETURN_IF_ERROR(internal::CheckChunkCall("UnmapChunk", s.reserved, s.mapped, pool,
+                                                chunk, /*expect_mapped=*/true));
   s.mapped[pool][chunk] = false;
   const PoolLayout& layout = s.layout.pools[pool];
   const int64_t page = VirtualRange::PageSize();

@@ -1,4 +1,4 @@
-// The server-facing sample of docs/design.md §12 ("The memory a server reads"): the code
+// The server-facing sample of docs/manager_api.md §3 ("The memory a server reads"): the code
 // between the markers is the doc's sample, compiled and run here, and a test checks the doc
 // still shows exactly this code.
 #include <gtest/gtest.h>
@@ -70,7 +70,7 @@ TEST(ServerMemoryExample, DocShowsThisCode) {
   };
   const std::string self =
       read(std::string(KVPAGE_SOURCE_DIR) + "/tests/memory/server_memory_example_test.cc");
-  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/design.md");
+  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/manager_api.md");
   const std::string begin = "  // [server memory]\n", end = "  // [server memory end]\n";
   const size_t b = self.find(begin), e = self.find(end);
   ASSERT_NE(b, std::string::npos);
@@ -79,7 +79,7 @@ TEST(ServerMemoryExample, DocShowsThisCode) {
   std::string line, sample;
   while (std::getline(lines, line)) sample += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
   EXPECT_NE(doc.find("```cpp\n" + sample + "```"), std::string::npos)
-      << "docs/design.md §12 must show this sample exactly:\n" << sample;
+      << "docs/manager_api.md §3 must show this sample exactly:\n" << sample;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The server step shown in docs/design.md §11 ("How a server drives one step"): the code
+// The server step shown in docs/manager_api.md §2 ("How a server drives one step"): the code
 // between the markers below is the doc's sample, compiled and run here, and a test checks the
 // doc still shows exactly this code.
 #include <gtest/gtest.h>
@@ -78,7 +78,7 @@ TEST(ServerStepExample, DocShowsThisCode) {
   };
   const std::string self = read(std::string(KVPAGE_SOURCE_DIR) +
                                 "/tests/scheduler/server_step_example_test.cc");
-  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/design.md");
+  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/manager_api.md");
   const std::string begin = "  // [server step]\n", end = "  // [server step end]\n";
   const size_t b = self.find(begin), e = self.find(end);
   ASSERT_NE(b, std::string::npos);
@@ -88,7 +88,7 @@ TEST(ServerStepExample, DocShowsThisCode) {
   std::string line, sample;
   while (std::getline(lines, line)) sample += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
   EXPECT_NE(doc.find("```cpp\n" + sample + "```"), std::string::npos)
-      << "docs/design.md §11 must show this sample exactly:\n" << sample;
+      << "docs/manager_api.md §2 must show this sample exactly:\n" << sample;
 }
 
 }  // namespace

@@ -3,14 +3,13 @@
 // still shows exactly this code.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "kvpage/catalog.h"
 #include "kvpage/host_memory_backing.h"
 #include "kvpage/kernel_layout.h"
 #include "kvpage/scheduler.h"
+#include "testing/doc_sample.h"
 
 namespace kvpage {
 namespace {
@@ -62,24 +61,10 @@ TEST(ServerMemoryExample, Gemma3FullAttentionLayer) {
 }
 
 TEST(ServerMemoryExample, DocShowsThisCode) {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  const std::string self =
-      read(std::string(KVPAGE_SOURCE_DIR) + "/tests/memory/server_memory_example_test.cc");
-  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/manager_api.md");
-  const std::string begin = "  // [server memory]\n", end = "  // [server memory end]\n";
-  const size_t b = self.find(begin), e = self.find(end);
-  ASSERT_NE(b, std::string::npos);
-  ASSERT_NE(e, std::string::npos);
-  std::stringstream lines(self.substr(b + begin.size(), e - b - begin.size()));
-  std::string line, sample;
-  while (std::getline(lines, line)) sample += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
-  EXPECT_NE(doc.find("```cpp\n" + sample + "```"), std::string::npos)
-      << "docs/manager_api.md §3 must show this sample exactly:\n" << sample;
+  const absl::Status shown =
+      testing::DocShowsSample("docs/manager_api.md",
+                              "tests/memory/server_memory_example_test.cc", "server memory");
+  EXPECT_TRUE(shown.ok()) << shown;
 }
 
 }  // namespace

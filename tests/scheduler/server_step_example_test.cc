@@ -3,13 +3,12 @@
 // doc still shows exactly this code.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kvpage/catalog.h"
 #include "kvpage/scheduler.h"
+#include "testing/doc_sample.h"
 
 namespace kvpage {
 namespace {
@@ -70,25 +69,10 @@ TEST(ServerStepExample, ServesEveryRequest) {
 
 // The doc shows the code between the markers, line for line.
 TEST(ServerStepExample, DocShowsThisCode) {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  const std::string self = read(std::string(KVPAGE_SOURCE_DIR) +
-                                "/tests/scheduler/server_step_example_test.cc");
-  const std::string doc = read(std::string(KVPAGE_SOURCE_DIR) + "/docs/manager_api.md");
-  const std::string begin = "  // [server step]\n", end = "  // [server step end]\n";
-  const size_t b = self.find(begin), e = self.find(end);
-  ASSERT_NE(b, std::string::npos);
-  ASSERT_NE(e, std::string::npos);
-  // The sample's lines, two spaces less indented, as the doc shows them.
-  std::stringstream lines(self.substr(b + begin.size(), e - b - begin.size()));
-  std::string line, sample;
-  while (std::getline(lines, line)) sample += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
-  EXPECT_NE(doc.find("```cpp\n" + sample + "```"), std::string::npos)
-      << "docs/manager_api.md §2 must show this sample exactly:\n" << sample;
+  const absl::Status shown =
+      testing::DocShowsSample("docs/manager_api.md",
+                              "tests/scheduler/server_step_example_test.cc", "server step");
+  EXPECT_TRUE(shown.ok()) << shown;
 }
 
 }  // namespace

@@ -142,13 +142,27 @@ PoolCounts PinnedIdleChunks(const KvCacheManager::Impl& m, const CacheHit* hit) 
 
 }  // namespace
 
+namespace {
+
+// No hit, lookahead or reserve, and a valid processed count: a running request's decode step.
+bool IsPlain(const AllocationRequest& req) {
+  return RealHit(req) == nullptr && req.num_lookahead_tokens == 0 &&
+         req.num_reserve_tokens == 0 &&
+         (req.num_processed_tokens == -1 ||
+          (req.num_processed_tokens >= 0 && req.num_processed_tokens <= req.num_computed_tokens));
+}
+
+}  // namespace
+
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
+  if (IsPlain(req) && IsQuiet(st.slot, req.num_computed_tokens, req.num_new_tokens)) return true;
+  return AllocateStep(st, req);
+}
+
+absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
+                                                        const AllocationRequest& req) {
   const int64_t c = req.num_computed_tokens;
-  const bool plain = RealHit(req) == nullptr && req.num_lookahead_tokens == 0 &&
-                     req.num_reserve_tokens == 0 &&
-                     (req.num_processed_tokens == -1 ||
-                      (req.num_processed_tokens >= 0 && req.num_processed_tokens <= c));
-  if (plain && IsQuiet(st.slot, c, req.num_new_tokens)) return true;
+  const bool plain = IsPlain(req);
   RequestView r = View(st);
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, r, req));
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;

@@ -101,9 +101,7 @@ bool AttentionGroup::CacheFull(const RequestView& r, int64_t full) {
   TableState& t = tables_[r.slot];
   if (full <= t.num_cached) return false;
   t.num_cached = full;
-  // vLLM caches a block when it is allocated, so a request admitted later in the same step
-  // already hits it; vllm accounting replays that.
-  if (ctx().mode == AccountingMode::kVllm) {
+  if (ctx().cache_at_allocation) {
     Commit(r);
     return false;
   }

@@ -50,8 +50,13 @@ struct GroupLayout {
 
 // What the manager shares with its groups (read-only for them).
 struct GroupContext {
-  AccountingMode mode = AccountingMode::kKvpage;
   bool enable_prefix_caching = true;
+  // Full blocks join the prefix cache when the step is allocated, not when it completes, so a
+  // request admitted later in the same step already hits them (vLLM; vllm accounting).
+  bool cache_at_allocation = false;
+  // A sliding window reserves its blocks for the whole sequence, up to vLLM's admission bound,
+  // rather than for the step alone (vllm accounting).
+  bool window_sequence_reserve = false;
   // vllm mode, with prefix caching: state blocks a recurrent group takes on a request's first
   // allocation beyond the one it writes (VllmRules::extra_first_state_blocks); 0 in kvpage mode.
   int32_t extra_first_state_blocks = 0;

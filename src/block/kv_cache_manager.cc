@@ -355,9 +355,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
     const DecodeStep& step = steps[i];
     const int32_t slot = step.request.slot_;
     if (m.IsQuiet(slot, step.num_computed_tokens, step.num_new_tokens)) continue;
-    KVPAGE_ASSIGN_OR_RETURN(
-        const bool ok, m.Allocate(*m.states[slot], {.num_computed_tokens = step.num_computed_tokens,
-                                                    .num_new_tokens = step.num_new_tokens}));
+    KVPAGE_ASSIGN_OR_RETURN(const bool ok,
+                            m.AllocateStep(*m.states[slot],
+                                           {.num_computed_tokens = step.num_computed_tokens,
+                                            .num_new_tokens = step.num_new_tokens}));
     if (!ok) return static_cast<int64_t>(i);
   }
   return static_cast<int64_t>(steps.size());

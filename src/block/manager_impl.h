@@ -81,7 +81,9 @@ class KvCacheManager::Impl {
   CacheHit FindLongestHit(const internal::RequestState& st) const;
 
   // ---- Allocation (allocation.cc) ----
+  // AllocateSlots: true at once for a quiet step (IsQuiet), else AllocateStep.
   absl::StatusOr<bool> Allocate(internal::RequestState& st, const AllocationRequest& req);
+  absl::StatusOr<bool> AllocateStep(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
                                       const AllocationRequest& req) const;
   absl::Status ValidateAllocation(const internal::RequestState& st,

@@ -209,8 +209,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   }
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
   m->context = internal::GroupContext{
-      .mode = config.mode,
       .enable_prefix_caching = config.enable_prefix_caching,
+      .cache_at_allocation = config.mode == AccountingMode::kVllm,
+      .window_sequence_reserve = config.mode == AccountingMode::kVllm,
       .extra_first_state_blocks =
           config.mode == AccountingMode::kVllm
               ? internal::RulesFor(config.vllm_version).extra_first_state_blocks

@@ -38,7 +38,7 @@ int64_t SlidingWindowGroup::Reserve(const RequestView& r, const StepArgs& step) 
   // prompt. vLLM's full-sequence gate counts a window's blocks for the whole sequence too,
   // capped by its admission bound cdiv(min(W − 1 + T, L), bs) + 1 with T the tokens in flight
   // (two batches under async scheduling) (vllm.md §1.3, §2.7 step 4).
-  if (ctx().mode != AccountingMode::kVllm) return 0;
+  if (!ctx().window_sequence_reserve) return 0;
   const int64_t in_flight =
       int64_t{ctx().max_num_batched_tokens} * (ctx().async_scheduling ? 2 : 1);
   const int64_t cap =

@@ -110,6 +110,16 @@ struct BlockTableView {
   int32_t num_seqs = 0;
 };
 
+// A patch of a block table kept on the device: entries [first, first + count) of row `row`
+// take values[value_offset, value_offset + count). The layout of the scheduler's
+// kvpage::TableRun, so its runs are patched as they are (kvpage/cuda/table_runs.h).
+struct TableRunView {
+  int32_t row = 0;
+  int32_t first = 0;
+  int32_t count = 0;
+  int32_t value_offset = 0;
+};
+
 // A half-open token range [begin, end) of one sequence.
 struct TokenRange {
   int32_t begin = 0;

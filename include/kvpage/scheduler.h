@@ -110,6 +110,15 @@ struct ScheduledRequest {
 };
 static_assert(sizeof(ScheduledRequest) == 32, "two to a cache line");
 
+// Entries [first, first + count) of one row of a block table take the values
+// AttentionBatch::table_values[value_offset, value_offset + count).
+struct TableRun {
+  int32_t row = 0;
+  int32_t first = 0;
+  int32_t count = 0;
+  int32_t value_offset = 0;
+};
+
 // An attention group's part of the batch.
 struct AttentionBatch {
   GroupId group;
@@ -127,7 +136,18 @@ struct AttentionBatch {
   // incremental form of block_table for a server that keeps its own copy.
   std::vector<int32_t> new_block_ids;
   std::vector<int32_t> new_block_offsets;  // [num_scheduled + 1]
+  // Every entry of block_table that changed since the previous output (new blocks, released
+  // blocks, rows moved or freed), as runs of one row each. Applied in order to a copy that
+  // started as zeros and saw every earlier output's runs, they give block_table: a server
+  // keeps the table on the device and patches it with O(changed entries) bytes per step
+  // (kvpage::cuda::DeviceStepTables does; kvpage::ApplyTableRuns on the host).
+  std::vector<TableRun> table_runs;
+  std::vector<int32_t> table_values;
 };
+
+// Applies `batch`'s table runs to a host copy of its block table ([rows, max_blocks_per_row],
+// zeros at first). InvalidArgument if a run falls outside `table`.
+absl::Status ApplyTableRuns(const AttentionBatch& batch, absl::Span<int32_t> table);
 
 // A linear-attention group's part of the batch: where each row reads and writes its state.
 struct StateBatch {

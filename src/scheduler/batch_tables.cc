@@ -18,6 +18,8 @@ void Scheduler::Impl::InitTables() {
     g.stride = static_cast<int32_t>((max_model_len + g.block_size - 1) / g.block_size) * g.ratio;
     g.table.assign(rows * static_cast<size_t>(g.stride), 0);
     g.sync.assign(rows, internal::RowSync{});
+    g.changed.assign(rows, {0, 0});
+    g.changed_rows.clear();
     out.attention.push_back(AttentionBatch{.group = g.id,
                                            .kind = g.kind,
                                            .kernel_block_size = g.block_size / g.ratio,
@@ -46,11 +48,15 @@ void Scheduler::Impl::FreeRow(int32_t q) {
     GroupInfo& g = attention[a];
     int32_t* dst = g.table.data() + static_cast<size_t>(row) * g.stride;
     int32_t* src = g.table.data() + static_cast<size_t>(last) * g.stride;
-    std::fill(dst, dst + static_cast<size_t>(g.sync[row].blocks) * g.ratio, 0);
+    const int32_t freed = g.sync[row].blocks * g.ratio;
+    std::fill(dst, dst + freed, 0);
+    g.MarkChanged(row, 0, freed);
     if (row != last) {
-      const size_t used = static_cast<size_t>(g.sync[last].blocks) * g.ratio;
-      std::memcpy(dst, src, used * sizeof(int32_t));
+      const int32_t used = g.sync[last].blocks * g.ratio;
+      std::memcpy(dst, src, static_cast<size_t>(used) * sizeof(int32_t));
       std::fill(src, src + used, 0);
+      g.MarkChanged(row, 0, used);
+      g.MarkChanged(last, 0, used);
       g.sync[row] = g.sync[last];
     }
     g.sync[last] = internal::RowSync{};
@@ -75,12 +81,16 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
     int32_t* const row = g.table.data() + static_cast<size_t>(r.row) * g.stride;
     internal::RowSync& sync = g.sync[r.row];
     // Blocks a window released since the last copy are null now.
+    const int32_t released = sync.released;
     while (sync.released < size && table[sync.released] == kNullBlock) {
       std::fill_n(row + static_cast<size_t>(sync.released) * g.ratio, g.ratio, 0);
       ++sync.released;
     }
+    g.MarkChanged(r.row, released * g.ratio, std::min(sync.released, sync.blocks) * g.ratio);
     std::vector<int32_t>& new_ids = out.attention[a].new_block_ids;
-    for (int32_t i = std::max(sync.blocks, sync.released); i < size; ++i) {
+    const int32_t first_new = std::max(sync.blocks, sync.released);
+    g.MarkChanged(r.row, first_new * g.ratio, size * g.ratio);
+    for (int32_t i = first_new; i < size; ++i) {
       if (table[i] == kNullBlock) continue;
       for (int32_t k = 0; k < g.ratio; ++k) {
         const int32_t id = table[i].value * g.ratio + k;
@@ -93,6 +103,51 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
     sync.last_block_offset = size > 0 ? (int64_t{table[last].value} - last) * g.block_size : 0;
   }
   r.row_stale = false;
+}
+
+void Scheduler::Impl::GroupInfo::MarkChanged(int32_t row, int32_t lo, int32_t hi) {
+  if (lo >= hi) return;
+  std::pair<int32_t, int32_t>& c = changed[row];
+  if (c.first >= c.second) {
+    changed_rows.push_back(row);
+    c = {lo, hi};
+  } else {
+    c = {std::min(c.first, lo), std::max(c.second, hi)};
+  }
+}
+
+void Scheduler::Impl::WriteTableRuns(GroupInfo& g, AttentionBatch& batch) {
+  batch.table_runs.clear();
+  batch.table_values.clear();
+  for (int32_t row : g.changed_rows) {
+    auto& [lo, hi] = g.changed[row];
+    batch.table_runs.push_back(TableRun{.row = row,
+                                        .first = lo,
+                                        .count = hi - lo,
+                                        .value_offset =
+                                            static_cast<int32_t>(batch.table_values.size())});
+    const int32_t* entries = g.table.data() + static_cast<size_t>(row) * g.stride;
+    batch.table_values.insert(batch.table_values.end(), entries + lo, entries + hi);
+    lo = hi = 0;
+  }
+  g.changed_rows.clear();
+}
+
+absl::Status ApplyTableRuns(const AttentionBatch& batch, absl::Span<int32_t> table) {
+  const int64_t stride = batch.max_blocks_per_row;
+  for (const TableRun& run : batch.table_runs) {
+    const int64_t begin = run.row * stride + run.first;
+    if (run.row < 0 || run.first < 0 || run.count < 0 || run.first + int64_t{run.count} > stride ||
+        begin + run.count > static_cast<int64_t>(table.size()) || run.value_offset < 0 ||
+        run.value_offset + int64_t{run.count} > static_cast<int64_t>(batch.table_values.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table run (row ", run.row, ", first ", run.first, ", count ", run.count,
+          ", value offset ", run.value_offset, ") falls outside a table of ", table.size(),
+          " entries in rows of ", stride, " or ", batch.table_values.size(), " values"));
+    }
+    std::copy_n(batch.table_values.begin() + run.value_offset, run.count, table.begin() + begin);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::Impl::CheckTables() const {

@@ -324,7 +324,10 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   KVPAGE_DCHECK(k == scheduled.size() && tokens == total_tokens);
   o.query_start_loc[rows] = tokens;
   o.total_num_scheduled_tokens = tokens;
-  for (size_t a = 0; a < attention.size(); ++a) WriteSlots(attention[a], o.attention[a]);
+  for (size_t a = 0; a < attention.size(); ++a) {
+    WriteSlots(attention[a], o.attention[a]);
+    WriteTableRuns(attention[a], o.attention[a]);
+  }
 }
 
 void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {

@@ -176,6 +176,8 @@ class Scheduler::Impl {
   // released become 0, new blocks are copied and, with `record`, appended to this step's
   // new-block lists.
   void SyncRow(internal::SchedRequest& r, bool record);
+  // Moves the entries changed since the last output into `batch`'s table runs.
+  void WriteTableRuns(GroupInfo& g, AttentionBatch& batch);
   absl::Status CheckTables() const;
 
   // ---- State ----
@@ -197,6 +199,11 @@ class Scheduler::Impl {
     int32_t stride = 0;  // kernel blocks per row
     std::vector<int32_t> table;  // [max_num_seqs, stride]
     std::vector<internal::RowSync> sync;  // [max_num_seqs]: how far each row copies its table
+    // Entries of each row changed since the last output, [lo, hi) (empty: lo >= hi), and the
+    // rows with some: the next output's table runs.
+    std::vector<std::pair<int32_t, int32_t>> changed;  // [max_num_seqs]
+    std::vector<int32_t> changed_rows;
+    void MarkChanged(int32_t row, int32_t lo, int32_t hi);
   };
   std::vector<GroupInfo> attention;  // attention groups, in group order
   std::vector<GroupId> state_groups;

@@ -18,6 +18,7 @@
 #include "kernels/merge_attn_states_kernel.cuh"
 #include "kernels/paged_decode_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
+#include "kernels/table_runs_kernel.cuh"
 #include "kernels/write_kv_kernel.cuh"
 #include "kvpage/kernel_reference.h"
 
@@ -337,6 +338,32 @@ TEST(EmulatedKernelsTest, CopyAndZeroSlotsMatchReferenceByteForByte) {
          static_cast<const int32_t*>(dst));
   ASSERT_TRUE(ref::ZeroSlots(host_tensors, dst, 5).ok());
   EXPECT_EQ(got, want);
+}
+
+// Runs longer than a CTA (300 entries), one-entry runs and a run ending a row patch exactly
+// their entries; the rest of the table keeps its values.
+TEST(EmulatedKernelsTest, TableRunsPatchExactlyTheirEntries) {
+  const int32_t stride = 320, rows = 4;
+  std::vector<int32_t> table(static_cast<size_t>(stride) * rows);
+  std::iota(table.begin(), table.end(), 1000);
+  std::vector<int32_t> values(310);
+  std::iota(values.begin(), values.end(), -400);
+  const std::vector<kvpage::TableRunView> runs = {
+      {.row = 2, .first = 10, .count = 300, .value_offset = 0},
+      {.row = 0, .first = 0, .count = 1, .value_offset = 300},
+      {.row = 3, .first = 311, .count = 9, .value_offset = 301}};
+  std::vector<int32_t> want = table;
+  for (const kvpage::TableRunView& r : runs) {
+    for (int32_t i = 0; i < r.count; ++i) {
+      want[static_cast<size_t>(r.row) * stride + r.first + i] = values[r.value_offset + i];
+    }
+  }
+  Launch(dim3(static_cast<unsigned int>(runs.size())), dim3(internal::kTableRunThreads),
+         internal::ApplyTableRunsKernel, runs.data(), static_cast<const int32_t*>(values.data()),
+         table.data(), stride);
+  EXPECT_EQ(table, want);
+  EXPECT_EQ(table[static_cast<size_t>(2) * stride + 309], values[299]);
+  EXPECT_EQ(table[static_cast<size_t>(2) * stride + 310], 1000 + 2 * stride + 310);  // untouched
 }
 
 }  // namespace

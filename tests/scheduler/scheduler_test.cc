@@ -820,6 +820,7 @@ class FakeModel {
 
   ModelOutput Run(const SchedulerOutput& out) {
     CheckNewBlocks(out);
+    CheckTableRuns(out);
     for (const AttentionBatch& g : out.attention) {
       std::set<int64_t> slots;
       size_t t = 0;
@@ -896,8 +897,31 @@ class FakeModel {
     }
   }
 
+  // A device copy patched with each step's table runs only equals the whole block table, and
+  // is zero in every row past the running ones.
+  void CheckTableRuns(const SchedulerOutput& out) {
+    if (device_.size() < out.attention.size()) device_.resize(out.attention.size());
+    for (size_t a = 0; a < out.attention.size(); ++a) {
+      const AttentionBatch& g = out.attention[a];
+      std::vector<int32_t>& copy = device_[a];
+      for (const TableRun& run : g.table_runs) {
+        const size_t need = static_cast<size_t>(run.row + 1) * g.max_blocks_per_row;
+        if (copy.size() < need) copy.resize(need, 0);
+      }
+      const absl::Status applied = ApplyTableRuns(g, absl::MakeSpan(copy));
+      ASSERT_TRUE(applied.ok()) << applied;
+      const size_t used = g.block_table.size();
+      if (copy.size() < used) copy.resize(used, 0);
+      ASSERT_TRUE(std::equal(g.block_table.begin(), g.block_table.end(), copy.begin()))
+          << "group " << a << " step " << out.step;
+      EXPECT_TRUE(std::all_of(copy.begin() + used, copy.end(), [](int32_t v) { return v == 0; }))
+          << "group " << a << " step " << out.step;
+    }
+  }
+
   std::mt19937 rng_;
   std::vector<std::map<int64_t, std::vector<int32_t>>> rows_;  // [group][request id] -> row
+  std::vector<std::vector<int32_t>> device_;  // [group]: the block table as runs patch it
 };
 
 // Random requests (half sharing prefixes) through a small cache until all finish, invariants

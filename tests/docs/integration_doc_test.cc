@@ -47,6 +47,19 @@ class CheckingDevice : public Device {
       CheckTableBound(batch);
       csr_.push_back(BuildPagedKvCsr(out, batch));
     }
+    // The doc's one-copy upload: the tables its runs patch are the step's tables.
+    if (tables_.empty()) {
+      for (const kvpage::AttentionBatch& batch : out.attention) {
+        tables_.emplace_back(static_cast<size_t>(scheduler_.config().max_num_seqs) *
+                             batch.max_blocks_per_row);
+      }
+    }
+    const absl::Status uploaded = UploadStep(out, staging_, tables_);
+    EXPECT_TRUE(uploaded.ok()) << uploaded;
+    for (size_t a = 0; a < out.attention.size() && uploaded.ok(); ++a) {
+      const absl::Span<const int32_t> want = out.attention[a].block_table;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), tables_[a].begin())) << "group " << a;
+    }
     if (on_upload) on_upload(out);
   }
 
@@ -131,6 +144,8 @@ class CheckingDevice : public Device {
   std::vector<std::unordered_map<int64_t, uint64_t>> stores_;  // per attention batch: slot -> K/V
   std::vector<PagedKvCsr> csr_;                                 // per attention batch, this step
   int64_t reads_ = 0, bad_reads_ = 0;
+  std::vector<std::byte> staging_;            // the step image
+  std::vector<std::vector<int32_t>> tables_;  // per attention batch, as the runs patch it
 };
 
 kvpage::SchedulerConfig Config(int64_t budget_bytes) {

@@ -108,5 +108,30 @@ TEST(VllmScheduleTest, WindowBlocksWaitForTheirRequestsOwnAllocation) {
   EXPECT_SCHED_INVARIANTS(s);
 }
 
+// llama-3.1-8b (2 MiB per 16-token block), 100 ids. A, B, C are admitted in step 1 and take
+// batch rows 0, 1, 2; when A finishes, the last row (C) moves to row 0. In step 3 B and C
+// finish: vLLM frees them in its scheduling order, B before C, whatever the rows, so C's
+// uncached block goes to the front of the free queue ahead of B's and its cached block to the
+// back behind B's.
+TEST(VllmScheduleTest, FinishedRequestsFreeInSchedulingOrder) {
+  VllmRun run = Make("llama-3.1-8b", 2 << 20, 100, 1024);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 16, 1)).ok());  // A
+  ASSERT_TRUE(s.AddRequest(Req(1, 2000, 16, 3)).ok());  // B
+  ASSERT_TRUE(s.AddRequest(Req(2, 3000, 16, 3)).ok());  // C
+  Step(s);
+  EXPECT_EQ(Scheduled(Step(s)), (std::map<int64_t, int32_t>{{1, 1}, {2, 1}}));
+  const SchedulerOutput& out = Step(s);
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].id, RequestId(2));  // row 0: the output's order is not vLLM's
+  const std::vector<int32_t> order = VllmFreeOrder(run);
+  ASSERT_EQ(order.size(), 99u);
+  EXPECT_THAT(std::vector<int32_t>(order.begin(), order.begin() + 4), ElementsAre(5, 4, 6, 7));
+  EXPECT_THAT(std::vector<int32_t>(order.end() - 8, order.end()),
+              ElementsAre(95, 96, 97, 98, 99, 1, 2, 3));
+  EXPECT_SCHED_INVARIANTS(s);
+}
+
 }  // namespace
 }  // namespace kvpage

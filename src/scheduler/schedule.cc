@@ -40,7 +40,8 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   // request that has just computed a long prompt chunk holds the window's blocks for all of it
   // until then, and it comes last in the running order: requests ahead of it that need memory
   // would preempt it (FCFS takes the last) for blocks it no longer needs. Release them all first.
-  if (!has_sliding_groups) return;
+  // (vLLM releases a request's blocks only in its own allocate_slots, so vllm accounting waits.)
+  if (!has_sliding_groups || config.kv.mode == AccountingMode::kVllm) return;
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
     if (r.num_computed + 1 < r.next_event) continue;  // nothing due (see NextEvent)

@@ -439,6 +439,14 @@ int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
   return offsets.empty() ? 0 : offsets[i + 1] - offsets[i];
 }
 
+void SortByRunningOrder(const std::vector<int32_t>& running,
+                        std::vector<std::pair<int32_t, FinishReason>>& finishing) {
+  if (finishing.size() < 2) return;
+  auto position = [&](int32_t q) { return std::find(running.begin(), running.end(), q); };
+  std::sort(finishing.begin(), finishing.end(),
+            [&](const auto& a, const auto& b) { return position(a.first) < position(b.first); });
+}
+
 }  // namespace
 
 absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
@@ -547,6 +555,9 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
   const absl::Status appended = kv->AppendDecodeTokens(append_tokens);
   KVPAGE_DCHECK(appended.ok());  // every request is running, lengths were checked above
   (void)appended;
+  // vLLM frees finished requests in the order it scheduled them (running order), and that
+  // order sets their blocks' places in the free queue; the output's rows need not follow it.
+  if (config.kv.mode == AccountingMode::kVllm) SortByRunningOrder(running, finishing);
   for (const auto& [q, reason] : finishing) Finish(q, reason, update);
 }
 

@@ -264,29 +264,58 @@ int Replay(const std::string& path) {
 
 std::string Name(RequestId id) { return absl::StrCat("r", id.value); }
 
-// Compares one kvpage step with vLLM's recorded one (tokens per request, preemptions, free
-// blocks after scheduling, who samples); fills `result` with vLLM's sampled tokens. False
-// (and prints) on a divergence.
+// Compares one kvpage step with vLLM's recorded one (tokens per request and where each
+// started, preemptions, free blocks after scheduling and their order, who samples); fills
+// `result` with vLLM's sampled tokens. False (and prints) on a divergence. `to_vllm` renames
+// kvpage's block ids to vLLM's: Scheduler::Create probes the cache with a max_model_len
+// request, which leaves the free blocks (all uncached, so interchangeable) in another order
+// than vLLM's 1, 2, ..., N - 1, so the i-th free block at the start is vLLM's i + 1.
 bool CompareStep(const SchedulerOutput& out, const KvCacheManager& kv, const json& op,
-                 int64_t step, ModelOutput& result) {
+                 int64_t step, const std::vector<int32_t>& to_vllm, ModelOutput& result) {
   json scheduled = json::array();
+  json computed = json::array();
   for (const ScheduledRequest& r : out.requests) {
     scheduled.push_back({Name(r.id), r.num_scheduled_tokens});
+    computed.push_back({Name(r.id), r.num_computed_tokens});
   }
   std::sort(scheduled.begin(), scheduled.end());
+  std::sort(computed.begin(), computed.end());
+  // The free queue's order, hashed as vllm_sched_replay.py hashes it.
+  std::vector<int32_t> free_order;
+  for (BlockId b : kv.FreeBlockOrder(GroupId(0))) {
+    const size_t id = static_cast<size_t>(b.value);
+    free_order.push_back(id < to_vllm.size() ? to_vllm[id] : -1);
+  }
+  uint64_t free_hash = 0;
+  for (int32_t b : free_order) {
+    free_hash = (free_hash * 1000003 + static_cast<uint64_t>(b) + 1) % (uint64_t{1} << 40);
+  }
   std::vector<std::string> preempted;
   for (RequestId id : out.preempted_ids) preempted.push_back(Name(id));
   std::sort(preempted.begin(), preempted.end());
-  const json got{{"scheduled", scheduled},
-                 {"preempted", preempted},
-                 {"free", kv.FreeBlockOrder(GroupId(0)).size()}};
-  for (const char* key : {"scheduled", "preempted", "free"}) {
-    if (op.at("expect").contains(key) && got[key] != op.at("expect")[key]) {
-      std::cout << "DIVERGENCE at step " << step << " field '" << key << "'\n  vllm:   "
-                << op.at("expect")[key].dump().substr(0, 600)
-                << "\n  kvpage: " << got[key].dump().substr(0, 600) << "\n";
-      return false;
+  json got{{"scheduled", scheduled},
+           {"computed", computed},
+           {"preempted", preempted},
+           {"free", free_order.size()},
+           {"free_hash", free_hash}};
+  if (op.at("expect").contains("free_order")) got["free_order"] = free_order;
+  for (const char* key : {"scheduled", "computed", "preempted", "free", "free_order", "free_hash"}) {
+    if (!op.at("expect").contains(key) || got[key] == op.at("expect")[key]) continue;
+    json want = op.at("expect")[key], have = got[key];
+    size_t at = 0;  // a list is shown from its first difference on
+    if (want.is_array() && have.is_array()) {
+      while (at < want.size() && at < have.size() && want[at] == have[at]) ++at;
+      auto tail = [at](const json& v) {
+        return json(std::vector<json>(v.begin() + static_cast<ptrdiff_t>(std::min(at, v.size())),
+                                      v.end()));
+      };
+      want = tail(want);
+      have = tail(have);
     }
+    std::cout << "DIVERGENCE at step " << step << " field '" << key << "'"
+              << (at > 0 ? absl::StrCat(" from entry ", at) : "") << "\n  vllm:   "
+              << want.dump().substr(0, 600) << "\n  kvpage: " << have.dump().substr(0, 600) << "\n";
+    return false;
   }
   const json& sampled = op.at("sampled");
   result.sampled_offsets.push_back(0);
@@ -330,6 +359,13 @@ int ReplaySchedule(const std::string& path) {
     std::cerr << sched.status().message() << "\n";
     return 2;
   }
+  std::vector<int32_t> to_vllm;
+  const std::vector<BlockId> initial = (*sched)->kv_cache().FreeBlockOrder(GroupId(0));
+  for (size_t i = 0; i < initial.size(); ++i) {
+    const size_t id = static_cast<size_t>(initial[i].value);
+    if (to_vllm.size() <= id) to_vllm.resize(id + 1, -1);
+    to_vllm[id] = static_cast<int32_t>(i) + 1;
+  }
   int64_t n = 0, steps = 0;
   while (std::getline(in, line)) {
     ++n;
@@ -348,7 +384,7 @@ int ReplaySchedule(const std::string& path) {
     }
     const SchedulerOutput& out = (*sched)->Schedule();
     ModelOutput result;
-    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, result)) return 1;
+    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, to_vllm, result)) return 1;
     if (auto u = (*sched)->Update(out, result); !u.ok()) {
       std::cout << "kvpage Update failed at step " << steps << ": " << u.status().message() << "\n";
       return 1;

@@ -60,7 +60,8 @@ for w in "${sched_workloads[@]}"; do
     vllm_sched_replay.py --layout "$work/$name.layout.json" \
     --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
     --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
-    --vllm-version "$kvpage_version" --out "$work/$name.ops.jsonl" 2>/dev/null)
+    --vllm-version "$kvpage_version" --free-order-steps "${VLLM_DIFF_FREE_ORDER_STEPS:-}" \
+    --out "$work/$name.ops.jsonl" 2>/dev/null)
   echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
   "$driver" sched --log "$work/$name.ops.jsonl" || status=1
 done

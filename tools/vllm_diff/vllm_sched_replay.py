@@ -83,6 +83,8 @@ def main():
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-output", type=int, default=64)
     p.add_argument("--vllm-version", default="0.33")
+    p.add_argument("--free-order-steps", type=lambda v: {int(x) for x in v.split(",") if x},
+                   default=set(), help="steps whose whole free queue the log keeps")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     init_none_hash(sha256)
@@ -130,13 +132,24 @@ def main():
             req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
             sampled_token_ids=[[sampled[r]] if r in sampled else [] for r in ids])
         preempted = sorted(so.preempted_req_ids or [])
-        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        pool = sched.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        # Where each scheduled request started (its prefix hit, for a new one), and the whole
+        # free queue's order as a hash: both differ before any count does.
+        computed = sorted([r, requests[r].num_computed_tokens - n] for r, n in scheduled.items())
+        free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        free_hash = 0
+        for b in free_order:
+            free_hash = (free_hash * 1000003 + b + 1) % (1 << 40)
         preemptions += len(preempted)
         sched.update_from_output(so, runner_out)
         record = {"op": "sched",
                   "expect": {"scheduled": sorted([r, n] for r, n in scheduled.items()),
-                             "preempted": preempted, "free": free},
+                             "computed": computed, "preempted": preempted, "free": free,
+                             "free_hash": free_hash},
                   "sampled": sampled}
+        if steps in args.free_order_steps:  # the whole queue, to see where it differs
+            record["expect"]["free_order"] = free_order
         out.write(json.dumps(record, separators=(",", ":")) + "\n")
         steps += 1
     out.close()

@@ -4,6 +4,7 @@
 #
 #   model <- block <- scheduler <- sim        planner -> block, model      memory -> block
 #   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
+#   device (src/device: the step's tables on the GPU) -> scheduler, kernels
 cmake_minimum_required(VERSION 3.25)
 
 set(allowed_model model internal)
@@ -13,6 +14,7 @@ set(allowed_planner model block planner internal)
 set(allowed_sim model block scheduler sim internal)
 set(allowed_memory model block memory internal)
 set(allowed_kernels model kernels internal)
+set(allowed_device model block scheduler kernels device internal)
 set(allowed_internal internal)
 
 # The layer of each public header in include/kvpage/.
@@ -23,6 +25,7 @@ set(public_memory host_memory_backing cuda_vmm_backing)
 set(public_scheduler scheduler step_image)
 set(public_planner planner plan_format)
 set(public_kernels kernel_layout kernel_reference)
+set(public_device device_step_tables)
 
 # Sets ${out} to the layer of the included path, or "" for a header outside kvpage.
 function(layer_of_include path out)
@@ -31,7 +34,7 @@ function(layer_of_include path out)
     set(layer kernels)
   elseif(path MATCHES "^kvpage/([a-z_0-9]+)\\.h$")
     set(name ${CMAKE_MATCH_1})
-    foreach(candidate model block scheduler planner kernels memory)
+    foreach(candidate model block scheduler planner kernels memory device)
       if(name IN_LIST public_${candidate})
         set(layer ${candidate})
       endif()
@@ -41,7 +44,7 @@ function(layer_of_include path out)
     endif()
   elseif(path MATCHES "^(src/)?(internal|profile)/")
     set(layer internal)
-  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory)/")
+  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory|device)/")
     set(layer ${CMAKE_MATCH_1})
   endif()
   set(${out} "${layer}" PARENT_SCOPE)
@@ -63,7 +66,7 @@ function(check_files layer)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-foreach(layer model block scheduler planner memory internal)
+foreach(layer model block scheduler planner memory device internal)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.h ${SOURCE_DIR}/src/${layer}/*.cc)
   check_files(${layer} ${files})
 endforeach()

@@ -16,7 +16,7 @@ set(KVPAGE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kvpage CACHE STRING
 # block_pool.h includes internal headers and is not part of the installed API.
 set(_kvpage_header_excludes PATTERN block_pool.h EXCLUDE)
 if(NOT TARGET kvpage_cuda)
-  list(APPEND _kvpage_header_excludes PATTERN cuda EXCLUDE)
+  list(APPEND _kvpage_header_excludes PATTERN cuda EXCLUDE PATTERN device_step_tables.h EXCLUDE)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kvpage
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
@@ -31,7 +31,7 @@ set(_kvpage_export_targets
     kvpage kvpage_model kvpage_block kvpage_scheduler kvpage_planner kvpage_memory kvpage_sim
     kvpage_kernel_ref)
 if(TARGET kvpage_cuda)
-  list(APPEND _kvpage_export_targets kvpage_cuda kvpage_memory_cuda)
+  list(APPEND _kvpage_export_targets kvpage_cuda kvpage_memory_cuda kvpage_device)
 endif()
 install(TARGETS ${_kvpage_export_targets}
         EXPORT kvpageTargets

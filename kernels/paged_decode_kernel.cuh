@@ -43,6 +43,9 @@ struct DecodeArgs {
   int64_t head_stride;
   const int32_t* table;
   int64_t row_stride;
+  // Query row i reads table row table_rows[i] (paged prefill: a query token reads its
+  // sequence's row); null: row i.
+  const int32_t* table_rows = nullptr;
   const int32_t* seq_lens;
   int32_t block_size;
   int32_t num_q_heads;
@@ -210,7 +213,8 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
 
   const TokenRange range = SplitRange(AttendedRange(a.seq_lens[seq], a.window_left),
                                       a.chunk_tokens, split, a.num_splits);
-  const int32_t* table_row = a.table + seq * a.row_stride;
+  const int32_t* table_row =
+      a.table + (a.table_rows != nullptr ? a.table_rows[seq] : seq) * a.row_stride;
   const T* cache = static_cast<const T*>(a.cache);
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;
 

@@ -131,8 +131,9 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
     impl->max_model_len = config.max_num_batched_tokens;
   }
   KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
-  // The probes left their chunks mapped (idle): memory follows what requests use.
-  impl->kv->ReleaseIdleChunks();
+  // The probes left their chunks mapped (idle): memory follows what requests use. (vLLM holds
+  // every block from the start, its free queue in id order: vllm accounting keeps them.)
+  if (config.kv.mode == AccountingMode::kKvpage) impl->kv->ReleaseIdleChunks();
   impl->InitTables();
   return impl;
 }

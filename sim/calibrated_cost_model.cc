@@ -97,6 +97,14 @@ absl::StatusOr<std::unique_ptr<CalibratedCostModel>> CalibratedCostModel::Create
                                            : GemmShape{std::floor(k / options.tp), n});
     }
   }
+  if (c.num_experts > 0 && c.num_layers > 0 && model.routed_expert_params > 0) {
+    const double width = std::max(
+        1.0, std::round(static_cast<double>(model.routed_expert_params) /
+                        (3.0 * c.num_experts * c.num_layers * model.hidden_size)));
+    const double h = model.hidden_size;
+    m->expert_gemms_ = {GemmShape{h, std::max(1.0, std::floor(2 * width / options.tp))},
+                        GemmShape{std::max(1.0, std::floor(width / options.tp)), h}};
+  }
   return m;
 }
 
@@ -124,14 +132,23 @@ CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
   for (const GemmShape& g : layer_gemms_) {
     cost.linear_s += layers * Gemm(tokens, g.k, g.n, g.k * g.n * bytes_per_param_);
   }
-  if (c.num_experts > 0 && routed_active_params_ > 0) {
+  if (c.num_experts > 0 && routed_active_params_ > 0 && tokens > 0) {
     const double k_over_e = static_cast<double>(c.experts_per_token) / c.num_experts;
-    const double touched = c.routed_weight_bytes * (1.0 - std::pow(1.0 - k_over_e, tokens));
+    const double touched_share = 1.0 - std::pow(1.0 - k_over_e, tokens);
+    const double touched = c.routed_weight_bytes * touched_share;
     weight_bytes += touched;
-    // Each expert sees tokens · k / E rows on average.
-    cost.linear_s += std::max(touched / tp / bandwidth,
-                              2.0 * tokens * routed_active_params_ / tp /
-                                  (c.peak_flops * gemm_.EfficiencyAt(tokens * k_over_e)));
+    // The experts that get rows this step, and the rows each gets on average.
+    const double experts = c.num_experts * touched_share;
+    const double rows = tokens * c.experts_per_token / experts;
+    const double eff = gemm_.EfficiencyAt(rows);
+    for (size_t i = 0; i < expert_gemms_.size(); ++i) {
+      const GemmShape& g = expert_gemms_[i];
+      const double share = i == 0 ? 2.0 / 3.0 : 1.0 / 3.0;  // gate+up, down
+      const double q = tiles_.has_value() ? tiles_->Factor(rows, g.n, g.k, experts) : 1.0;
+      cost.linear_s += std::max(touched * share / tp / bandwidth,
+                                q * 2.0 * tokens * routed_active_params_ * share / tp /
+                                    (c.peak_flops * eff));
+    }
   }
   cost.lm_head_s = Gemm(requests, hidden_size_, static_cast<double>(vocab_size_) / tp,
                         lm_head_bytes_ / tp);

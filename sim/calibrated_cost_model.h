@@ -4,7 +4,7 @@
 // One step on each of `tp` GPUs, summed kernel by kernel (kernels of a step run one after
 // another, so the terms add; docs/simulator.md derives each one and reports its error):
 //   linear     L · Σ_g [launch + max(W_g / (B · hbm_eff), Q_g · 2 · T · N_g · K_g / (P · eff(T)))]
-//              + max(W_e · touched / (B · hbm_eff), F_e / (P · eff(T · k / E)))  MoE experts
+//              + L · Σ_e max(W_e · touched / (B · hbm_eff), Q_e · F_e / (P · eff(r)))  MoE experts
 //   lm_head    launch + max(W_head / (B · hbm_eff), Q · 2 · R · vocab · hidden / (P · eff(R)))
 //   attention  Σ_requests max(attention FLOPs / (P · attention_eff), KV bytes / (B · hbm_eff))
 //   small ops  L · Σ_layer ops (launch + per_element · T · hidden [/ tp]) + embedding
@@ -16,7 +16,10 @@
 // from ModelSpec: QKV and output from the attention heads, gate+up and down from the rest of a
 // layer's dense parameters as a gated MLP (exact for Llama-style models; for MLA, linear
 // attention and MoE layers an approximation that keeps the parameter count). Attention FLOPs
-// and KV bytes are those of RooflineCostModel.
+// and KV bytes are those of RooflineCostModel. MoE experts: e runs over gate+up and down
+// (2/3 and 1/3 of the expert weights W_e and FLOPs F_e per layer), touched = 1 − (1 − k/E)^T
+// of the E experts get r = T · k / (E · touched) rows each, and Q_e counts their tiles as one
+// grouped launch (expert width from routed_expert_params over every layer).
 //
 // Thread-safety: Cost is const and touches no shared state.
 #ifndef KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
@@ -76,6 +79,7 @@ class CalibratedCostModel : public CostModel {
   GemmCurve gemm_;
   absl::optional<TileQuantization> tiles_;
   std::vector<GemmShape> layer_gemms_;  // one decoder layer, per GPU
+  std::vector<GemmShape> expert_gemms_;  // one routed expert: gate+up, down; per GPU
   double bytes_per_param_ = 2;          // dense decoder weights
   std::vector<SmallOpCost> small_ops_;
   absl::optional<AllReduceTable> all_reduce_;  // tp > 1 only

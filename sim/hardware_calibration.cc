@@ -210,16 +210,16 @@ double GemmCurve::EfficiencyAt(double num_tokens) const {
   return efficiency[i] + f * (efficiency[i + 1] - efficiency[i]);
 }
 
-double TileQuantization::Factor(double m, double n, double k) const {
+double TileQuantization::Factor(double m, double n, double k, double groups) const {
   const double sms = sm_count;
   const double k_padded = std::ceil(k / k_multiple) * k_multiple;
   double best = 0;
   for (const auto& [tm, tn] : tiles) {
-    const double tiles_out = std::ceil(m / tm) * std::ceil(n / tn);
+    const double tiles_out = std::ceil(groups * std::ceil(m / tm) * std::ceil(n / tn));
     const double work = std::ceil(tiles_out / sms) * tm * tn;
     if (best == 0 || work < best) best = work;
   }
-  return best * sms * k_padded / (m * n * k);
+  return best * sms * k_padded / (groups * m * n * k);
 }
 
 double AllReduceTable::SecondsFor(double message_bytes) const {

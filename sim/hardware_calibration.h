@@ -42,14 +42,16 @@ struct GemmCurve {
 // How a GEMM's output tiles fill the GPU: the M × N output is cut into tm × tn tiles that run
 // in waves of `sm_count`, each over K rounded up to `k_multiple`; the library is taken to run
 // the listed tile that wastes least. Q = min over tiles of
-//   ceil(ceil(M / tm) · ceil(N / tn) / sm_count) · sm_count · tm · tn · K' / (M · N · K) >= 1.
+//   ceil(G · ceil(M / tm) · ceil(N / tn) / sm_count) · sm_count · tm · tn · K' / (G · M · N · K)
+// >= 1, for G same-shape GEMMs launched together (the experts of a MoE layer; 1 otherwise).
 struct TileQuantization {
   int32_t sm_count = 1;
   std::vector<std::pair<int32_t, int32_t>> tiles;  // (tm, tn), non-empty
   int32_t k_multiple = 1;
 
-  // Q for an M × K by K × N product (dimensions >= 1; fractional N or K are rounded up).
-  double Factor(double m, double n, double k) const;
+  // Q for `groups` M × K by K × N products (M, N, K > 0; fractions are rounded up to whole
+  // tiles).
+  double Factor(double m, double n, double k, double groups = 1) const;
 };
 
 // A small kernel (norm, rope, activation, residual add, embedding):

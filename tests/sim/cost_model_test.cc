@@ -325,10 +325,40 @@ TEST(TileQuantizationTest, FactorByHand) {
   EXPECT_DOUBLE_EQ(q.Factor(816, 2560, 2560), 88.0 / 85.0);
   // 100 × 3,000, K 4,000 -> 4,096: 2 · 24 = 48 tiles of 64 × 128, one wave.
   EXPECT_DOUBLE_EQ(q.Factor(100, 3000, 4000), 8192.0 * 132 * 4096 / (100.0 * 3000 * 4000));
+  // 256 experts of 64 rows × 4,096 launched together: 256 · 32 = 8,192 tiles of 64 × 128 in
+  // 63 waves, Q = 63 · 132 · 64 · 128 / (256 · 64 · 4,096) = 1.01513671875.
+  EXPECT_DOUBLE_EQ(q.Factor(64, 4096, 7168, 256), 1.01513671875);
   q.tiles = {{1, 1}};
   q.sm_count = 1;
   q.k_multiple = 1;
   EXPECT_DOUBLE_EQ(q.Factor(7, 5, 3), 1.0);  // unit tiles waste nothing
+}
+
+// Unit tiles on one SM waste nothing: the same times as no tile term, dense and MoE alike;
+// 128 × 128 tiles on 100 SMs only add time.
+TEST(CalibratedCostModelTest, UnitTilesChangeNothingMoeIncluded) {
+  auto linear = [](const std::string& tiles, const char* model, int32_t tokens) {
+    std::string json = kToyGpu;
+    const std::string key = R"("attention": {)";
+    json.replace(json.find(key), key.size(), R"("tiles": )" + tiles + ", " + key);
+    auto gpu = ParseGpuSpec(json, "toy");
+    auto cal = ParseGpuCalibration(json, "toy");
+    auto spec = LoadModel(model);
+    EXPECT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
+    auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return (*m)->Cost(Step({{0, tokens}})).linear_s;
+  };
+  const std::string unit = R"({"sm_count": 1, "tiles": [[1, 1]], "k_multiple": 1})";
+  const std::string big = R"({"sm_count": 100, "tiles": [[128, 128]], "k_multiple": 1})";
+  for (const char* model : {"qwen3-8b", "deepseek-v2-lite", "qwen3.5-35b-a3b"}) {
+    for (int32_t tokens : {1, 100, 3000}) {
+      const double none = linear("null", model, tokens);
+      EXPECT_DOUBLE_EQ(linear(unit, model, tokens), none) << model << " " << tokens;
+      EXPECT_GE(linear(big, model, tokens), none) << model << " " << tokens;
+    }
+    EXPECT_GT(linear(big, model, 3000), linear("null", model, 3000)) << model;
+  }
 }
 
 TEST(CalibratedCostModelTest, TileQuantizationSlowsPartialWaves) {

@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<CalibratedCostModel>> CalibratedCostModel::Create
 double CalibratedCostModel::Gemm(double m, double k, double n, double bytes) const {
   const RooflineCostModel::Constants& c = counts_->constants();
   const double memory = bytes / (c.bandwidth * gemm_.hbm_efficiency);
-  if (m <= 0) return gemm_.launch_s + memory;
+  if (m <= 0 || n <= 0 || k <= 0) return gemm_.launch_s + memory;
   const double q = tiles_.has_value() ? tiles_->Factor(m, n, k) : 1.0;
   const double compute = 2.0 * m * n * k * q / (c.peak_flops * gemm_.EfficiencyAt(m));
   return gemm_.launch_s + std::max(memory, compute);

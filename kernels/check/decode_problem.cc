@@ -24,6 +24,7 @@ std::string DecodeCase::Name() const {
                       DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
                       max_len, window_left, num_splits);
   if (plan_tokens > 0) name += absl::StrFormat(" planned for %d", plan_tokens);
+  if (fp8_kv) name += " fp8 KV";
   if (tensor_cores) name += " tensor cores";
   return name;
 }
@@ -49,7 +50,9 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   std::shuffle(ids.begin(), ids.end(), rng);
 
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  p->cache.assign(static_cast<size_t>(p->num_blocks) * 2 * bs * row, kHalfNan);
+  // kHalfNan is two 0xff bytes: NaN in e4m3 too.
+  const int64_t elements = static_cast<int64_t>(p->num_blocks) * 2 * bs * row;
+  p->cache.assign(static_cast<size_t>(c.fp8_kv ? (elements + 1) / 2 : elements), kHalfNan);
   const KvCacheView view = p->View(p->cache.data());
   p->table.assign(static_cast<size_t>(c.num_seqs) * p->max_blocks, -1);
   size_t next = 0;
@@ -61,10 +64,17 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
       p->table[b * p->max_blocks + j] = (j + 1) * bs <= attended.begin ? 0 : block;
       for (int32_t t = j * bs; t < std::min((j + 1) * bs, p->lens[b]); ++t) {
         for (int32_t kv = 0; kv < 2; ++kv) {
-          uint16_t* dst = p->cache.data() + KvElementOffset(view.block_stride, view.kv_stride,
-                                                            view.token_stride, view.head_stride,
-                                                            block, kv, t % bs, 0);
-          for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
+          const int64_t at = KvElementOffset(view.block_stride, view.kv_stride,
+                                             view.token_stride, view.head_stride, block, kv,
+                                             t % bs, 0);
+          if (c.fp8_kv) {
+            uint8_t* dst = reinterpret_cast<uint8_t*>(p->cache.data()) + at;
+            const float inv_scale = 1.0f / (kv == 0 ? kFp8KScale : kFp8VScale);
+            for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToE4m3(normal(rng) * inv_scale);
+          } else {
+            uint16_t* dst = p->cache.data() + at;
+            for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
+          }
         }
       }
     }
@@ -73,6 +83,11 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   for (auto& x : p->q) x = ref::FloatToHalf(normal(rng), c.dtype);
   p->params = DecodeParams{p->num_q_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                            c.window_left};
+  if (c.fp8_kv) {
+    p->params.k_scale = kFp8KScale;
+    p->params.v_scale = kFp8VScale;
+    p->params.fp8_query_dtype = c.dtype;
+  }
 
   int32_t max_attended = 0;
   for (int32_t len : p->lens) {

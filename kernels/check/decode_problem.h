@@ -14,7 +14,7 @@
 namespace kvpage::cuda::check {
 
 struct DecodeCase {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // q and out; also the cache unless fp8_kv
   int32_t num_seqs = 0;
   int32_t num_kv_heads = 0;
   int32_t group = 1;  // query heads per KV head
@@ -27,8 +27,15 @@ struct DecodeCase {
   // captured in a graph for shorter sequences, replayed after they grew).
   int32_t plan_tokens = 0;
   bool tensor_cores = false;  // the plan asks for the tensor-core kernel
+  // An fp8 e4m3 cache with per-tensor scales kFp8KScale / kFp8VScale (values stored as
+  // WriteKvFp8 stores them); q and out stay in `dtype`.
+  bool fp8_kv = false;
   std::string Name() const;
 };
+
+// The scales of fp8_kv cases: not powers of two, so a missing or misplaced scale shows.
+inline constexpr float kFp8KScale = 0.0213f;
+inline constexpr float kFp8VScale = 0.0087f;
 
 // Inputs of one case:
 // - lengths 1, bs-1, bs, bs+1, max_len and 0 first (clamped to max_len), then uniform;
@@ -36,14 +43,15 @@ struct DecodeCase {
 //   blocks stay unused); entries wholly before a sliding window point at the null block;
 // - every cache element that is not a real token's K or V (tails of last blocks, unused and
 //   null blocks) is NaN, so reading one poisons the output;
-// - random normal q, K, V rounded once to the case's dtype.
+// - random normal q, K, V rounded once to the case's dtype (K/V: FloatToE4m3(x / scale) for
+//   fp8_kv, whose NaN filler is the byte 0xff).
 struct DecodeProblem {
   DecodeCase c;
   std::vector<int32_t> lens;
   std::vector<int32_t> table;  // [num_seqs][max_blocks]
   int32_t max_blocks = 0;
   int32_t num_blocks = 0;
-  std::vector<uint16_t> cache;  // blocks-first NHD
+  std::vector<uint16_t> cache;  // blocks-first NHD (bytes of it for fp8_kv)
   std::vector<uint16_t> q;      // [num_seqs][num_q_heads][head_dim]
   DecodeParams params;
   DecodePlan plan;
@@ -54,7 +62,7 @@ struct DecodeProblem {
   }
   KvCacheView View(void* base) const {
     return BlocksFirstKvCache(base, num_blocks, c.block_size, c.num_kv_heads, c.head_dim,
-                              c.dtype);
+                              c.fp8_kv ? DType::kFP8 : c.dtype);
   }
 };
 

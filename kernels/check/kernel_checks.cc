@@ -119,7 +119,8 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   KVPAGE_ASSIGN_OR_RETURN(const int32_t ctas_per_sm,
-                          DecodeCtasPerSm(c.dtype, c.head_dim, c.group, c.tensor_cores));
+                          DecodeCtasPerSm(c.fp8_kv ? DType::kFP8 : c.dtype, c.head_dim,
+                                                  c.group, c.tensor_cores));
   DecodeProblem p;
   KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, std::max(sms, 1), ctas_per_sm, &p));
   const int32_t hq = p.num_q_heads();

@@ -8,7 +8,8 @@ For every kernel, the main loop is the backward branch whose body loads the most
 K/V: 16-byte loads (LDG.E.128 on the CUDA-core kernel, LDGSTS...128 on the tensor-core one)
 and 8-byte ones (LDG.E.64: the CUDA-core kernel on an fp8 cache). Per pass of that loop a
 warp reads loads x 32 lanes x their width, times the share of lanes that hold data (10/16,
-12/16 and 24/32 for head_dim 80, 96 and 192, whose other lanes idle); the table prints the
+12/16 and 24/32 for head_dim 80, 96 and 192, whose other lanes idle; 3/4 for the MLA kernel,
+whose rope vector only lanes 0-7 load); the table prints the
 loop's SASS instructions, that byte count, bytes per warp-instruction and instructions per
 KiB.
 cuobjdump and nvdisasm are not in the Debian toolkit packages here; the PyPI wheels
@@ -58,7 +59,10 @@ def main_loop(body):
 
 
 def active_lanes(name):
-    """Share of a token's lanes that load data in the CUDA-core kernel (DecodeLanes)."""
+    """Share of the counted loads that carry data: the CUDA-core kernel's lanes per token
+    (DecodeLanes); in the MLA kernel only lanes 0-7 load the third (rope) vector, 2.25 of 3."""
+    if name.startswith("PagedDecodeMlaKernel"):
+        return 0.75
     m = re.search(r"PagedDecodeKernel<[^,]+, (\d+),", name)
     if not m:
         return 1.0

@@ -41,8 +41,8 @@ namespace kvpage {
 // One attention layer's paged K/V cache. Strides are in elements of `dtype`.
 // Invariants (ValidateKvCacheView): dtype is f16, bf16 or fp8 (e4m3; written by WriteKvFp8,
 // read by decode with DecodeParams' scales); head_dim elements are contiguous and a multiple
-// of one 16-byte vector (8 values, 16 for fp8); every stride is a multiple of that vector; base is 16-byte
-// aligned. K of (block b, token t, head h) is at
+// of one 16-byte vector (8 values, 16 for fp8); every stride is a multiple of that vector;
+// base is 16-byte aligned. K of (block b, token t, head h) is at
 //   base + b*block_stride + t*token_stride + h*head_stride, and V is kv_stride further.
 struct KvCacheView {
   void* base = nullptr;

@@ -76,6 +76,20 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse);
 
+// Absorbed MLA decode (the DeepSeek form): every query head attends to the one latent row of
+// each token, K = the whole row (latent ++ rope), V = its first latent_dim values.
+//   cache: an MLA view (MlaKvCache: kv_stride 0, one head of row_dim = latent_dim + rope_dim).
+//   q: [num_seqs][num_q_heads][row_dim] (bits of DecodeQueryDType(cache, params)), sequence
+//      stride q_seq_stride: q_nope already multiplied into the latent space (W_UK absorbed),
+//      then q_pe.
+//   out: [num_seqs][num_q_heads][latent_dim] double, softmax(scale * q.row) . row[0,
+//      latent_dim); lse as PagedDecode (nullable).
+// InvalidArgument as PagedDecode, for a view with a V half, or latent_dim outside
+// (0, row_dim].
+absl::Status PagedDecodeMla(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
+                            const BlockTableView& table, const DecodeParams& params,
+                            int32_t latent_dim, double* out, double* lse);
+
 // Attention for a batch of variable-length query chunks over the paged cache: prefill chunks
 // with cached prefixes and decodes in one call (the batches the scheduler emits).
 //   q: [total_tokens][num_q_heads][head_dim] (bits of DecodeQueryDType), token stride

@@ -23,7 +23,7 @@ inline std::vector<WriteKvCase> WriteKvCases() {
 }
 
 // Every case on the CUDA-core kernel, then again on the tensor-core one, then the shapes only
-// the CUDA-core kernel has (fp8 caches, head_dim 80/96/192).
+// the CUDA-core kernel has (fp8 caches, head_dim 80/96/192), then MLA (PagedDecodeMla).
 inline std::vector<DecodeCase> DecodeCases() {
   // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
   std::vector<DecodeCase> cases = {
@@ -71,6 +71,18 @@ inline std::vector<DecodeCase> DecodeCases() {
       {DType::kBF16, 6, 8, 8, 80, 16, 8192, -1, 0},    // device plan
   };
   cases.insert(cases.end(), std::begin(head_dims), std::end(head_dims));
+  // Absorbed MLA, DeepSeek's row (512 latent + 64 rope); group = query heads.
+  const DecodeCase mla[] = {
+      {DType::kBF16, 8, 1, 16, 576, 64, 300, -1, 0},
+      {DType::kF16, 7, 1, 6, 576, 16, 200, -1, 0},
+      {DType::kBF16, 9, 1, 16, 576, 64, 700, 127, 0},  // sliding window
+      {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},  // split-KV
+      {DType::kF16, 6, 1, 128, 576, 64, 3000, -1, 0},  // DeepSeek-V3's 128 heads, planned
+  };
+  for (DecodeCase c : mla) {
+    c.mla = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 

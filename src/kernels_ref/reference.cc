@@ -198,6 +198,28 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
   return absl::OkStatus();
 }
 
+absl::Status PagedDecodeMla(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
+                            const BlockTableView& table, const DecodeParams& params,
+                            int32_t latent_dim, double* out, double* lse) {
+  if (cache.kv_stride != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PagedDecodeMla: the view has a V half (kv_stride ", cache.kv_stride, "), not MLA"));
+  }
+  if (latent_dim <= 0 || latent_dim > cache.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecodeMla: latent_dim ", latent_dim,
+                                                   " is outside (0, ", cache.head_dim, "]"));
+  }
+  // With kv_stride 0, V is the whole latent row: decode over it, then keep the latent part.
+  const int64_t rows = static_cast<int64_t>(table.num_seqs) * params.num_q_heads;
+  std::vector<double> full(static_cast<size_t>(std::max<int64_t>(rows, 0)) * cache.head_dim);
+  absl::Status status = PagedDecode(q, q_seq_stride, cache, table, params, full.data(), lse);
+  if (!status.ok()) return status;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(full.data() + r * cache.head_dim, latent_dim, out + r * latent_dim);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PagedPrefill(const uint16_t* q, int64_t q_token_stride,
                           const int32_t* query_start_loc, const KvCacheView& cache,
                           const BlockTableView& table, const DecodeParams& params, double* out,

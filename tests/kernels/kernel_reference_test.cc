@@ -353,6 +353,39 @@ TEST(Fp8DecodeRefTest, CacheReadsScaledValues) {
       << s;
 }
 
+// Absorbed MLA: K is the whole latent row (16 latent + 16 rope here), V its latent part only.
+TEST(MlaDecodeRefTest, LatentRowIsKAndItsLatentPartV) {
+  AlignedHalves cache(2 * 32, 0);  // 1 block of 2 tokens, rows of 32
+  const KvCacheView c = MlaKvCache(cache.data(), 1, 2, 32, DType::kBF16);
+  for (int i = 0; i < 16; ++i) {
+    cache.data()[i] = FloatToBf16(1.0f);       // token 0: latent 1, rope 0
+    cache.data()[32 + i] = FloatToBf16(2.0f);  // token 1: latent 2, rope[0] 1
+  }
+  cache.data()[32 + 16] = FloatToBf16(1.0f);
+  std::vector<uint16_t> q(64, FloatToBf16(0.0f));  // two heads: rope-only, latent-only
+  q[16] = FloatToBf16(1.0f);                       // head 0: scores 0 and 1
+  q[32] = FloatToBf16(0.5f);                       // head 1: scores 0.5 and 1
+  const int32_t table[] = {0};
+  const int32_t lens[] = {2};
+  double out[32], lse[2];
+  ASSERT_TRUE(
+      ref::PagedDecodeMla(q.data(), 64, c, {table, 1, lens, 1}, {2, 1.0f, -1}, 16, out, lse)
+          .ok());
+  const double e = std::exp(1.0), e2 = std::exp(0.5);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_NEAR(out[i], (1.0 + 2.0 * e) / (1.0 + e), 1e-12) << i;
+    EXPECT_NEAR(out[16 + i], (e2 + 2.0 * e) / (e2 + e), 1e-12) << i;
+  }
+  EXPECT_NEAR(lse[0], std::log(1.0 + e), 1e-12);
+  absl::Status s =
+      ref::PagedDecodeMla(q.data(), 64, c, {table, 1, lens, 1}, {2, 1.0f, -1}, 33, out, lse);
+  EXPECT_NE(s.message().find("latent_dim 33 is outside (0, 32]"), absl::string_view::npos) << s;
+  const KvCacheView kv = BlocksFirstKvCache(cache.data(), 1, 2, 1, 16, DType::kBF16);
+  s = ref::PagedDecodeMla(q.data(), 64, kv, {table, 1, lens, 1}, {2, 1.0f, -1}, 16, out, lse);
+  EXPECT_NE(s.message().find("the view has a V half (kv_stride 32)"), absl::string_view::npos)
+      << s;
+}
+
 TEST(WriteKvRefTest, ScattersRowsBySlotAndSkipsNegative) {
   // 3 blocks of 2 tokens, 2 heads of 8: a K or V half is 32 elements, a block 64.
   AlignedHalves cache(3 * 64, 0xffff);

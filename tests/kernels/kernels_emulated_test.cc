@@ -17,6 +17,7 @@
 #include "kernels/emulation/cuda_emulation.h"
 #include "kernels/merge_attn_states_kernel.cuh"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_mla_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
 #include "kernels/paged_decode_select.cuh"
 #include "kernels/table_runs_kernel.cuh"
@@ -66,31 +67,39 @@ std::vector<uint16_t> RunDecode(const DecodeProblem& p) {
   const int32_t hq = p.num_q_heads();
   std::vector<uint16_t> out(static_cast<size_t>(p.out_elements()), kHalfNan);
   const int64_t rows = static_cast<int64_t>(c.num_seqs) * hq;
-  std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (c.head_dim + 1) : 0,
+  const int32_t out_dim = p.out_dim();
+  std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (out_dim + 1) : 0,
                         NAN);
   std::vector<uint16_t> cache = p.cache;
-  const internal::DecodeLaunch l = internal::MakeDecodeLaunch(
+  const auto make_launch = c.mla ? internal::MakeMlaDecodeLaunch : internal::MakeDecodeLaunch;
+  const internal::DecodeLaunch l = make_launch(
       out.data(), p.q.data(), static_cast<int64_t>(hq) * c.head_dim, p.View(cache.data()),
       BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs}, p.params, p.plan,
       ws.data());
   const bool bf16 = c.dtype == DType::kBF16;
-  if (bf16) {
+  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+  if (c.mla && bf16) {
+    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__nv_bfloat16>, l.args);
+  } else if (c.mla) {
+    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__half>, l.args);
+  } else if (bf16) {
     LaunchDecode<__nv_bfloat16>(l, c.head_dim, c.fp8_kv);
   } else {
     LaunchDecode<__half>(l, c.head_dim, c.fp8_kv);
   }
   if (p.plan.num_splits > 1) {
-    const dim3 grid(static_cast<unsigned int>(rows));
+    const dim3 merge_grid(static_cast<unsigned int>(rows));
     const dim3 block(internal::kMergeThreads);
     if (bf16) {
-      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
+      Launch(merge_grid, block, internal::MergeKernel<__nv_bfloat16>,
              reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
              static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
-             p.plan.num_splits, c.head_dim);
+             p.plan.num_splits, out_dim);
     } else {
-      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
-             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
-             static_cast<const float*>(l.args.ws_lse), p.plan.num_splits, c.head_dim);
+      Launch(merge_grid, block, internal::MergeKernel<__half>,
+             reinterpret_cast<__half*>(out.data()), static_cast<float*>(nullptr),
+             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
+             p.plan.num_splits, out_dim);
     }
   }
   EXPECT_EQ(cache, p.cache) << "decode wrote to the cache";
@@ -171,6 +180,27 @@ TEST(EmulatedKernelsTest, PagedDecodeHeadDims80_96_192) {
   for (const DecodeCase& c : cases) {
     DecodeProblem p;
     ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// Absorbed MLA decode, the DeepSeek shape (576-value latent rows, 512 out), against
+// ref::PagedDecodeMla: 16 query heads (4 CTAs of 4), a partial tile of 2, a window, splits.
+TEST(EmulatedKernelsTest, PagedDecodeMlaMatchesReference) {
+  // dtype, seqs, kv heads, group (= query heads), row, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 1, 16, 576, 64, 150, -1, 0},
+      {DType::kF16, 6, 1, 6, 576, 16, 100, -1, 0},   // tiles of 4 and 2
+      {DType::kBF16, 8, 1, 4, 576, 16, 200, 37, 0},  // sliding window
+      {DType::kF16, 6, 1, 8, 576, 64, 700, -1, 4},   // split-KV
+      {DType::kBF16, 6, 1, 1, 576, 16, 300, 100, 3},  // split-KV in a window, one head
+  };
+  uint32_t seed = 700;
+  for (DecodeCase c : cases) {
+    c.mla = true;
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 2, &p).ok());
     double err = 0;
     EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
   }

@@ -81,6 +81,25 @@ TEST(KernelLaunchersTest, DecodeRejectsKernelsThatDoNotExist) {
             "PagedDecode: scale -1 is not a positive finite number");
 }
 
+// PagedDecodeMla takes only an MLA view of row 576 and no tensor-core plan.
+TEST(KernelLaunchersTest, MlaDecodeNeedsTheDeepSeekRow) {
+  alignas(16) static uint16_t cache[2 * 16 * 576], q[576], out[512];
+  alignas(16) static int32_t table[2] = {0, 1}, lens[1] = {20};
+  const BlockTableView t{table, 2, lens, 1};
+  auto message = [&](const KvCacheView& view, const DecodePlan& plan) {
+    return std::string(
+        PagedDecodeMla(out, q, 576, view, t, {1, 0.1f, -1}, plan, nullptr, 0, nullptr)
+            .message());
+  };
+  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 512, DType::kBF16), DecodePlan{}),
+            "PagedDecodeMla: needs an MLA view (kv_stride 0) of row 576, not kv_stride 0 "
+            "head_dim 512");
+  DecodePlan mma;
+  mma.use_tensor_cores = true;
+  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 576, DType::kBF16), mma),
+            "PagedDecodeMla: there is no tensor-core MLA kernel");
+}
+
 TEST_F(KernelsGpuTest, WriteKvMatchesReference) {
   uint32_t seed = 1;
   for (const WriteKvCase& c : WriteKvCases()) {

@@ -75,6 +75,22 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
                          const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
                          cudaStream_t stream);
 
+// Absorbed MLA decode, the DeepSeek shape: one 576-value latent row per token (512 latent +
+// 64 rope) that every query head attends to; ref::PagedDecodeMla with latent_dim 512.
+//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16.
+//   q:   [num_seqs][num_q_heads][576] (q_nope with W_UK absorbed, then q_pe), cache.dtype,
+//        sequence stride q_seq_stride elements.
+//   out: [num_seqs][num_q_heads][512], cache.dtype, contiguous (the latent output; W_UV is
+//        the caller's).
+//   workspace: DecodeWorkspaceBytes(plan, num_seqs, num_q_heads, 512) bytes.
+// CUDA cores only (4 query heads a CTA, each row read once for them); plans, splits, windows
+// and graph capture as PagedDecode. InvalidArgument naming the value for a view that is not
+// MLA of row 576, an fp8 cache, plan.use_tensor_cores, and the PagedDecode argument errors.
+absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
+                            const KvCacheView& cache, const BlockTableView& table,
+                            const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                            int64_t workspace_bytes, cudaStream_t stream);
+
 // Merges split-KV partial states (the (o, lse) merge of FlashInfer's cascade note).
 //   partial_o: [num_seqs][num_heads][num_splits][head_dim] float, each split normalised.
 //   partial_lse: [num_seqs][num_heads][num_splits] float, natural log; -inf = empty split.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_status.h"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_launch.h"
 #include "kernels/paged_decode_mma_kernel.cuh"
 #include "kvpage/cuda/paged_decode.h"
 
@@ -129,53 +130,69 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
   return PlanDecode(in, plan);
 }
 
-absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
-                         const BlockTableView& table, const DecodeParams& params,
-                         const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
-                         cudaStream_t stream) {
+absl::Status internal::ValidatePagedDecode(const char* what, const void* out, const void* q,
+                                          int64_t q_seq_stride, const KvCacheView& cache,
+                                          const BlockTableView& table,
+                                          const DecodeParams& params, const DecodePlan& plan,
+                                          const void* workspace, int64_t workspace_bytes) {
   if (absl::Status s = ValidateKvCacheView(cache); !s.ok()) return s;
   const int32_t d = cache.head_dim;
-  if (absl::Status s = CheckKernelChoice(cache.dtype, d, plan.use_tensor_cores, "PagedDecode");
+  if (absl::Status s = CheckKernelChoice(cache.dtype, d, plan.use_tensor_cores, what);
       !s.ok()) {
     return s;
   }
   if (cache.kv_stride == 0) {
-    return absl::InvalidArgumentError("PagedDecode: MLA views (kv_stride 0) are not supported");
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": MLA views (kv_stride 0) are not supported"));
   }
-  if (absl::Status s = ValidateDecodeParams(cache, params, "PagedDecode"); !s.ok()) return s;
+  if (absl::Status s = ValidateDecodeParams(cache, params, what); !s.ok()) return s;
   if (plan.use_tensor_cores && cache.block_size % internal::kMmaStepTokens != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: the tensor-core kernel needs a "
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the tensor-core kernel needs a "
                                                    "block_size multiple of 16, not ",
                                                    cache.block_size));
   }
   const int32_t hq = params.num_q_heads;
   if (out == nullptr || q == nullptr || table.table == nullptr || table.seq_lens == nullptr) {
-    return absl::InvalidArgumentError("PagedDecode: null out, q, table or seq_lens");
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null out, q, table or seq_lens"));
   }
   if (!Aligned16(out) || !Aligned16(q) || q_seq_stride % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "PagedDecode: out/q must be 16-byte aligned and q_seq_stride (", q_seq_stride,
+        what, ": out/q must be 16-byte aligned and q_seq_stride (", q_seq_stride,
         ") a multiple of 8"));
   }
   if (table.num_seqs < 0 || table.num_seqs > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("PagedDecode: num_seqs ", table.num_seqs, " is outside [0, 65535]"));
+        absl::StrCat(what, ": num_seqs ", table.num_seqs, " is outside [0, 65535]"));
   }
   if (plan.num_splits < 1 || plan.num_splits > 65535 ||
       (plan.num_splits > 1 && plan.chunk_tokens <= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: plan num_splits ",
+    return absl::InvalidArgumentError(absl::StrCat(what, ": plan num_splits ",
                                                    plan.num_splits, " chunk_tokens ",
                                                    plan.chunk_tokens));
   }
   const int64_t needed = DecodeWorkspaceBytes(plan, table.num_seqs, hq, d);
   if (needed > 0 && (workspace == nullptr || !Aligned16(workspace) || workspace_bytes < needed)) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: workspace of ", workspace_bytes,
+    return absl::InvalidArgumentError(absl::StrCat(what, ": workspace of ", workspace_bytes,
                                                    " bytes (16-byte aligned) needed ", needed));
   }
-  if (table.num_seqs == 0) return absl::OkStatus();
+  return absl::OkStatus();
+}
 
+absl::Status internal::LaunchPagedDecode(const char* what, void* out, const void* q,
+                                        int64_t q_seq_stride, const KvCacheView& cache,
+                                        const BlockTableView& table, const int32_t* table_rows,
+                                        const DecodeParams& params, const DecodePlan& plan,
+                                        void* workspace, int64_t workspace_bytes,
+                                        cudaStream_t stream) {
+  absl::Status status = ValidatePagedDecode(what, out, q, q_seq_stride, cache, table, params,
+                                            plan, workspace, workspace_bytes);
+  if (!status.ok()) return status;
+  if (table.num_seqs == 0) return absl::OkStatus();
+  const int32_t d = cache.head_dim;
+  const int32_t hq = params.num_q_heads;
   DecodeLaunch launch = MakeDecodeLaunch(out, q, q_seq_stride, cache, table, params, plan,
                                          workspace);
+  launch.args.table_rows = table_rows;
   const DecodeArgs& a = launch.args;
   const int32_t group_tile = launch.group_tile;
   const dim3 grid(launch.grid[0], launch.grid[1], launch.grid[2]);
@@ -188,6 +205,15 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
   if (plan.num_splits == 1) return absl::OkStatus();
   return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, table.num_seqs, hq, plan.num_splits, d,
                          q_dtype, stream);
+}
+
+absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
+                         const BlockTableView& table, const DecodeParams& params,
+                         const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
+                         cudaStream_t stream) {
+  return internal::LaunchPagedDecode("PagedDecode", out, q, q_seq_stride, cache, table,
+                                     /*table_rows=*/nullptr, params, plan, workspace,
+                                     workspace_bytes, stream);
 }
 
 }  // namespace kvpage::cuda

@@ -45,6 +45,9 @@ struct DecodeArgs {
   int64_t head_stride;
   const int32_t* table;
   int64_t row_stride;
+  // Query row i reads table row table_rows[i] (paged prefill: a query token reads its
+  // sequence's row); null: row i.
+  const int32_t* table_rows = nullptr;
   const int32_t* seq_lens;
   int32_t block_size;
   int32_t num_q_heads;
@@ -191,9 +194,19 @@ __host__ __device__ constexpr int DecodeLanes(int head_dim) {
   return head_dim <= 64 ? 8 : head_dim <= 128 ? 16 : 32;
 }
 
+// Resident CTAs per SM the CUDA-core kernel is built for (__launch_bounds__' minimum): 7, 6,
+// 3, 2 for group tiles 1, 2, 4, 8 (at most 72, 80, 168 and 255 registers).
+__host__ __device__ constexpr int DecodeMinCtas(int group_tile) {
+  return group_tile == 1 ? 7 : group_tile == 2 ? 6 : group_tile == 4 ? 3 : 2;
+}
+
 // T: the dtype of q and out (f16/bf16). TC: the cache's element type, T or Fp8E4m3.
+// The second __launch_bounds__ argument states the occupancy the kernel is built for (its
+// register count from ptxas, docs/kernels.md §7): left free, ptxas sometimes spills a register
+// to reach the next occupancy step, which the build forbids.
 template <typename T, int kHeadDim, int kGroupTile, typename TC = T>
-__global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, DecodeMinCtas(kGroupTile))
+    PagedDecodeKernel(const DecodeArgs a) {
   using KV = KvVec8<TC>;
   using Raw = typename KV::Raw;
   constexpr int kVec = kHalvesPerVec;
@@ -227,7 +240,8 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
                                       a.chunk_tokens, split, a.num_splits);
   // Idle lanes see an empty range (no loads, -inf scores) but run every iteration.
   const int32_t lane_end = active ? range.end : range.begin;
-  const int32_t* table_row = a.table + seq * a.row_stride;
+  const int32_t* table_row =
+      a.table + (a.table_rows != nullptr ? a.table_rows[seq] : seq) * a.row_stride;
   const auto* cache = static_cast<const typename KV::Elem*>(a.cache);
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;
 

@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(MmaDecodeThreads(kHeadDim))
       range.end > range.begin ? (range.end + kMmaStepTokens - 1) / kMmaStepTokens - first_step
                               : 0;
   const int32_t my_steps = num_steps > warp ? (num_steps - warp + kWarps - 1) / kWarps : 0;
-  const int32_t* table_row = a.table + seq * a.row_stride;
+  const int32_t* table_row =
+      a.table + (a.table_rows != nullptr ? a.table_rows[seq] : seq) * a.row_stride;
   const T* cache = static_cast<const T*>(a.cache) + kv_head * a.head_stride;
 
   // Issues the cp.async copies of this warp's i-th step into `stage`.

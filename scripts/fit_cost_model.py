@@ -6,19 +6,27 @@ data/profiling/):
   compute/<gpu>/<org>/<model>/mlp.csv   per-layer op times (ms) against num_tokens and tp
   network/<gpu>_dgx/all_reduce.csv      all-reduce times (ms) against size (bytes)
 Either Vidur's full files or the trimmed copies in sim/data/profiling/vidur/ (same columns,
-fewer rows; `--trim` writes them) can be read.
+medians only, every token count up to 8,192 and a ladder above; `--trim` writes them) can be
+read.
 
 What it fits, per GPU and tensor-parallel degree (docs/simulator.md gives the model):
-  * linear layers: t = launch + max(W / (B * hbm_eff), F / (P * eff(tokens)))
-    W weight bytes, F = 2 * tokens * params FLOPs, B and P the datasheet bandwidth and
-    peak; launch and hbm_eff by weighted least squares on steps of 1-8 tokens, eff at each
-    token count of the profile by a one-dimensional search.
+  * linear layers, one GEMM of M = tokens rows, N columns and depth K (per GPU) at a time:
+      t = launch + max(W / (B * hbm_eff), Q * F / (P * eff(tokens)))
+    W = N * K * 2 weight bytes, F = 2 * M * N * K FLOPs, B and P the datasheet bandwidth
+    and peak; launch and hbm_eff by weighted least squares on steps of 1-8 tokens, eff at
+    each token count of the profile by a one-dimensional search. Q >= 1 is the tile
+    quantization (--tiles; 1 without it): the GEMM's output is cut into tm x tn tiles that
+    run in waves of --sm-count at a time, over K rounded up to --k-multiple,
+      Q = min over tiles of ceil(ceil(M/tm) * ceil(N/tn) / SMs) * SMs * tm * tn * K'
+          / (M * N * K).
+    --select-tiles picks the tile set by leave-one-model-out error on the fitted models.
   * small kernels (norms, rope, activation, residual add, embedding): t = a + b * elements.
   * all-reduce: the measured medians on one node, as a table.
 Models named in --hold-out are left out of every fit and scored: the script prints their
 error per operation and for the sum of the linear layers, and the worst cell.
 
-Standard library only. Example (what produced the bundled constants):
+Standard library only. Example (what produced the bundled constants; the H100 file adds
+--tiles 64x128,128x128 --k-multiple 512 --sm-count 132):
   python3 scripts/fit_cost_model.py --profiles sim/data/profiling/vidur --gpu a100 \
       --hardware sim/data/hardware/a100-sxm-80gb.json \
       --hold-out Meta-Llama-3-8B,phi-2 --write
@@ -46,7 +54,10 @@ SMALL_OPS = [
     ("add", "hidden", "layer"),
     ("emb", "hidden", "step"),
 ]
-# Token counts kept by --trim: every profiled count on this ladder.
+# Token counts kept by --trim: every profiled count up to TRIM_ALL_UP_TO (the efficiency
+# curve needs them: GEMM times jump between neighbouring counts, and a curve fitted on a
+# sparse ladder misses those jumps), and above it those on this ladder.
+TRIM_ALL_UP_TO = 8192
 TRIM_TOKENS = sorted({1, 2, 4, 8} | {b * m for b in (16, 24) for m in (1, 2, 4, 8, 16, 32, 64,
                                                                           128, 256, 512, 1024, 2048)})
 TRIM_COLUMNS_TAIL = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size",
@@ -84,9 +95,26 @@ def gemm_shapes(row):
             "mlp_down_proj": (row["ffn"] // tp, h)}
 
 
-def gemm_time(params, tokens, launch, hbm_eff, eff, peak, bw):
-    memory = params * BYTES_PER_PARAM / (bw * hbm_eff)
-    compute = 2.0 * tokens * params / (peak * eff)
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def quantization(tokens, k, n, tiles):
+    """Q >= 1: work of the whole waves of output tiles (and K rounded up) over the GEMM's
+    own work; 1 when `tiles` is None. `tiles`: dict(sm_count, tiles [(tm, tn)], k_multiple).
+    Must match TileQuantization::Factor in sim/hardware_calibration.cc."""
+    if not tiles:
+        return 1.0
+    sms, kq = tiles["sm_count"], tiles["k_multiple"]
+    k_padded = ceil_div(k, kq) * kq
+    best = min(ceil_div(ceil_div(tokens, tm) * ceil_div(n, tn), sms) * tm * tn
+               for tm, tn in tiles["tiles"])
+    return best * sms * k_padded / (tokens * n * k)
+
+
+def gemm_time(tokens, k, n, launch, hbm_eff, eff, peak, bw, tiles):
+    memory = k * n * BYTES_PER_PARAM / (bw * hbm_eff)
+    compute = 2.0 * tokens * k * n * quantization(tokens, k, n, tiles) / (peak * eff)
     return launch + max(memory, compute)
 
 
@@ -113,23 +141,23 @@ def interp_log2(xs, ys, x):
     return ys[i] + f * (ys[i + 1] - ys[i])
 
 
-def fit_gemm(rows, peak, bw):
+def fit_gemm(rows, peak, bw, tiles):
     """One GPU and tp: launch, hbm_eff and the efficiency curve over tokens."""
-    samples = []  # (tokens, params, seconds)
+    samples = []  # (tokens, K, N, seconds)
     for r in rows:
         for op, (k, n) in gemm_shapes(r).items():
             if op in r["times"]:
-                samples.append((r["tokens"], k * n, r["times"][op]))
-    small = [(p, t) for m, p, t in samples if m <= 8]
+                samples.append((r["tokens"], k, n, r["times"][op]))
+    small = [(k * n, t) for m, k, n, t in samples if m <= 8]
     a, b = weighted_line([p * BYTES_PER_PARAM for p, _ in small], [t for _, t in small])
     launch, hbm_eff = max(a, 0.0), min(1.0 / (b * bw), 1.0)
     tokens, effs = [], []
     for m in sorted({s[0] for s in samples}):
-        at = [(p, t) for mm, p, t in samples if mm == m]
+        at = [(k, n, t) for mm, k, n, t in samples if mm == m]
 
         def loss(eff):
-            return sum(math.log(gemm_time(p, m, launch, hbm_eff, eff, peak, bw) / t) ** 2
-                       for p, t in at)
+            return sum(math.log(gemm_time(m, k, n, launch, hbm_eff, eff, peak, bw, tiles) / t)
+                       ** 2 for k, n, t in at)
         grid = [10 ** (-3 + 3 * i / 2000) for i in range(2001)]  # 0.001 .. 1
         losses = [loss(e) for e in grid]
         best = min(losses)
@@ -142,10 +170,64 @@ def fit_gemm(rows, peak, bw):
                 tokens=tokens, efficiency=effs)
 
 
-def predict_linear(curve, params, tokens, peak, bw):
+def predict_linear(curve, k, n, tokens, peak, bw, tiles):
     eff = interp_log2(curve["tokens"], curve["efficiency"], tokens)
-    return gemm_time(params, tokens, curve["launch_us"] * 1e-6, curve["hbm_efficiency"], eff,
-                     peak, bw)
+    return gemm_time(tokens, k, n, curve["launch_us"] * 1e-6, curve["hbm_efficiency"], eff,
+                     peak, bw, tiles)
+
+
+def parse_tiles(text, k_multiple, sm_count):
+    if not sm_count or sm_count < 1 or k_multiple < 1:
+        sys.exit("--tiles needs --sm-count >= 1 and --k-multiple >= 1")
+    out = []
+    for t in text.split(","):
+        m = re.fullmatch(r"([0-9]+)x([0-9]+)", t.strip())
+        if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+            sys.exit("--tiles: expected TMxTN, e.g. 128x128, got %r" % t)
+        out.append((int(m.group(1)), int(m.group(2))))
+    return dict(sm_count=sm_count, tiles=out, k_multiple=k_multiple)
+
+
+def tiles_name(tiles):
+    if not tiles:
+        return "off"
+    return "%s over %d SMs, K to a multiple of %d" % (
+        ",".join("%dx%d" % t for t in tiles["tiles"]), tiles["sm_count"], tiles["k_multiple"])
+
+
+def fit_curves(rows, peak, bw, tiles):
+    return {tp: fit_gemm([r for r in rows if r["tp"] == tp], peak, bw, tiles)
+            for tp in sorted({r["tp"] for r in rows})}
+
+
+# Tile sets --select-tiles compares: none, one CUTLASS-style 128x128 tile, and sets from which
+# the library is assumed to run the one that wastes least (smaller tiles for few tokens).
+TILE_CANDIDATES = [None, ("128x128", 256), ("128x128", 512), ("64x128,128x128", 256),
+                   ("64x128,128x128", 512), ("32x128,64x128,128x128", 512),
+                   ("64x64,64x128,128x128", 512), ("64x128,128x128,128x256", 512)]
+
+
+def select_tiles(train, peak, bw, sm_count, max_tokens):
+    """Leave-one-model-out error of the linear-layer sum for each candidate tile set."""
+    models = sorted({r["model"] for r in train})
+    if len(models) < 2:
+        sys.exit("--select-tiles needs at least two fitted models")
+    print("Leave-one-model-out over %s, linear sum, tokens 1..%d:" % (", ".join(models),
+                                                                       max_tokens))
+    print("| tiles | K multiple | cells | over 10% | mean abs | worst |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for cand in TILE_CANDIDATES:
+        tiles = parse_tiles(cand[0], cand[1], sm_count) if cand else None
+        errs = []
+        for left in models:
+            rest = [r for r in train if r["model"] != left]
+            mine = [r for r in train if r["model"] == left]
+            curves = fit_curves(rest, peak, bw, tiles)
+            errs += score(mine, curves, [], peak, bw, max_tokens, tiles)["linear (sum of 4)"]
+        print("| %s | %s | %d | %d | %.1f%% | %+.1f%% |" % (
+            cand[0] if cand else "none", cand[1] if cand else "—", len(errs),
+            sum(abs(e[0]) > 0.1 for e in errs), 100 * sum(abs(e[0]) for e in errs) / len(errs),
+            100 * max((e[0] for e in errs), key=abs)), flush=True)
 
 
 def small_elements(row, width):
@@ -234,7 +316,8 @@ def trim(profiles, out_dir):
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             cols = [c for c in reader.fieldnames if c.endswith(".median")] + TRIM_COLUMNS_TAIL
-            kept = [r for r in reader if int(r["num_tokens"]) in TRIM_TOKENS]
+            kept = [r for r in reader if int(r["num_tokens"]) <= TRIM_ALL_UP_TO or
+                    int(r["num_tokens"]) in TRIM_TOKENS]
         os.makedirs(os.path.dirname(os.path.join(out_dir, rel)), exist_ok=True)
         with open(os.path.join(out_dir, rel), "w", newline="") as f:
             w = csv.writer(f, lineterminator="\n")
@@ -254,7 +337,7 @@ def trim(profiles, out_dir):
                     w.writerow([repr(round(t * 1e3, 6)), 0, tp, size, "all_reduce", tp])
 
 
-def score(rows, curves, small, peak, bw, max_tokens):
+def score(rows, curves, small, peak, bw, max_tokens, tiles):
     """Held-out relative errors: {op: [(err, model, tp, tokens, pred, meas)]}."""
     errs = {}
     for r in rows:
@@ -264,7 +347,7 @@ def score(rows, curves, small, peak, bw, max_tokens):
         for op, (k, n) in gemm_shapes(r).items():
             if op not in r["times"]:
                 continue
-            p = predict_linear(curves[r["tp"]], k * n, r["tokens"], peak, bw)
+            p = predict_linear(curves[r["tp"]], k, n, r["tokens"], peak, bw, tiles)
             m = r["times"][op]
             total_p += p
             total_m += m
@@ -306,6 +389,13 @@ def main():
     ap.add_argument("--hold-out", default="", help="comma-separated model folders to score")
     ap.add_argument("--all-reduce-from", help="network folder prefix when it differs from --gpu")
     ap.add_argument("--max-tokens", type=int, default=8192, help="largest step scored")
+    ap.add_argument("--tiles", metavar="TMxTN,...",
+                    help="model tile quantization with these output tiles, e.g. 64x128,128x128")
+    ap.add_argument("--k-multiple", type=int, default=1, help="K is rounded up to this (--tiles)")
+    ap.add_argument("--sm-count", type=int, help="streaming multiprocessors (with --tiles)")
+    ap.add_argument("--select-tiles", action="store_true",
+                    help="score the candidate tile sets (TILE_CANDIDATES) by leaving each fitted "
+                         "model out in turn (needs --sm-count), and stop")
     ap.add_argument("--write", action="store_true", help="splice the fit into --hardware")
     ap.add_argument("--table", metavar="TOKENS",
                     help="also print predicted vs measured linear time per layer at these "
@@ -321,13 +411,18 @@ def main():
         hw = json.load(f)
     peak, bw = float(hw["peak_dense_flops"]["bf16"]), float(hw["hbm_bandwidth_bytes_per_s"])
     held = {m for m in args.hold_out.split(",") if m}
+    tiles = parse_tiles(args.tiles, args.k_multiple, args.sm_count) if args.tiles else None
     rows = read_compute(args.profiles, args.gpu)
     if not rows:
         sys.exit("no compute profiles under %s/compute/%s" % (args.profiles, args.gpu))
     train = [r for r in rows if r["model"] not in held]
     test = [r for r in rows if r["model"] in held]
-    curves = {tp: fit_gemm([r for r in train if r["tp"] == tp], peak, bw)
-              for tp in sorted({r["tp"] for r in train})}
+    if args.select_tiles:
+        if not args.sm_count:
+            ap.error("--select-tiles needs --sm-count")
+        select_tiles(train, peak, bw, args.sm_count, args.max_tokens)
+        return 0
+    curves = fit_curves(train, peak, bw, tiles)
     small = fit_small(train)
     ar = read_all_reduce(args.profiles, args.all_reduce_from or args.gpu)
     ar_out = [dict(tp=tp, bytes=[p[0] for p in monotone(trim_all_reduce(pts))],
@@ -335,15 +430,16 @@ def main():
               for tp, pts in sorted(ar.items())]
 
     models = sorted({r["model"] for r in rows})
-    print("GPU %s: trained on %s; held out %s" % (args.gpu, ", ".join(
-        m for m in models if m not in held), ", ".join(sorted(held)) or "none"))
+    print("GPU %s: trained on %s; held out %s; tile quantization %s" % (args.gpu, ", ".join(
+        m for m in models if m not in held), ", ".join(sorted(held)) or "none",
+        tiles_name(tiles)))
     for tp, c in curves.items():
         print("  tp %d: GEMM launch %.2f us, weight-read efficiency %.3f, efficiency %s" % (
             tp, c["launch_us"], c["hbm_efficiency"], " ".join(
                 "%d:%.2f" % (m, e) for m, e in zip(c["tokens"], c["efficiency"]) if m in (
                     1, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768))))
     if test:
-        errs = score(test, curves, small, peak, bw, args.max_tokens)
+        errs = score(test, curves, small, peak, bw, args.max_tokens, tiles)
         print("\nHeld-out error, predicted / measured median - 1, tokens 1..%d:" % args.max_tokens)
         print("| operation | cells | over 10% | mean abs | worst | worst cell (model, tp, tokens: "
               "pred / meas us) |")
@@ -370,7 +466,7 @@ def main():
                 if r is None or 1 not in curves:
                     cells.append("—")
                     continue
-                p = sum(predict_linear(curves[1], k * n, m, peak, bw)
+                p = sum(predict_linear(curves[1], k, n, m, peak, bw, tiles)
                         for op, (k, n) in gemm_shapes(r).items() if op in r["times"])
                 t = sum(r["times"][op] for op in LINEAR_OPS if op in r["times"])
                 cells.append("%.0f / %.0f (%+.0f%%)" % (p * 1e6, t * 1e6, 100 * (p / t - 1)))
@@ -395,6 +491,9 @@ def main():
             "held_out": sorted(held),
             "fit_command": " ".join(["python3", "scripts/fit_cost_model.py"] + sys.argv[1:]),
             "gemm": [dict(tp=tp, **c) for tp, c in curves.items()],
+            "tiles": tiles and dict(sm_count=tiles["sm_count"],
+                                    tiles=[list(t) for t in tiles["tiles"]],
+                                    k_multiple=tiles["k_multiple"]),
             "small_ops": small,
             "all_reduce": ar_out,
         }

@@ -51,7 +51,7 @@ if [ -z "$PREBUILT" ]; then
   echo "build took $(( $(date +%s) - start )) s"
 fi
 
-echo "== kernels_gpu_test (device vs CPU reference, fixed seeds)"
+echo "== kernels_gpu_test (device vs CPU reference, fixed seeds: write_kv, paged_decode, paged_prefill, merge, copies)"
 "$BIN_DIR/kernels_gpu_test" 2>&1 | tee "$OUT_DIR/gtest.txt" | tail -3 || status=1
 
 echo "== cuda_vmm_backing_gpu_test (KV cache on CUDA virtual memory: granules per chunk)"

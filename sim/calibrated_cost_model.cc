@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,14 +13,42 @@
 namespace kvpage::sim {
 namespace {
 
-// The profiles time QKV, output, up (gate and up fused) and down projections: four GEMM
-// kernels per decoder layer.
-constexpr double kGemmsPerLayer = 4;
 // Activations cross the all-reduce in 16-bit floats.
 constexpr double kActivationBytes = 2;
 
 std::string TpList(const GpuCalibration& cal) {
   return absl::StrJoin(cal.ProfiledTp(), ", ");
+}
+
+// The (K, N) of one decoder layer's four GEMMs before the tp split, as the profiles time them:
+// QKV projection, output projection, gate and up fused, down. `layer_params`: the dense
+// parameters of one layer, norms included.
+std::vector<std::pair<double, double>> LayerGemmShapes(const ModelSpec& model,
+                                                       double layer_params) {
+  const double h = model.hidden_size;
+  double qkv_n = 0, o_k = 0;
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.kind != LayerKind::kFullAttention && layer.kind != LayerKind::kSlidingWindow) {
+      continue;
+    }
+    const AttentionShape& a = layer.attention;
+    const double v_dim = a.head_dim_v > 0 ? a.head_dim_v : a.head_dim_k;
+    qkv_n = static_cast<double>(model.num_attention_heads) * a.head_dim_k +
+            static_cast<double>(a.num_kv_heads) * (a.head_dim_k + v_dim);
+    o_k = static_cast<double>(model.num_attention_heads) * v_dim;
+    break;
+  }
+  // Two norms per layer are not GEMM weights; the rest past attention is a gated MLP.
+  double mlp = layer_params - 2 * h - h * qkv_n - o_k * h;
+  if (mlp < 0) {
+    qkv_n = o_k = 0;
+    mlp = std::max(0.0, layer_params - 2 * h);
+  }
+  const double ffn = std::max(1.0, std::round(mlp / (3 * h)));
+  std::vector<std::pair<double, double>> out;
+  if (qkv_n > 0) out.insert(out.end(), {{h, qkv_n}, {o_k, h}});
+  out.insert(out.end(), {{h, 2 * ffn}, {ffn, h}});
+  return out;
 }
 
 }  // namespace
@@ -39,10 +70,12 @@ absl::StatusOr<std::unique_ptr<CalibratedCostModel>> CalibratedCostModel::Create
         " has tp ", TpList(calibration), ")"));
   }
   m->gemm_ = *curve;
+  m->tiles_ = calibration.tiles;
   if (ar != nullptr) m->all_reduce_ = *ar;
   m->small_ops_ = calibration.small_ops;
   m->attention_efficiency_ = calibration.attention_prefill_efficiency;
   m->hidden_size_ = model.hidden_size;
+  m->vocab_size_ = model.vocab_size;
 
   const double vocab_hidden = static_cast<double>(model.vocab_size) * model.hidden_size;
   m->lm_head_bytes_ = vocab_hidden * static_cast<double>(BytesPerValue(model.dtype));
@@ -51,7 +84,37 @@ absl::StatusOr<std::unique_ptr<CalibratedCostModel>> CalibratedCostModel::Create
   m->routed_active_params_ = static_cast<double>(model.routed_expert_params) - routed_inactive;
   m->dense_params_ = c.matmul_flops_per_token / 2.0 - m->routed_active_params_;
   m->dense_bytes_ = std::max(0.0, c.dense_weight_bytes - m->lm_head_bytes_);
+  m->bytes_per_param_ = m->dense_params_ > 0 ? m->dense_bytes_ / m->dense_params_ : 2.0;
+  if (c.num_layers > 0 && m->dense_params_ > 0) {
+    // Split across tp GPUs as the profiles do: QKV and gate+up by columns, output and down
+    // by rows (whole numbers, as in scripts/fit_cost_model.py).
+    const std::vector<std::pair<double, double>> shapes =
+        LayerGemmShapes(model, m->dense_params_ / c.num_layers);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [k, n] = shapes[i];
+      // Even entries (QKV, gate+up) read the hidden state: split by columns.
+      m->layer_gemms_.push_back(i % 2 == 0 ? GemmShape{k, std::floor(n / options.tp)}
+                                           : GemmShape{std::floor(k / options.tp), n});
+    }
+  }
+  if (c.num_experts > 0 && c.num_layers > 0 && model.routed_expert_params > 0) {
+    const double width = std::max(
+        1.0, std::round(static_cast<double>(model.routed_expert_params) /
+                        (3.0 * c.num_experts * c.num_layers * model.hidden_size)));
+    const double h = model.hidden_size;
+    m->expert_gemms_ = {GemmShape{h, std::max(1.0, std::floor(2 * width / options.tp))},
+                        GemmShape{std::max(1.0, std::floor(width / options.tp)), h}};
+  }
   return m;
+}
+
+double CalibratedCostModel::Gemm(double m, double k, double n, double bytes) const {
+  const RooflineCostModel::Constants& c = counts_->constants();
+  const double memory = bytes / (c.bandwidth * gemm_.hbm_efficiency);
+  if (m <= 0 || n <= 0 || k <= 0) return gemm_.launch_s + memory;
+  const double q = tiles_.has_value() ? tiles_->Factor(m, n, k) : 1.0;
+  const double compute = 2.0 * m * n * k * q / (c.peak_flops * gemm_.EfficiencyAt(m));
+  return gemm_.launch_s + std::max(memory, compute);
 }
 
 CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
@@ -63,26 +126,32 @@ CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
   const double requests = static_cast<double>(step.requests.size());
   const double layers = c.num_layers;
   const double bandwidth = c.bandwidth * gemm_.hbm_efficiency;
-  auto gemm = [&](double params, double bytes, double rows) {
-    return std::max(bytes / tp / bandwidth,
-                    2.0 * rows * params / tp / (c.peak_flops * gemm_.EfficiencyAt(rows)));
-  };
 
   cost.gemm_efficiency = gemm_.EfficiencyAt(tokens);
   double weight_bytes = dense_bytes_ + lm_head_bytes_;
-  cost.linear_s = layers * kGemmsPerLayer * gemm_.launch_s + gemm(dense_params_, dense_bytes_,
-                                                                  tokens);
-  if (c.num_experts > 0 && routed_active_params_ > 0) {
-    const double k_over_e = static_cast<double>(c.experts_per_token) / c.num_experts;
-    const double touched = c.routed_weight_bytes * (1.0 - std::pow(1.0 - k_over_e, tokens));
-    weight_bytes += touched;
-    // Each expert sees tokens · k / E rows on average.
-    cost.linear_s += std::max(touched / tp / bandwidth,
-                              2.0 * tokens * routed_active_params_ / tp /
-                                  (c.peak_flops * gemm_.EfficiencyAt(tokens * k_over_e)));
+  for (const GemmShape& g : layer_gemms_) {
+    cost.linear_s += layers * Gemm(tokens, g.k, g.n, g.k * g.n * bytes_per_param_);
   }
-  cost.lm_head_s = gemm_.launch_s + gemm(c.lm_head_flops_per_request / 2.0, lm_head_bytes_,
-                                         requests);
+  if (c.num_experts > 0 && routed_active_params_ > 0 && tokens > 0) {
+    const double k_over_e = static_cast<double>(c.experts_per_token) / c.num_experts;
+    const double touched_share = 1.0 - std::pow(1.0 - k_over_e, tokens);
+    const double touched = c.routed_weight_bytes * touched_share;
+    weight_bytes += touched;
+    // The experts that get rows this step, and the rows each gets on average.
+    const double experts = c.num_experts * touched_share;
+    const double rows = tokens * c.experts_per_token / experts;
+    const double eff = gemm_.EfficiencyAt(rows);
+    for (size_t i = 0; i < expert_gemms_.size(); ++i) {
+      const GemmShape& g = expert_gemms_[i];
+      const double share = i == 0 ? 2.0 / 3.0 : 1.0 / 3.0;  // gate+up, down
+      const double q = tiles_.has_value() ? tiles_->Factor(rows, g.n, g.k, experts) : 1.0;
+      cost.linear_s += std::max(touched * share / tp / bandwidth,
+                                q * 2.0 * tokens * routed_active_params_ * share / tp /
+                                    (c.peak_flops * eff));
+    }
+  }
+  cost.lm_head_s = Gemm(requests, hidden_size_, static_cast<double>(vocab_size_) / tp,
+                        lm_head_bytes_ / tp);
 
   double attention_flops = 0, kv_bytes = 0;
   for (const ScheduledRequest& r : step.requests) {

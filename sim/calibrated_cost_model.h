@@ -3,15 +3,23 @@
 //
 // One step on each of `tp` GPUs, summed kernel by kernel (kernels of a step run one after
 // another, so the terms add; docs/simulator.md derives each one and reports its error):
-//   linear     L · 4 · launch + max(W / (B · hbm_eff), F / (P · eff(T)))  dense weights
-//              + max(W_e · touched / (B · hbm_eff), F_e / (P · eff(T · k / E)))  MoE experts
-//   lm_head    launch + max(W_head / (B · hbm_eff), 2 · R · vocab · hidden / (P · eff(R)))
+//   linear     L · Σ_g [launch + max(W_g / (B · hbm_eff), Q_g · 2 · T · N_g · K_g / (P · eff(T)))]
+//              + L · Σ_e max(W_e · touched / (B · hbm_eff), Q_e · F_e / (P · eff(r)))  MoE experts
+//   lm_head    launch + max(W_head / (B · hbm_eff), Q · 2 · R · vocab · hidden / (P · eff(R)))
 //   attention  Σ_requests max(attention FLOPs / (P · attention_eff), KV bytes / (B · hbm_eff))
 //   small ops  L · Σ_layer ops (launch + per_element · T · hidden [/ tp]) + embedding
 //   all-reduce tp > 1: 2 · L · AllReduce(T · hidden · 2 bytes)
-// T new tokens, R requests, L layers; W and F the step's linear weights (bytes) and FLOPs per
-// GPU; B, P the datasheet bandwidth and peak; eff(T) the measured GEMM efficiency at T tokens
-// for this tp. Attention FLOPs and KV bytes are those of RooflineCostModel.
+// T new tokens, R requests, L layers; g runs over a decoder layer's four GEMMs (QKV, output,
+// gate+up, down) with K_g × N_g weights of W_g bytes per GPU; B, P the datasheet bandwidth
+// and peak; eff(T) the measured GEMM efficiency at T tokens for this tp; Q_g >= 1 the
+// calibration's tile quantization (TileQuantization; 1 without one). The GEMM shapes come
+// from ModelSpec: QKV and output from the attention heads, gate+up and down from the rest of a
+// layer's dense parameters as a gated MLP (exact for Llama-style models; for MLA, linear
+// attention and MoE layers an approximation that keeps the parameter count). Attention FLOPs
+// and KV bytes are those of RooflineCostModel. MoE experts: e runs over gate+up and down
+// (2/3 and 1/3 of the expert weights W_e and FLOPs F_e per layer), touched = 1 − (1 − k/E)^T
+// of the E experts get r = T · k / (E · touched) rows each, and Q_e counts their tiles as one
+// grouped launch (expert width from routed_expert_params over every layer).
 //
 // Thread-safety: Cost is const and touches no shared state.
 #ifndef KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
@@ -57,15 +65,28 @@ class CalibratedCostModel : public CostModel {
  private:
   CalibratedCostModel() = default;
 
+  // One GEMM of m rows against a k × n weight (per GPU) of `bytes`.
+  double Gemm(double m, double k, double n, double bytes) const;
+
+  struct GemmShape {
+    double k = 0;
+    double n = 0;
+  };
+
   // Counts FLOPs and bytes (its constants and per-request attention work); its own
   // efficiency factors are unused.
   std::unique_ptr<RooflineCostModel> counts_;
   GemmCurve gemm_;
+  absl::optional<TileQuantization> tiles_;
+  std::vector<GemmShape> layer_gemms_;  // one decoder layer, per GPU
+  std::vector<GemmShape> expert_gemms_;  // one routed expert: gate+up, down; per GPU
+  double bytes_per_param_ = 2;          // dense decoder weights
   std::vector<SmallOpCost> small_ops_;
   absl::optional<AllReduceTable> all_reduce_;  // tp > 1 only
   double attention_efficiency_ = 1;
   int32_t tp_ = 1;
   int32_t hidden_size_ = 0;
+  int64_t vocab_size_ = 0;
   double dense_params_ = 0;         // decoder linear parameters that every token runs
   double dense_bytes_ = 0;
   double routed_active_params_ = 0;  // expert parameters one token runs

@@ -136,6 +136,37 @@ absl::StatusOr<AllReduceTable> ParseAllReduce(const Json& obj, const std::string
   return t;
 }
 
+absl::StatusOr<int32_t> PositiveInt(const Json& obj, absl::string_view source,
+                                    const std::string& field) {
+  KVPAGE_ASSIGN_OR_RETURN(double x, Number(obj, source, field, 1, 1e6));
+  if (x != std::floor(x)) {
+    return FieldError(source, field, absl::StrCat("must be an integer, got ", x));
+  }
+  return static_cast<int32_t>(x);
+}
+
+absl::StatusOr<TileQuantization> ParseTiles(const Json& obj, const std::string& source) {
+  if (!obj.is_object()) return FieldError(source, "tiles", "must be an object or null");
+  TileQuantization q;
+  KVPAGE_ASSIGN_OR_RETURN(q.sm_count, PositiveInt(obj, source, "sm_count"));
+  KVPAGE_ASSIGN_OR_RETURN(q.k_multiple, PositiveInt(obj, source, "k_multiple"));
+  KVPAGE_ASSIGN_OR_RETURN(const Json* tiles, Member(obj, source, "tiles"));
+  if (!tiles->is_array() || tiles->empty()) {
+    return FieldError(source, "tiles.tiles", "must be a non-empty array of [tm, tn]");
+  }
+  for (const Json& t : *tiles) {
+    if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() ||
+        !t[1].is_number_integer() || t[0].get<int64_t>() < 1 || t[1].get<int64_t>() < 1 ||
+        t[0].get<int64_t>() > 65536 || t[1].get<int64_t>() > 65536) {
+      return FieldError(source, "tiles.tiles",
+                        absl::StrCat("must hold [tm, tn] pairs of integers in [1, 65536], got ",
+                                     t.dump()));
+    }
+    q.tiles.emplace_back(t[0].get<int32_t>(), t[1].get<int32_t>());
+  }
+  return q;
+}
+
 template <typename T, typename Parse>
 absl::StatusOr<std::vector<T>> ParseArray(const Json& cal, const std::string& source,
                                           const std::string& field, bool required, Parse parse) {
@@ -177,6 +208,18 @@ double GemmCurve::EfficiencyAt(double num_tokens) const {
       std::upper_bound(tokens.begin(), tokens.end(), num_tokens) - tokens.begin() - 1);
   const double f = std::log2(num_tokens / tokens[i]) / std::log2(tokens[i + 1] / tokens[i]);
   return efficiency[i] + f * (efficiency[i + 1] - efficiency[i]);
+}
+
+double TileQuantization::Factor(double m, double n, double k, double groups) const {
+  const double sms = sm_count;
+  const double k_padded = std::ceil(k / k_multiple) * k_multiple;
+  double best = 0;
+  for (const auto& [tm, tn] : tiles) {
+    const double tiles_out = std::ceil(groups * std::ceil(m / tm) * std::ceil(n / tn));
+    const double work = std::ceil(tiles_out / sms) * tm * tn;
+    if (best == 0 || work < best) best = work;
+  }
+  return best * sms * k_padded / (groups * m * n * k);
 }
 
 double AllReduceTable::SecondsFor(double message_bytes) const {
@@ -235,6 +278,9 @@ absl::StatusOr<GpuCalibration> ParseGpuCalibration(absl::string_view json_text,
   auto by_tp = [](const auto& a, const auto& b) { return a.tp < b.tp; };
   std::sort(out.gemm.begin(), out.gemm.end(), by_tp);
   std::sort(out.all_reduce.begin(), out.all_reduce.end(), by_tp);
+  if (auto t = cal.find("tiles"); t != cal.end() && !t->is_null()) {
+    KVPAGE_ASSIGN_OR_RETURN(out.tiles, ParseTiles(*t, src));
+  }
   KVPAGE_ASSIGN_OR_RETURN(const Json* attention, Member(cal, source, "attention"));
   if (!attention->is_object()) return FieldError(source, "attention", "must be an object");
   KVPAGE_ASSIGN_OR_RETURN(out.attention_prefill_efficiency,

@@ -12,18 +12,21 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/optional.h"
 #include "kvpage/catalog.h"
 
 namespace kvpage::sim {
 
-// Linear layers at one tensor-parallel degree: a GEMM of `tokens` rows against a weight of
-// W bytes and p parameters (per GPU) takes
-//   launch_s + max(W / (bandwidth · hbm_efficiency), 2 · tokens · p / (peak · efficiency)).
+// Linear layers at one tensor-parallel degree: a GEMM of M = `tokens` rows against a K × N
+// weight of W bytes (per GPU) takes
+//   launch_s + max(W / (bandwidth · hbm_efficiency), Q · 2 · M · N · K / (peak · efficiency)),
+// Q the tile quantization below (1 when the calibration has none).
 struct GemmCurve {
   int32_t tp = 1;
   double launch_s = 0;        // per GEMM kernel
@@ -34,6 +37,21 @@ struct GemmCurve {
 
   // Linear in log2(tokens) between the listed counts, clamped outside them.
   double EfficiencyAt(double num_tokens) const;
+};
+
+// How a GEMM's output tiles fill the GPU: the M × N output is cut into tm × tn tiles that run
+// in waves of `sm_count`, each over K rounded up to `k_multiple`; the library is taken to run
+// the listed tile that wastes least. Q = min over tiles of
+//   ceil(G · ceil(M / tm) · ceil(N / tn) / sm_count) · sm_count · tm · tn · K' / (G · M · N · K)
+// >= 1, for G same-shape GEMMs launched together (the experts of a MoE layer; 1 otherwise).
+struct TileQuantization {
+  int32_t sm_count = 1;
+  std::vector<std::pair<int32_t, int32_t>> tiles;  // (tm, tn), non-empty
+  int32_t k_multiple = 1;
+
+  // Q for `groups` M × K by K × N products (M, N, K > 0; fractions are rounded up to whole
+  // tiles).
+  double Factor(double m, double n, double k, double groups = 1) const;
 };
 
 // A small kernel (norm, rope, activation, residual add, embedding):
@@ -63,6 +81,8 @@ struct GpuCalibration {
   std::vector<GemmCurve> gemm;        // increasing tp
   std::vector<SmallOpCost> small_ops;
   std::vector<AllReduceTable> all_reduce;  // increasing tp
+  // Tile quantization of the linear layers ("tiles"); absent when not fitted with one.
+  absl::optional<TileQuantization> tiles;
   // First-principles attention (no profiles): prefill FLOPs run at this fraction of peak.
   // Decode KV reads use the GEMM curve's hbm_efficiency.
   double attention_prefill_efficiency = 1;

@@ -61,6 +61,9 @@ struct BlockPoolConfig {
   int64_t block_bytes = 0;       // bytes of one block id across all layers of the pool
   int32_t blocks_per_chunk = 1;  // ids per chunk
   int32_t max_chunks = 0;        // virtual capacity: chunks this pool may ever map
+  // Bytes the budget is charged per chunk: what the backing may map for it (its slices
+  // rounded to the backing's units). 0 = blocks_per_chunk × block_bytes.
+  int64_t chunk_charge_bytes = 0;
   bool enable_caching = true;    // keep hashes and serve hits
 
   absl::Status Validate() const;
@@ -82,6 +85,8 @@ class BlockPool {
   int32_t blocks_per_chunk() const { return bpc_; }
   int64_t block_bytes() const { return block_bytes_; }
   int64_t chunk_bytes() const { return int64_t{bpc_} * block_bytes_; }
+  // Bytes one chunk takes from the budget (>= chunk_bytes()).
+  int64_t chunk_charge() const { return chunk_charge_; }
   int32_t num_mapped_chunks() const { return num_mapped_chunks_; }
   int32_t num_used_blocks() const { return num_used_; }
   int32_t num_cached_free_blocks() const { return num_cached_free_; }
@@ -111,7 +116,7 @@ class BlockPool {
     const int64_t short_by = n - num_free_blocks();
     if (short_by <= 0) return true;
     if (short_by <= bpc_) {
-      return num_unmapped_chunks() > 0 && chunk_bytes() <= budget_->free_bytes();
+      return num_unmapped_chunks() > 0 && chunk_charge_ <= budget_->free_bytes();
     }
     return n <= AllocatableNow();
   }
@@ -144,6 +149,8 @@ class BlockPool {
   // fewest cached blocks. Returns false if there is none. `allow_cache_loss` = false only
   // releases chunks whose blocks are all clean.
   bool ReleaseIdleChunk(bool allow_cache_loss);
+  // Gives back every idle chunk (evicting their cached blocks) in one pass; returns how many.
+  int32_t ReleaseIdleChunks();
   int32_t NumCleanIdleChunks() const;
 
   // ---- Introspection ------------------------------------------------------------------------
@@ -217,6 +224,8 @@ class BlockPool {
   // Maps a one-block chunk whose block is taken at once; returns the block, now used.
   int32_t MapChunkInUse(int32_t chunk);
   void UnmapChunk(int32_t chunk);
+  // Evicts an idle chunk's cached blocks and unmaps it.
+  void ReleaseChunk(int32_t chunk);
   void PushClean(int32_t block);
   void BucketInsert(int32_t chunk);
   void BucketRemove(int32_t chunk);
@@ -232,6 +241,7 @@ class BlockPool {
   const int64_t block_bytes_;
   const int32_t bpc_;
   const int32_t max_chunks_;
+  const int64_t chunk_charge_;
   const bool enable_caching_;
   int32_t chunk_shift_ = -1;  // log2(bpc) when bpc is a power of two (or one chunk): no divide
   MemoryBudget* const budget_;

@@ -10,9 +10,11 @@
 // tensor stays mapped. Each layer's K and V are then strided device tensors
 // [num_blocks][block_size][heads][head_dim] that kernels read with the block table as is.
 //
-// Granules are 2 MiB, so a chunk's slice of each tensor should be a whole number of them:
-// with one range per layer a chunk costs at least 2 MiB × the pool's tensors
-// (docs/design.md §3 measures what each layout strands).
+// Granules are 2 MiB (map_unit_bytes): the manager sizes a pool's chunks so that their slice
+// of each tensor is whole granules where the budget allows (at least 2 MiB × the pool's
+// tensors with one range per layer), starts block 1 of each tensor on a granule, and charges
+// its budget for every granule a chunk can map, so mapped_bytes() <= kv_budget_bytes
+// (docs/design.md §3).
 //
 // Errors are absl::Status naming the value: Create fails with FailedPrecondition for a device
 // without virtual memory management and Internal for a driver error; Reserve with
@@ -44,6 +46,7 @@ class CudaVmmBacking final : public MemoryBacking {
   absl::Status Reserve(const MemoryLayout& layout) override;
   absl::Status MapChunk(int32_t pool, int32_t chunk) override;
   absl::Status UnmapChunk(int32_t pool, int32_t chunk) override;
+  int64_t map_unit_bytes() const override { return granularity(); }
 
   const MemoryLayout& layout() const;
   // As HostMemoryBacking::View; `base` is a device pointer.

@@ -10,8 +10,11 @@
 // PROT_NONE again, so a kernel that touches a block of an unmapped chunk faults instead of
 // reading stale data. The null block (id 0) of every tensor stays mapped.
 //
-// Commits are whole pages. A page that two chunks (or a chunk and the null block) share stays
-// committed while either is mapped, and is counted once in mapped_bytes().
+// Commits are whole units: pages, or the unit given at construction (2 MiB to behave as
+// CudaVmmBacking on an H100). Block 1 of every tensor starts a unit, so the null block's units
+// are its own; a unit that two chunks share (a chunk smaller than a unit) stays committed
+// while either is mapped, and is counted once in mapped_bytes(). The manager charges its
+// budget for every unit (MemoryBacking::map_unit_bytes), so mapped_bytes() <= kv_budget_bytes.
 //
 // Usage:
 //   HostMemoryBacking backing;
@@ -42,7 +45,10 @@ namespace kvpage {
 
 class HostMemoryBacking final : public MemoryBacking {
  public:
-  HostMemoryBacking();
+  // Commits memory in units of `unit_bytes` (0 = the page size; else a power of two at least
+  // the page size, checked at Reserve): 2 MiB makes mapped_bytes() and the manager's budget
+  // charges those of CudaVmmBacking on a GPU with 2 MiB granules.
+  explicit HostMemoryBacking(int64_t unit_bytes = 0);
   ~HostMemoryBacking() override;
   HostMemoryBacking(const HostMemoryBacking&) = delete;
   HostMemoryBacking& operator=(const HostMemoryBacking&) = delete;
@@ -53,6 +59,7 @@ class HostMemoryBacking final : public MemoryBacking {
   // when the chunk is already mapped (not mapped, for UnmapChunk).
   absl::Status MapChunk(int32_t pool, int32_t chunk) override;
   absl::Status UnmapChunk(int32_t pool, int32_t chunk) override;
+  int64_t map_unit_bytes() const override;
 
   // ---- What a server reads ----------------------------------------------------------------
   const MemoryLayout& layout() const;

@@ -329,6 +329,10 @@ class KvCacheManager {
   std::vector<KvEvent> DrainEvents();
   // FailedPrecondition while a request holds blocks.
   absl::Status ResetPrefixCache();
+  // Gives every chunk with no used block back to the budget, and its memory back to the
+  // backing, dropping the cached blocks it holds; returns the bytes the budget got back. For a
+  // server trimming memory while idle (Scheduler::Create calls it after its probe).
+  int64_t ReleaseIdleChunks();
   // Removes one block from the prefix cache (a KV connector found its data invalid, or a test
   // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.
   absl::Status EvictCachedBlock(GroupId group, BlockId block);

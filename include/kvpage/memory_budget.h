@@ -9,6 +9,10 @@
 // cuMemCreate / cuMemMap), unmapping it when the chunk goes back. A backing must not fail for
 // chunks within the budget: the block manager's capacity checks rely on it.
 //
+// The budget is charged what the backing maps: a chunk costs every unit (map_unit_bytes) its
+// slices can touch, and the null blocks' units are fixed bytes taken at creation, so a
+// backing's mapped bytes never exceed total_bytes().
+//
 // Not thread-safe; owned by one block manager.
 #ifndef KVPAGE_MEMORY_BUDGET_H_
 #define KVPAGE_MEMORY_BUDGET_H_
@@ -32,6 +36,12 @@ class MemoryBacking {
   virtual absl::Status MapChunk(int32_t pool, int32_t chunk) = 0;
   // Releases the memory behind the chunk. None of its blocks is referenced any more.
   virtual absl::Status UnmapChunk(int32_t pool, int32_t chunk) = 0;
+  // The bytes the backing maps memory in (a host page, a CUDA allocation granule), a power of
+  // two: a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
+  // takes whole units of its own. The manager sizes chunks to whole units where it can and
+  // charges the budget for every unit a chunk can map, so that what the backing maps never
+  // exceeds kv_budget_bytes. 1 = exact bytes.
+  virtual int64_t map_unit_bytes() const { return 1; }
 };
 
 // The CPU backing: accounting only.
@@ -54,7 +64,11 @@ class MemoryBudget {
   int64_t headroom_bytes() const { return headroom_bytes_; }
   void set_headroom_bytes(int64_t bytes) { headroom_bytes_ = bytes; }
   int64_t used_bytes() const { return used_bytes_; }
-  int64_t free_bytes() const { return total_bytes_ - used_bytes_; }
+  int64_t free_bytes() const { return total_bytes_ - fixed_bytes_ - used_bytes_; }
+  // Bytes held for the manager's lifetime outside any chunk (the backing's null blocks), set
+  // once before any chunk is taken. REQUIRES: 0 <= bytes <= total_bytes().
+  int64_t fixed_bytes() const { return fixed_bytes_; }
+  void set_fixed_bytes(int64_t bytes) { fixed_bytes_ = bytes; }
 
   // Takes `bytes` for chunk `chunk` of pool `pool` and maps it. False (and nothing taken) when
   // the budget lacks the bytes or the backing refuses.
@@ -83,6 +97,7 @@ class MemoryBudget {
  private:
   int64_t total_bytes_;
   int64_t used_bytes_ = 0;
+  int64_t fixed_bytes_ = 0;
   int64_t headroom_bytes_ = 0;
   MemoryBacking* backing_;
   absl::Status backing_error_;

@@ -7,8 +7,10 @@
 // backing keeps mapped for the manager's lifetime (padding entries of block tables point at
 // it). Every tensor of a pool is indexed by the same block ids (a recurrent state tensor by
 // the same ids, called slots): a tensor of `block_bytes` bytes per id places id b at byte
-// b·block_bytes of its own range, so mapping chunk c of a pool maps that slice of every
-// tensor of the pool.
+// b·block_bytes of its view, so mapping chunk c of a pool maps that slice of every tensor of
+// the pool. A backing that maps in units (MemoryBacking::map_unit_bytes) starts each view so
+// that block 1 lies on a unit boundary: the null block then has units of its own, and a chunk
+// of a whole number of units per tensor shares none with its neighbours.
 //
 // Tensors per layer of a group:
 //   kKv              attention K and V, blocks-first: [num_blocks][2][block_size][heads][head_dim]

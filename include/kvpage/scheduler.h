@@ -274,6 +274,10 @@ class Scheduler {
   // unless config.kv.enable_kv_events). A server that enables events must drain them, or
   // they accumulate.
   std::vector<KvEvent> DrainKvEvents();
+  // KvCacheManager::ReleaseIdleChunks: gives the cache's chunks with no used block back to
+  // the budget and their memory to the backing (prefix-cached blocks in them are dropped);
+  // returns the bytes given back. For a server trimming memory while idle.
+  int64_t ReleaseIdleChunks();
   const SchedulerConfig& config() const;
   int64_t max_model_len() const;  // in effect (see SchedulerConfig::max_model_len)
   // Every running request's table row matches the manager's, rows are dense, queues hold each

@@ -88,6 +88,19 @@ inline std::vector<DecodeCase> DecodeCases() {
 
 inline std::vector<CopyCase> CopyCases() { return {{64, 20}, {8, 3}}; }
 
+// Paged prefill (check::PrefillProblem's batch of chunks, decodes and padding).
+inline std::vector<PrefillCase> PrefillCases() {
+  // dtype, kv heads, group, head_dim, block, window, tensor cores, splits
+  return {
+      {DType::kBF16, 8, 4, 128, 16, -1, false, 1},
+      {DType::kF16, 2, 8, 256, 16, 20, false, 1},  // sliding window inside the chunks
+      {DType::kBF16, 2, 6, 64, 8, 10, false, 1},   // group 6 in a tile of 8, block 8
+      {DType::kBF16, 4, 4, 128, 16, -1, false, 3},  // split-KV per query
+      {DType::kBF16, 8, 4, 128, 16, -1, true, 1},  // tensor cores
+      {DType::kF16, 2, 4, 128, 32, 30, true, 2},
+  };
+}
+
 }  // namespace kvpage::cuda::check
 
 #endif  // KVPAGE_KERNELS_CHECK_CHECK_CASES_H_

@@ -81,7 +81,8 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
       }
     }
   }
-  p->q.resize(static_cast<size_t>(p->out_elements()));
+  // q rows are head_dim long (the whole latent row for MLA), out rows out_dim().
+  p->q.resize(static_cast<size_t>(c.num_seqs) * p->num_q_heads() * c.head_dim);
   for (auto& x : p->q) x = ref::FloatToHalf(normal(rng), c.dtype);
   p->params = DecodeParams{p->num_q_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                            c.window_left};

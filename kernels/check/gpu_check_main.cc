@@ -116,6 +116,7 @@ int Correctness(bool quick, uint32_t seed) {
     const absl::Status s = CheckPagedDecode(c, seeds(), &err);
     report(absl::StrFormat("%s (max abs err %.2e)", c.Name(), err), s);
   }
+  for (const auto& c : PrefillCases()) report(c.Name(), CheckPagedPrefill(c, seeds()));
   report("merge bf16", CheckMerge(3, 4, 5, 128, DType::kBF16, seeds()));
   report("merge f16", CheckMerge(2, 3, 1, 64, DType::kF16, seeds()));
   for (const auto& c : CopyCases()) report(c.Name(), CheckCopies(c, seeds()));

@@ -16,6 +16,7 @@
 #include "kernels/cuda_status.h"
 #include "kvpage/cuda/copy_slots.h"
 #include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/paged_prefill.h"
 #include "kvpage/cuda/write_kv.h"
 #include "kvpage/kernel_layout.h"
 #include "kvpage/kernel_reference.h"
@@ -145,6 +146,32 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   std::vector<uint16_t> got;
   KVPAGE_RETURN_IF_ERROR(dout.Download(&got));
   return CompareDecode(p, got, max_abs_err);
+}
+
+absl::Status CheckPagedPrefill(const PrefillCase& c, uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  PrefillProblem p;
+  KVPAGE_RETURN_IF_ERROR(MakePrefillProblem(c, seed, &p));
+  const int32_t hq = p.num_q_heads();
+  DeviceBuffer dcache, dq, dtable, dlens, dqsl, dout, dws;
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
+  KVPAGE_RETURN_IF_ERROR(dq.Upload(p.q));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(p.table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
+  KVPAGE_RETURN_IF_ERROR(dqsl.Upload(p.query_start_loc));
+  KVPAGE_RETURN_IF_ERROR(dout.Upload(std::vector<uint16_t>(
+      static_cast<size_t>(p.total_tokens) * hq * c.head_dim, kHalfNan)));
+  const int64_t ws_bytes = PrefillWorkspaceBytes(p.plan, p.total_tokens, hq, c.head_dim);
+  KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
+  KVPAGE_RETURN_IF_ERROR(PagedPrefill(
+      dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, dqsl.as<int32_t>(),
+      p.total_tokens, p.View(dcache.get()),
+      BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), p.num_seqs()},
+      p.params, p.plan, dws.get(), ws_bytes, nullptr));
+  KVPAGE_RETURN_IF_ERROR(Sync("PagedPrefill"));
+  std::vector<uint16_t> got;
+  KVPAGE_RETURN_IF_ERROR(dout.Download(&got));
+  return ComparePrefill(p, got);
 }
 
 std::string CopyCase::Name() const {

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/check/decode_problem.h"
+#include "kernels/check/prefill_problem.h"
 #include "kvpage/dtype.h"
 
 namespace kvpage::cuda::check {
@@ -35,6 +36,9 @@ absl::Status CheckWriteKv(const WriteKvCase& c, uint32_t seed);
 
 // Also reports the largest absolute error through max_abs_err when non-null.
 absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_abs_err);
+
+// PagedPrefill on check::PrefillProblem's batch against ref::PagedPrefill.
+absl::Status CheckPagedPrefill(const PrefillCase& c, uint32_t seed);
 
 struct CopyCase {
   int32_t num_slots = 0;

@@ -18,6 +18,12 @@ absl::Status BlockPoolConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("blocks_per_chunk must be positive, got ", blocks_per_chunk));
   }
+  if (chunk_charge_bytes < 0 ||
+      (chunk_charge_bytes > 0 && chunk_charge_bytes < int64_t{blocks_per_chunk} * block_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_charge_bytes ", chunk_charge_bytes, " is below the chunk's ",
+        int64_t{blocks_per_chunk} * block_bytes, " bytes"));
+  }
   if (max_chunks < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_chunks must be >= 0, got ", max_chunks));
   }
@@ -33,6 +39,9 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
       block_bytes_(config.block_bytes),
       bpc_(config.blocks_per_chunk),
       max_chunks_(config.max_chunks),
+      chunk_charge_(config.chunk_charge_bytes > 0
+                        ? config.chunk_charge_bytes
+                        : int64_t{config.blocks_per_chunk} * config.block_bytes),
       enable_caching_(config.enable_caching),
       budget_(budget),
       events_(events) {
@@ -175,7 +184,7 @@ void BlockPool::UnmapChunk(int32_t c) {
   ch.idle_listed = listed;
   first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
   --num_mapped_chunks_;
-  budget_->GiveChunk(pool_index_, c, chunk_bytes());
+  budget_->GiveChunk(pool_index_, c, chunk_charge_);
 }
 
 // ---- Clean stacks and the LRU list of cached-free blocks ----
@@ -227,7 +236,7 @@ void BlockPool::TakeBlock(int32_t b) {
 // ---- Allocation ----
 
 int64_t BlockPool::AllocatableNow() const {
-  const int64_t chunk = chunk_bytes();
+  const int64_t chunk = chunk_charge_;
   const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), budget_->free_bytes() / chunk);
   return int64_t{num_free_blocks()} + mappable * bpc_;
 }
@@ -236,7 +245,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   while (n > 0) {
     // Grow into a new chunk when out of clean blocks, unless that would only keep cache alive
     // while eating into the budget's headroom: then evict our own cached blocks instead.
-    const int64_t free_after = budget_->free_bytes() - chunk_bytes();
+    const int64_t free_after = budget_->free_bytes() - chunk_charge_;
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
         (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
       int32_t taken = 0;
@@ -268,7 +277,7 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
     const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
     if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
   }
-  if (!budget_->TakeChunk(pool_index_, c, chunk_bytes())) return false;
+  if (!budget_->TakeChunk(pool_index_, c, chunk_charge_)) return false;
   EnsureChunkRecord(c);
   if (bpc_ == 1) {
     // Its one block is handed out at once: the chunk is mapped straight into use, never
@@ -536,19 +545,37 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
   }
   idle_stack_.resize(kept);
   if (best < 0) return false;
-  const int32_t first = 1 + best * bpc_;
+  ReleaseChunk(best);
+  return true;
+}
+
+int32_t BlockPool::ReleaseIdleChunks() {
+  // One pass over the idle stack: every listed chunk that is still idle goes back.
+  int32_t released = 0;
+  for (const int32_t c : idle_stack_) {
+    Chunk& ch = chunks_[c];
+    ch.idle_listed = false;
+    if (!ch.mapped || ch.used != 0) continue;
+    ReleaseChunk(c);
+    ++released;
+  }
+  idle_stack_.clear();
+  return released;
+}
+
+void BlockPool::ReleaseChunk(int32_t c) {
+  const int32_t first = 1 + c * bpc_;
   const int32_t end = std::min(first + bpc_, num_block_records());
   for (int32_t b = first; b < end; ++b) {
     if (!blocks_[b].has_hash) continue;
     LruRemove(b);
     DropHash(b);
-    --chunks_[best].cached;
+    --chunks_[c].cached;
     --num_cached_free_;
     // The page is gone with its chunk; it is counted clean until UnmapChunk drops the chunk.
     PushClean(b);
   }
-  UnmapChunk(best);
-  return true;
+  UnmapChunk(c);
 }
 
 // ---- Introspection ----

@@ -36,7 +36,7 @@ absl::Status KvCacheManager::CheckInvariants() const {
   std::vector<std::vector<int32_t>> refs(m.pools.size());
   for (size_t p = 0; p < m.pools.size(); ++p) {
     KVPAGE_RETURN_IF_ERROR(m.pools[p]->CheckInvariants());
-    mapped_bytes += int64_t{m.pools[p]->num_mapped_chunks()} * m.pools[p]->chunk_bytes();
+    mapped_bytes += int64_t{m.pools[p]->num_mapped_chunks()} * m.pools[p]->chunk_charge();
     refs[p].assign(m.pools[p]->capacity() + 1, 0);
   }
   if (mapped_bytes != m.budget->used_bytes()) {

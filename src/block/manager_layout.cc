@@ -5,6 +5,7 @@
 #include <atomic>
 #include <bit>
 #include <limits>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
@@ -27,23 +28,91 @@ struct Layout {
 constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
 
 absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t blocks_per_chunk,
-                     int64_t max_chunks) {
+                     int64_t max_chunks, int64_t chunk_charge = 0) {
   BlockPoolConfig pc;
   pc.pool_index = static_cast<int32_t>(m.pools.size());
   pc.block_bytes = block_bytes;
   pc.blocks_per_chunk = static_cast<int32_t>(blocks_per_chunk);
   pc.max_chunks = static_cast<int32_t>(max_chunks);
+  pc.chunk_charge_bytes = chunk_charge;
   pc.enable_caching = m.config.enable_prefix_caching;
   KVPAGE_RETURN_IF_ERROR(pc.Validate());
   m.pools.push_back(std::make_unique<BlockPool>(pc, m.budget.get(), &m.events));
   return absl::OkStatus();
 }
 
-// kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes.
+// Bytes per block id of each tensor of one layer (memory_layout.h): the K/V or latent tensor
+// of an attention layer, the conv and recurrent state of a linear-attention layer.
+absl::StatusOr<std::vector<int64_t>> LayerTensorBytes(const LayerSpec& spec, int32_t block_size,
+                                                      DType dtype) {
+  if (spec.IsAttention()) {
+    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
+                            internal::AttentionTokenBytes(spec.attention, dtype));
+    return std::vector<int64_t>{token_bytes * block_size};
+  }
+  return std::vector<int64_t>{
+      spec.linear.ConvValues() * BytesPerValue(spec.linear.conv_dtype),
+      spec.linear.RecurrentValues() * BytesPerValue(spec.linear.recurrent_dtype)};
+}
+
+// Bytes of whole units that one chunk's slice of a tensor can make the backing map: exactly
+// its bytes when the slice is whole units (a backing starts block 1 of every tensor on a unit
+// boundary), else every unit a span of that length can straddle.
+int64_t SliceCharge(int64_t tensor_block_bytes, int64_t per_chunk, int64_t unit) {
+  const int64_t bytes = tensor_block_bytes * per_chunk;
+  if (bytes % unit == 0) return bytes;
+  return (bytes + 2 * unit - 2) / unit * unit;
+}
+
+struct ChunkPlan {
+  int64_t per_chunk = 1;   // blocks per chunk
+  int64_t charge = 0;      // budget bytes per chunk
+  int64_t max_chunks = 0;
+};
+
+// A pool's chunks: about `target_bytes`, a power of two of blocks (a block's chunk is a shift
+// away) or, when one chunk would hold the whole budget, exactly that many blocks; raised to
+// whole units of every tensor of the pool when the budget allows.
+ChunkPlan PlanChunks(int64_t block_bytes, const std::vector<int64_t>& tensors, int64_t unit,
+                     int64_t budget, int64_t target_bytes) {
+  int64_t align = 1;  // blocks per chunk that make every slice whole units (a power of two)
+  for (int64_t tb : tensors) align = std::max(align, unit / std::gcd(unit, tb));
+  const int64_t fits = budget / block_bytes;
+  const int64_t target = std::max<int64_t>(1, target_bytes / block_bytes);
+  ChunkPlan plan;
+  if (target >= fits) {
+    plan.per_chunk = fits >= align ? fits / align * align : fits;
+  } else {
+    plan.per_chunk = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(target)));
+    if (align <= fits) plan.per_chunk = std::max(plan.per_chunk, align);
+  }
+  for (int64_t tb : tensors) plan.charge += SliceCharge(tb, plan.per_chunk, unit);
+  plan.max_chunks = std::min(budget / plan.charge, kMaxPoolBlocks / plan.per_chunk);
+  return plan;
+}
+
+// kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes. With a
+// backing, every tensor's null block is charged up front in whole units.
 absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
                                  Layout& out) {
-  const int64_t budget = m.config.kv_budget_bytes;
   m.block_size = m.config.block_size;
+  const MemoryBacking* backing = m.config.backing;
+  const int64_t unit = backing != nullptr ? std::max<int64_t>(1, backing->map_unit_bytes()) : 1;
+  std::vector<std::vector<int64_t>> tensors(model.groups.size());
+  int64_t fixed = 0;
+  for (size_t i = 0; i < model.groups.size(); ++i) {
+    const LayerGroup& group = model.groups[i];
+    KVPAGE_ASSIGN_OR_RETURN(std::vector<int64_t> layer,
+                            LayerTensorBytes(group.spec, m.block_size, dtype));
+    for (int32_t l = 0; l < group.num_layers(); ++l) {
+      for (int64_t tb : layer) {
+        tensors[i].push_back(tb);
+        if (backing != nullptr) fixed += (tb + unit - 1) / unit * unit;
+      }
+    }
+  }
+  const int64_t budget = m.config.kv_budget_bytes - fixed;
+  m.budget->set_fixed_bytes(std::min(fixed, m.config.kv_budget_bytes));
   for (size_t i = 0; i < model.groups.size(); ++i) {
     const LayerGroup& group = model.groups[i];
     GroupLayout g;
@@ -52,27 +121,24 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
     g.num_layers = group.num_layers();
     g.window = group.spec.sliding_window;
     g.pool = static_cast<int32_t>(i);
-    if (group.spec.IsAttention()) {
-      g.block_size = m.block_size;
-      KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
-                              internal::AttentionTokenBytes(group.spec.attention, dtype));
-      g.block_bytes = int64_t{m.block_size} * token_bytes * g.num_layers;
-    } else {
-      g.block_bytes = group.spec.linear.NativeBytes() * g.num_layers;
-    }
+    g.block_size = group.spec.IsAttention() ? m.block_size : 0;
+    for (int64_t tb : tensors[i]) g.block_bytes += tb;
     if (g.block_bytes > budget) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "kv_budget_bytes ", budget, " cannot hold one ", LayerKindName(g.kind), " block of ",
-          g.block_bytes, " bytes"));
+          "kv_budget_bytes ", m.config.kv_budget_bytes, " cannot hold one ",
+          LayerKindName(g.kind), " block of ", g.block_bytes, " bytes",
+          fixed > 0 ? absl::StrCat(" beside the backing's null blocks (", fixed, " bytes)") : ""));
     }
-    // A power of two, so a block's chunk is a shift away; or, when one chunk would hold the
-    // whole budget, exactly that many blocks.
-    const int64_t fits = budget / g.block_bytes;
-    const int64_t target = std::max<int64_t>(1, m.config.chunk_bytes / g.block_bytes);
-    const int64_t per_chunk =
-        target >= fits ? fits : static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(target)));
-    const int64_t chunks = std::min(budget / (per_chunk * g.block_bytes), kMaxPoolBlocks / per_chunk);
-    KVPAGE_RETURN_IF_ERROR(AddPool(m, g.block_bytes, per_chunk, chunks));
+    const ChunkPlan plan = PlanChunks(g.block_bytes, tensors[i], unit, budget,
+                                      m.config.chunk_bytes);
+    if (plan.max_chunks < 1) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "kv_budget_bytes ", m.config.kv_budget_bytes, " cannot hold one chunk of ",
+          LayerKindName(g.kind), " blocks as the backing maps it (", plan.charge,
+          " bytes in units of ", unit, ")"));
+    }
+    KVPAGE_RETURN_IF_ERROR(
+        AddPool(m, g.block_bytes, plan.per_chunk, plan.max_chunks, plan.charge));
     out.groups.push_back(g);
   }
   return absl::OkStatus();
@@ -239,7 +305,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   m->step_fresh.resize(m->groups.size());
   if (config.mode == AccountingMode::kKvpage) {
     int64_t headroom = 0;
-    for (const auto& pool : m->pools) headroom += pool->chunk_bytes();
+    for (const auto& pool : m->pools) headroom += pool->chunk_charge();
     m->budget->set_headroom_bytes(std::min(headroom, config.kv_budget_bytes / 4));
   }
   return m;

@@ -28,12 +28,12 @@ bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need,
     if (need[p] > avail) {
       const int64_t chunks = CeilDiv(need[p] - avail, pool.blocks_per_chunk());
       if (chunks > pool.num_unmapped_chunks()) return false;
-      bytes_needed += chunks * pool.chunk_bytes();
+      bytes_needed += chunks * pool.chunk_charge();
     } else {
       // Idle chunks this pool can give up and still serve its own need.
       const int64_t spare = (avail - need[p]) / pool.blocks_per_chunk();
       const int64_t idle = pool.num_idle_chunks() - pinned_idle[p];
-      bytes_available += std::min<int64_t>(spare, idle) * pool.chunk_bytes();
+      bytes_available += std::min<int64_t>(spare, idle) * pool.chunk_charge();
     }
   }
   return bytes_needed <= bytes_available;
@@ -58,7 +58,7 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   const int64_t want_chunks = CeilDiv(std::max<int64_t>(0, n - pool.num_clean_blocks()),
                                       pool.blocks_per_chunk());
   const int64_t want_bytes = std::min<int64_t>(want_chunks, pool.num_unmapped_chunks()) *
-                             pool.chunk_bytes();
+                             pool.chunk_charge();
   while (budget->free_bytes() < want_bytes + budget->headroom_bytes() &&
          release_from_others(/*allow_cache_loss=*/false)) {
   }
@@ -66,7 +66,7 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   auto available_to_us = [&]() {
     const int64_t bytes = std::max<int64_t>(0, budget->free_bytes() - reserved_bytes);
     return pool.num_free_blocks() +
-           std::min<int64_t>(pool.num_unmapped_chunks(), bytes / pool.chunk_bytes()) *
+           std::min<int64_t>(pool.num_unmapped_chunks(), bytes / pool.chunk_charge()) *
                pool.blocks_per_chunk();
   };
   while (available_to_us() < n && release_from_others(/*allow_cache_loss=*/true)) {
@@ -81,7 +81,7 @@ int64_t KvCacheManager::Impl::ReservedForOthers(int32_t p, absl::Span<const int6
   for (size_t q = 0; q < pools.size(); ++q) {
     if (static_cast<int32_t>(q) == p || need[q] <= pools[q]->num_free_blocks()) continue;
     bytes += CeilDiv(need[q] - pools[q]->num_free_blocks(), pools[q]->blocks_per_chunk()) *
-             pools[q]->chunk_bytes();
+             pools[q]->chunk_charge();
   }
   return bytes;
 }
@@ -105,6 +105,12 @@ void KvCacheManager::Impl::MakeRoom(absl::Span<const int64_t> need) {
     while (budget->free_bytes() < deficit && ReleaseSpareChunk(need, cache_loss, /*except=*/-1)) {
     }
   }
+}
+
+int64_t KvCacheManager::ReleaseIdleChunks() {
+  const int64_t before = impl_->budget->used_bytes();
+  for (const auto& pool : impl_->pools) pool->ReleaseIdleChunks();
+  return before - impl_->budget->used_bytes();
 }
 
 }  // namespace kvpage

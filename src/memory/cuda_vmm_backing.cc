@@ -257,7 +257,9 @@ absl::StatusOr<TensorView> CudaVmmBacking::View(GroupId group, int32_t layer,
       internal::FindTensor(state_->layout, group, layer, internal::KindOf(part));
   if (t == nullptr) return internal::NoTensor(group, layer, internal::KindOf(part));
   const size_t index = static_cast<size_t>(t - state_->layout.tensors.data());
-  return internal::ViewOf(*t, reinterpret_cast<char*>(state_->ranges[index].base),
+  return internal::ViewOf(*t,
+                          reinterpret_cast<char*>(state_->ranges[index].base) +
+                              internal::ViewOffset(t->block_bytes, state_->granularity),
                           state_->layout.pools[t->pool].num_blocks(), part);
 }
 

@@ -12,6 +12,8 @@
 namespace kvpage {
 
 struct HostMemoryBacking::State {
+  int64_t unit_bytes = 0;  // as constructed: 0 = the page size
+  int64_t unit = 0;        // bytes committed at a time, set at Reserve
   bool reserved = false;
   MemoryLayout layout;
   std::vector<internal::VirtualRange> ranges;      // one per layout.tensors entry

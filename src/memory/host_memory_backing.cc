@@ -19,7 +19,13 @@ using internal::VirtualRange;
 
 }  // namespace
 
-HostMemoryBacking::HostMemoryBacking() : state_(std::make_unique<State>()) {}
+HostMemoryBacking::HostMemoryBacking(int64_t unit_bytes) : state_(std::make_unique<State>()) {
+  state_->unit_bytes = unit_bytes;
+}
+
+int64_t HostMemoryBacking::map_unit_bytes() const {
+  return state_->unit_bytes > 0 ? state_->unit_bytes : VirtualRange::PageSize();
+}
 HostMemoryBacking::~HostMemoryBacking() = default;
 
 const MemoryLayout& HostMemoryBacking::layout() const { return state_->layout; }
@@ -40,14 +46,21 @@ absl::Status HostMemoryBacking::Reserve(const MemoryLayout& layout) {
     return absl::UnimplementedError(
         "HostMemoryBacking needs per-layer tensors (kvpage accounting); the layout has none");
   }
+  const int64_t page = VirtualRange::PageSize();
+  const int64_t unit = map_unit_bytes();
+  if (unit < page || (unit & (unit - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HostMemoryBacking unit_bytes ", unit, " is not a power of two >= the page size ", page));
+  }
   State fresh;
+  fresh.unit_bytes = s.unit_bytes;
+  fresh.unit = unit;
   fresh.layout = layout;
   fresh.pool_tensors.resize(layout.pools.size());
   fresh.mapped.resize(layout.pools.size());
   for (size_t p = 0; p < layout.pools.size(); ++p) {
     fresh.mapped[p].assign(static_cast<size_t>(layout.pools[p].max_chunks), false);
   }
-  const int64_t page = VirtualRange::PageSize();
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const CacheTensor& t = layout.tensors[i];
     if (t.pool < 0 || static_cast<size_t>(t.pool) >= layout.pools.size() || t.block_bytes <= 0) {
@@ -55,10 +68,10 @@ absl::Status HostMemoryBacking::Reserve(const MemoryLayout& layout) {
                                                      " names pool ", t.pool, " with ",
                                                      t.block_bytes, " bytes per block"));
     }
-    const int64_t bytes = internal::RangeBytes(layout.pools[t.pool], t.block_bytes, page);
+    const int64_t bytes = internal::RangeBytes(layout.pools[t.pool], t.block_bytes, unit);
     KVPAGE_ASSIGN_OR_RETURN(VirtualRange range, VirtualRange::Reserve(bytes));
     // The null block is always mapped: padded block-table entries point at it.
-    const int64_t null_bytes = RoundUpTo(t.block_bytes, page);
+    const int64_t null_bytes = RoundUpTo(t.block_bytes, unit);
     KVPAGE_RETURN_IF_ERROR(range.Commit(0, null_bytes));
     fresh.mapped_bytes += null_bytes;
     fresh.reserved_bytes += bytes;
@@ -76,7 +89,7 @@ absl::Status HostMemoryBacking::MapChunk(int32_t pool, int32_t chunk) {
   KVPAGE_RETURN_IF_ERROR(internal::CheckChunkCall("MapChunk", s.reserved, s.mapped, pool, chunk,
                                                 /*expect_mapped=*/false));
   const PoolLayout& layout = s.layout.pools[pool];
-  const int64_t page = VirtualRange::PageSize();
+  const int64_t page = s.unit;
   int64_t committed = 0;
   size_t done = 0;
   absl::Status status;
@@ -111,7 +124,7 @@ absl::Status HostMemoryBacking::UnmapChunk(int32_t pool, int32_t chunk) {
                                                 chunk, /*expect_mapped=*/true));
   s.mapped[pool][chunk] = false;
   const PoolLayout& layout = s.layout.pools[pool];
-  const int64_t page = VirtualRange::PageSize();
+  const int64_t page = s.unit;
   absl::Status first_error;
   for (int32_t t : s.pool_tensors[pool]) {
     const UnitSpan own = OwnUnits(layout, s.mapped[pool], s.layout.tensors[t].block_bytes,

@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "kvpage/host_memory_backing.h"
+#include "memory/chunk_units.h"
 #include "memory/host_backing_state.h"
 #include "memory/tensor_view_of.h"
 
@@ -19,7 +20,9 @@ absl::StatusOr<TensorView> HostMemoryBacking::View(GroupId group, int32_t layer,
                                                    TensorPart part) const {
   KVPAGE_ASSIGN_OR_RETURN(const CacheTensor* t, Tensor(group, layer, internal::KindOf(part)));
   const size_t index = static_cast<size_t>(t - state_->layout.tensors.data());
-  return internal::ViewOf(*t, state_->ranges[index].base(),
+  return internal::ViewOf(*t,
+                          state_->ranges[index].base() +
+                              internal::ViewOffset(t->block_bytes, state_->unit),
                           state_->layout.pools[t->pool].num_blocks(), part);
 }
 

@@ -131,6 +131,9 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
     impl->max_model_len = config.max_num_batched_tokens;
   }
   KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
+  // The probes left their chunks mapped (idle): memory follows what requests use. (vLLM holds
+  // every block from the start, its free queue in id order: vllm accounting keeps them.)
+  if (config.kv.mode == AccountingMode::kKvpage) impl->kv->ReleaseIdleChunks();
   impl->InitTables();
   return impl;
 }
@@ -593,6 +596,7 @@ int32_t Scheduler::num_waiting() const {
 const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
 const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
 std::vector<KvEvent> Scheduler::DrainKvEvents() { return impl_->kv->DrainEvents(); }
+int64_t Scheduler::ReleaseIdleChunks() { return impl_->kv->ReleaseIdleChunks(); }
 const SchedulerConfig& Scheduler::config() const { return impl_->config; }
 int64_t Scheduler::max_model_len() const { return impl_->max_model_len; }
 

@@ -13,12 +13,48 @@
 #include "kvpage/host_memory_backing.h"
 #include "kvpage/kernel_layout.h"
 #include "kvpage/kernel_reference.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage::e2e {
 namespace {
 
 constexpr int32_t kQ = TinyModel::kQHeads * TinyModel::kHeadDim;    // query values per token
 constexpr int32_t kKv = TinyModel::kKvHeads * TinyModel::kHeadDim;  // K (or V) values per token
+
+// The host backing, accounted in exact bytes. The runs' budgets are a few KiB, less than the
+// page per tensor the backing commits at least: the manager charges blocks, not pages, so that
+// the pools get what the options give them (the pages behind them are committed all the same).
+class ExactBytes final : public MemoryBacking {
+ public:
+  explicit ExactBytes(HostMemoryBacking* inner) : inner_(inner) {}
+  absl::Status Reserve(const MemoryLayout& layout) override { return inner_->Reserve(layout); }
+  absl::Status MapChunk(int32_t pool, int32_t chunk) override {
+    return inner_->MapChunk(pool, chunk);
+  }
+  absl::Status UnmapChunk(int32_t pool, int32_t chunk) override {
+    return inner_->UnmapChunk(pool, chunk);
+  }
+  int64_t map_unit_bytes() const override { return 1; }
+
+ private:
+  HostMemoryBacking* inner_;
+};
+
+// Bytes of the null blocks (one block id of every tensor of every layer), which the manager
+// charges its budget up front when it has a backing.
+absl::StatusOr<int64_t> NullBlockBytes(const ModelSpec& spec, int32_t block_size) {
+  int64_t bytes = 0;
+  for (const LayerGroup& g : spec.groups) {
+    int64_t per_layer = g.spec.linear.NativeBytes();
+    if (g.spec.IsAttention()) {
+      KVPAGE_ASSIGN_OR_RETURN(int64_t token, internal::AttentionTokenBytes(g.spec.attention,
+                                                                           spec.dtype));
+      per_layer = token * block_size;
+    }
+    bytes += per_layer * g.num_layers();
+  }
+  return bytes;
+}
 
 struct Live {
   std::vector<int32_t> tokens;  // prompt, then generated
@@ -59,6 +95,7 @@ class Runner {
   const RunOptions options_;
   ModelSpec spec_ = TinyModel::Spec();
   HostMemoryBacking backing_;
+  ExactBytes exact_{&backing_};
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<int64_t, Live> live_;
   absl::flat_hash_set<int64_t> aborted_;  // aborted during the current step
@@ -79,13 +116,14 @@ GroupId Runner::GroupOf(int32_t layer) const {
 
 absl::Status Runner::Start(const std::vector<Request>& requests) {
   SchedulerConfig config;
-  config.kv.kv_budget_bytes = options_.kv_budget_bytes;
+  KVPAGE_ASSIGN_OR_RETURN(int64_t null_bytes, NullBlockBytes(spec_, options_.block_size));
+  config.kv.kv_budget_bytes = options_.kv_budget_bytes + null_bytes;
   config.kv.chunk_bytes = options_.chunk_bytes;
   config.kv.block_size = options_.block_size;
   config.kv.enable_prefix_caching = options_.enable_prefix_caching;
   config.kv.decode_snapshot_interval_blocks = options_.decode_snapshot_interval_blocks;
   config.kv.hash_seed = 7;
-  config.kv.backing = &backing_;
+  config.kv.backing = &exact_;
   config.max_num_batched_tokens = options_.max_num_batched_tokens;
   config.max_num_seqs = options_.max_num_seqs;
   config.max_model_len = TinyModel::kMaxPositions;

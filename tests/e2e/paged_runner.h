@@ -20,7 +20,7 @@ enum class StepPoint : uint8_t { kBeforeSchedule, kAfterSchedule, kAfterForward,
 
 struct RunOptions {
   bool enable_prefix_caching = true;
-  int64_t kv_budget_bytes = 64 * 1024;
+  int64_t kv_budget_bytes = 64 * 1024;  // for the pools; the null blocks come on top
   int64_t chunk_bytes = 1024;
   int32_t block_size = 4;
   int32_t max_num_batched_tokens = 24;

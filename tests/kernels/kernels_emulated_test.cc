@@ -13,6 +13,7 @@
 
 #include "kernels/check/bandwidth_targets.h"
 #include "kernels/check/decode_problem.h"
+#include "kernels/check/prefill_problem.h"
 #include "kernels/copy_slots_kernel.cuh"
 #include "kernels/emulation/cuda_emulation.h"
 #include "kernels/merge_attn_states_kernel.cuh"
@@ -20,6 +21,7 @@
 #include "kernels/paged_decode_mla_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
 #include "kernels/paged_decode_select.cuh"
+#include "kernels/paged_prefill_kernel.cuh"
 #include "kernels/table_runs_kernel.cuh"
 #include "kernels/write_kv_kernel.cuh"
 #include "kvpage/kernel_reference.h"
@@ -227,6 +229,72 @@ TEST(EmulatedKernelsTest, PagedDecodeWithAPlanForShorterSequences) {
       double err = 0;
       EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
     }
+  }
+}
+
+// ---- Paged prefill: varlen query chunks over the paged cache ----
+
+// What PagedPrefill launches: PrefillRowsKernel, then the decode kernels over its rows (and
+// the merge with splits), with the emulated launches.
+std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
+  const int32_t total = p.total_tokens, hq = p.num_q_heads(), d = p.c.head_dim;
+  std::vector<int32_t> rows(static_cast<size_t>(total), -7), lens(rows.size(), -7);
+  Launch(dim3((total + internal::kPrefillRowsThreads - 1) / internal::kPrefillRowsThreads),
+         dim3(internal::kPrefillRowsThreads), internal::PrefillRowsKernel,
+         p.query_start_loc.data(), p.lens.data(), p.num_seqs(), total, rows.data(),
+         lens.data());
+  for (int32_t t = p.real_tokens; t < total; ++t) EXPECT_EQ(lens[t], 0) << "padding " << t;
+  const int64_t out_rows = int64_t{total} * hq;
+  const int32_t splits = p.plan.num_splits;
+  std::vector<float> ws(splits > 1 ? out_rows * splits * (d + 1) : 0, NAN);
+  std::vector<uint16_t> out(static_cast<size_t>(out_rows) * d, kHalfNan);
+  std::vector<uint16_t> cache = p.cache;
+  const internal::DecodeLaunch l = internal::MakePrefillLaunch(
+      out.data(), p.q.data(), int64_t{hq} * d, p.View(cache.data()),
+      BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), p.num_seqs()}, total,
+      rows.data(), lens.data(), p.params, p.plan, ws.data());
+  const bool bf16 = p.c.dtype == DType::kBF16;
+  if (bf16) {
+    LaunchDecode<__nv_bfloat16>(l, d, false);
+  } else {
+    LaunchDecode<__half>(l, d, false);
+  }
+  if (splits > 1) {
+    const dim3 grid(static_cast<unsigned int>(out_rows));
+    const dim3 block(internal::kMergeThreads);
+    if (bf16) {
+      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
+             reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
+             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
+             splits, d);
+    } else {
+      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
+             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
+             static_cast<const float*>(l.args.ws_lse), splits, d);
+    }
+  }
+  EXPECT_EQ(cache, p.cache) << "prefill wrote to the cache";
+  return out;
+}
+
+// Chunks over cached prefixes, whole prompts, decodes, an empty sequence and padding tokens in
+// one batch (check::PrefillProblem), against ref::PagedPrefill: causal within each chunk, the
+// prefix in full, sliding windows whose earlier table entries are -1.
+TEST(EmulatedKernelsTest, PagedPrefillMatchesReference) {
+  // dtype, kv heads, group, head_dim, block, window, tensor cores, splits
+  const check::PrefillCase cases[] = {
+      {DType::kBF16, 2, 4, 128, 16, -1, false, 1},
+      {DType::kF16, 1, 2, 256, 16, 20, false, 1},  // sliding window inside the chunks
+      {DType::kBF16, 1, 6, 64, 8, 10, false, 1},   // group 6 in a tile of 8, block 8
+      {DType::kBF16, 2, 4, 128, 16, -1, false, 3},  // split-KV per query
+      {DType::kBF16, 2, 2, 64, 16, -1, true, 1},   // tensor cores
+      {DType::kF16, 1, 4, 128, 32, 30, true, 2},
+  };
+  uint32_t seed = 700;
+  for (const check::PrefillCase& c : cases) {
+    check::PrefillProblem p;
+    ASSERT_TRUE(check::MakePrefillProblem(c, seed++, &p).ok()) << c.Name();
+    EXPECT_EQ(check::ComparePrefill(p, RunPrefill(p)), absl::OkStatus()) << c.Name();
   }
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/check/check_cases.h"
 #include "kernels/check/kernel_checks.h"
 #include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/paged_prefill.h"
 #include "kvpage/cuda/write_kv.h"
 
 namespace kvpage::cuda::check {
@@ -100,6 +101,34 @@ TEST(KernelLaunchersTest, MlaDecodeNeedsTheDeepSeekRow) {
             "PagedDecodeMla: there is no tensor-core MLA kernel");
 }
 
+// PagedPrefill checks its own arguments before the decode's, touching nothing on the device.
+TEST(KernelLaunchersTest, PagedPrefillRejectsBadArguments) {
+  alignas(16) static uint16_t cache[4 * 2 * 16 * 128], q[2 * 128], out[2 * 128];
+  alignas(16) static int32_t table[4] = {0, 1, 2, 3}, lens[1] = {20}, qsl[2] = {0, 2};
+  alignas(16) static int32_t ws[16];
+  const KvCacheView view = BlocksFirstKvCache(cache, 4, 16, 1, 128, DType::kBF16);
+  const BlockTableView tables{table, 4, lens, 1};
+  const DecodeParams params{1, 0.1f, -1};
+  absl::Status s = PagedPrefill(out, q, 128, nullptr, 2, view, tables, params, DecodePlan{},
+                                ws, sizeof(ws), nullptr);
+  EXPECT_NE(s.message().find("PagedPrefill: null query_start_loc"), absl::string_view::npos)
+      << s;
+  s = PagedPrefill(out, q, 128, qsl, 70000, view, tables, params, DecodePlan{}, ws, sizeof(ws),
+                   nullptr);
+  EXPECT_NE(s.message().find("total_tokens 70000 is outside [0, 65535]"),
+            absl::string_view::npos)
+      << s;
+  s = PagedPrefill(out, q, 128, qsl, 2, view, tables, params, DecodePlan{}, ws, 8, nullptr);
+  EXPECT_NE(s.message().find("PagedPrefill: workspace of 8 bytes (16-byte aligned) needed 16"),
+            absl::string_view::npos)
+      << s;
+  s = PagedPrefill(out, q, 128, qsl, 2, view, tables, DecodeParams{0, 0.1f, -1}, DecodePlan{},
+                   ws, sizeof(ws), nullptr);
+  EXPECT_NE(s.message().find("PagedPrefill: num_q_heads 0 is not a positive multiple"),
+            absl::string_view::npos)
+      << s;
+}
+
 TEST_F(KernelsGpuTest, WriteKvMatchesReference) {
   uint32_t seed = 1;
   for (const WriteKvCase& c : WriteKvCases()) {
@@ -111,6 +140,13 @@ TEST_F(KernelsGpuTest, PagedDecodeMatchesReference) {
   uint32_t seed = 100;
   for (const DecodeCase& c : DecodeCases()) {
     EXPECT_EQ(CheckPagedDecode(c, seed++, nullptr), absl::OkStatus()) << c.Name();
+  }
+}
+
+TEST_F(KernelsGpuTest, PagedPrefillMatchesReference) {
+  uint32_t seed = 150;
+  for (const PrefillCase& c : PrefillCases()) {
+    EXPECT_EQ(CheckPagedPrefill(c, seed++), absl::OkStatus()) << c.Name();
   }
 }
 

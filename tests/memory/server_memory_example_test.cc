@@ -55,7 +55,7 @@ TEST(ServerMemoryExample, Gemma3FullAttentionLayer) {
   EXPECT_EQ(view->kv_stride, 16384);
   EXPECT_EQ(view->token_stride, 1024);
   EXPECT_EQ(view->head_stride, 256);
-  EXPECT_EQ(view->num_blocks, 3277);
+  EXPECT_EQ(view->num_blocks, 3269);
   HostMemoryBacking other;
   EXPECT_TRUE(absl::IsNotFound(LayerView(model, other, GroupId(0), 5).status()));
 }

@@ -278,21 +278,23 @@ std::unique_ptr<CalibratedCostModel> MakeToy(int32_t tp) {
   return std::move(m).value();
 }
 
-// Qwen3-8B (see kQwenParams): 6,946,075,648 decoder parameters, 13,892,151,296 bytes; LM head
-// 622,329,856 values = 1,244,659,712 bytes; 36 layers; KV 147,456 B/token; 589,824 FLOPs per
-// query-key pair over all layers.
+// Qwen3-8B (see kQwenParams): 6,946,075,648 decoder parameters in 36 layers; per layer the
+// GEMMs are QKV 4,096 × 6,144 (32 + 2 · 8 heads of 128), output 4,096 × 4,096, gate+up
+// 4,096 × 24,576 and down 12,288 × 4,096: 192,937,984 weights, 385,875,968 bytes (the rest of
+// a layer is norms). LM head 622,329,856 values = 1,244,659,712 bytes; KV 147,456 B/token;
+// 589,824 FLOPs per query-key pair over all layers.
 TEST(CalibratedCostModelTest, QwenDecodeOnToyGpuByHand) {
   auto m = MakeToy(1);
   const CalibratedStepCost c = m->Cost(Step({{1023, 1}}));
-  // 36 · 4 · 5 us + 13,892,151,296 B / 5e11 B/s (memory-bound).
-  EXPECT_NEAR(c.linear_s, 7.2e-4 + 0.027784302592, 1e-12);
+  // 36 · 4 · 5 us + 36 · 385,875,968 B / 5e11 B/s (memory-bound).
+  EXPECT_NEAR(c.linear_s, 7.2e-4 + 0.027783069696, 1e-12);
   EXPECT_NEAR(c.lm_head_s, 5e-6 + 0.002489319424, 1e-12);
   // 1,024 keys · 147,456 B / 5e11 B/s.
   EXPECT_NEAR(c.attention_s, 0.000301989888, 1e-12);
   // 36 · (2 us + 4,096 ns) + 3 us.
   EXPECT_NEAR(c.small_ops_s, 0.000222456, 1e-12);
   EXPECT_EQ(c.all_reduce_s, 0);
-  EXPECT_NEAR(c.total_s, 0.031523067904, 1e-12);
+  EXPECT_NEAR(c.total_s, 0.031521835008, 1e-12);
   EXPECT_DOUBLE_EQ(c.gemm_efficiency, 0.5);
 }
 
@@ -304,11 +306,81 @@ TEST(CalibratedCostModelTest, TensorParallelPrefillAddsAllReduce) {
                                                    std::log(10.0));
   EXPECT_NEAR(c.all_reduce_s, 72 * ar, 1e-12);
   EXPECT_NEAR(c.all_reduce_s, 0.004170685501065743, 1e-12);
-  // 36 · 4 · 5 us + 2 · 1,024 · 6,946,075,648 / 2 / 5e14 (compute-bound).
-  EXPECT_NEAR(c.linear_s, 0.014945562927104, 1e-12);
+  // 36 · 4 · 5 us + 2 · 1,024 · 36 · 192,937,984 / 2 / 5e14 (compute-bound: 1,024 tokens
+  // against 1,000 FLOP per weight byte at the toy's efficiencies).
+  EXPECT_NEAR(c.linear_s, 0.014944931684352, 1e-12);
   // 524,800 pairs · 589,824 / 2 / 2.5e14.
   EXPECT_NEAR(c.attention_s, 0.0006190792704, 1e-12);
-  EXPECT_NEAR(c.total_s, 0.17205493141056977, 1e-11);
+  EXPECT_NEAR(c.total_s, 0.17205430016781775, 1e-11);
+}
+
+TEST(TileQuantizationTest, FactorByHand) {
+  TileQuantization q;
+  q.sm_count = 132;
+  q.tiles = {{64, 128}, {128, 128}};
+  q.k_multiple = 512;
+  // 816 × 2,560: 13 · 20 = 260 tiles of 64 × 128 in 2 waves (16,384 rows · columns per SM)
+  // beat 7 · 20 = 140 tiles of 128 × 128, also 2 waves (32,768); K 2,560 needs no padding.
+  // Q = 2 · 64 · 128 · 132 / (816 · 2,560) = 88 / 85.
+  EXPECT_DOUBLE_EQ(q.Factor(816, 2560, 2560), 88.0 / 85.0);
+  // 100 × 3,000, K 4,000 -> 4,096: 2 · 24 = 48 tiles of 64 × 128, one wave.
+  EXPECT_DOUBLE_EQ(q.Factor(100, 3000, 4000), 8192.0 * 132 * 4096 / (100.0 * 3000 * 4000));
+  // 256 experts of 64 rows × 4,096 launched together: 256 · 32 = 8,192 tiles of 64 × 128 in
+  // 63 waves, Q = 63 · 132 · 64 · 128 / (256 · 64 · 4,096) = 1.01513671875.
+  EXPECT_DOUBLE_EQ(q.Factor(64, 4096, 7168, 256), 1.01513671875);
+  q.tiles = {{1, 1}};
+  q.sm_count = 1;
+  q.k_multiple = 1;
+  EXPECT_DOUBLE_EQ(q.Factor(7, 5, 3), 1.0);  // unit tiles waste nothing
+}
+
+// Unit tiles on one SM waste nothing: the same times as no tile term, dense and MoE alike;
+// 128 × 128 tiles on 100 SMs only add time.
+TEST(CalibratedCostModelTest, UnitTilesChangeNothingMoeIncluded) {
+  auto linear = [](const std::string& tiles, const char* model, int32_t tokens) {
+    std::string json = kToyGpu;
+    const std::string key = R"("attention": {)";
+    json.replace(json.find(key), key.size(), R"("tiles": )" + tiles + ", " + key);
+    auto gpu = ParseGpuSpec(json, "toy");
+    auto cal = ParseGpuCalibration(json, "toy");
+    auto spec = LoadModel(model);
+    EXPECT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
+    auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return (*m)->Cost(Step({{0, tokens}})).linear_s;
+  };
+  const std::string unit = R"({"sm_count": 1, "tiles": [[1, 1]], "k_multiple": 1})";
+  const std::string big = R"({"sm_count": 100, "tiles": [[128, 128]], "k_multiple": 1})";
+  for (const char* model : {"qwen3-8b", "deepseek-v2-lite", "qwen3.5-35b-a3b"}) {
+    for (int32_t tokens : {1, 100, 3000}) {
+      const double none = linear("null", model, tokens);
+      EXPECT_DOUBLE_EQ(linear(unit, model, tokens), none) << model << " " << tokens;
+      EXPECT_GE(linear(big, model, tokens), none) << model << " " << tokens;
+    }
+    EXPECT_GT(linear(big, model, 3000), linear("null", model, 3000)) << model;
+  }
+}
+
+TEST(CalibratedCostModelTest, TileQuantizationSlowsPartialWaves) {
+  std::string json = kToyGpu;
+  const std::string key = R"("attention": {)";
+  json.replace(json.find(key), key.size(),
+               R"("tiles": {"sm_count": 100, "tiles": [[128, 128]], "k_multiple": 1}, )" + key);
+  auto gpu = ParseGpuSpec(json, "toy");
+  auto cal = ParseGpuCalibration(json, "toy");
+  auto spec = LoadModel("qwen3-8b");
+  ASSERT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
+  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
+  ASSERT_TRUE(m.ok()) << m.status();
+  // 1,000 tokens = 8 row tiles. QKV: 8 · 48 tiles in 4 waves of 100, Q = 4 · 100 · 128 · 128 /
+  // (1,000 · 6,144) = 16/15; output: 8 · 32 in 3 waves, Q = 6/5; gate+up: 8 · 192 in 16 waves,
+  // 16/15; down: 6/5. Each is compute-bound (Q · 1,000 tokens > 1,000 FLOP per byte):
+  // 36 · Σ (5 us + 2 · 1,000 · K · N · Q / 5e14).
+  const double gemms = 4096.0 * 6144 * 16 / 15 + 4096.0 * 4096 * 6 / 5 +
+                       4096.0 * 24576 * 16 / 15 + 12288.0 * 4096 * 6 / 5;
+  const CalibratedStepCost c = (*m)->Cost(Step({{0, 1000}}));
+  EXPECT_NEAR(c.linear_s, 36 * (4 * 5e-6 + 2 * 1000 * gemms / 5e14), 1e-12);
+  EXPECT_NEAR(c.linear_s, 0.0316437645312, 1e-12);
 }
 
 TEST(CalibratedCostModelTest, RejectsUnprofiledTp) {
@@ -344,6 +416,22 @@ TEST(HardwareCalibrationTest, ParseErrorsNameTheField) {
   EXPECT_THAT(lengths.status().message(), HasSubstr("one value per token count (2), got 1"));
   auto no_tp = with(R"({"launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1], "efficiency": [0.5]})");
   EXPECT_THAT(no_tp.status().message(), HasSubstr("gemm[0]: calibration field 'tp' is missing"));
+  auto tiles = [](const std::string& t) {
+    return ParseGpuCalibration(
+        R"({"calibration": {"attention": {"prefill_efficiency": 0.5}, "tiles": )" + t +
+            R"(, "gemm": [{"tp": 1, "launch_us": 1, "hbm_efficiency": 0.8, "tokens": [1], "efficiency": [0.5]}]}})",
+        "x.json");
+  };
+  EXPECT_TRUE(tiles("null").ok());
+  auto good = tiles(R"({"sm_count": 132, "tiles": [[64, 128], [128, 128]], "k_multiple": 512})");
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_TRUE(good->tiles.has_value());
+  EXPECT_EQ(good->tiles->tiles.size(), 2u);
+  auto half = tiles(R"({"sm_count": 132, "tiles": [[128]], "k_multiple": 1})");
+  EXPECT_THAT(half.status().message(),
+              HasSubstr("'tiles.tiles' must hold [tm, tn] pairs of integers in [1, 65536], got [128]"));
+  auto sms = tiles(R"({"sm_count": 1.5, "tiles": [[128, 128]], "k_multiple": 1})");
+  EXPECT_THAT(sms.status().message(), HasSubstr("'sm_count' must be an integer, got 1.5"));
   EXPECT_EQ(LoadGpuCalibration("no-such-gpu").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -357,13 +445,32 @@ TEST(CalibratedCostModelTest, BundledA100ExampleBatch) {
   auto m = CalibratedCostModel::Create(*spec, *gpu, *cal);
   ASSERT_TRUE(m.ok()) << m.status();
   const CalibratedStepCost c = (*m)->Cost(Step({{1024, 512}, {2048, 1}, {2048, 1}}));
-  EXPECT_NEAR(c.linear_s, 0.0339421828, 1e-10);
+  EXPECT_NEAR(c.linear_s, 0.035122398, 1e-10);
   EXPECT_NEAR(c.lm_head_s, 0.000658032495, 1e-12);
   EXPECT_NEAR(c.attention_s, 0.00253758206, 1e-11);
-  EXPECT_NEAR(c.small_ops_s, 0.00297258116, 1e-11);
+  EXPECT_NEAR(c.small_ops_s, 0.00288367879, 1e-11);
   EXPECT_EQ(c.all_reduce_s, 0);
-  EXPECT_NEAR(c.total_s, 0.0401103785, 1e-10);
-  EXPECT_NEAR(c.gemm_efficiency, 0.688861536, 1e-9);
+  EXPECT_NEAR(c.total_s, 0.0412016914, 1e-10);
+  EXPECT_NEAR(c.gemm_efficiency, 0.665314474, 1e-9);
+}
+
+// The H100 fit has tile quantization (64x128 and 128x128 tiles over 132 SMs, K to a multiple
+// of 512). The expected linear times are scripts/fit_cost_model.py's predict_linear summed
+// over the same GEMM shapes (Llama-3.1-8B: 4,096 hidden, 32 + 2 · 8 heads of 128, MLP 14,336;
+// 70B: 8,192, 64 + 2 · 8, 28,672) times the layers, so the C++ and Python models agree.
+TEST(CalibratedCostModelTest, BundledH100TilesMatchTheFitter) {
+  auto gpu = LoadGpu("h100");
+  auto cal = LoadGpuCalibration("h100");
+  ASSERT_TRUE(gpu.ok() && cal.ok()) << cal.status();
+  ASSERT_TRUE(cal->tiles.has_value());
+  auto small = CalibratedCostModel::Create(*LoadModel("llama-3.1-8b"), *gpu, *cal);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_NEAR((*small)->Cost(Step({{0, 1000}})).linear_s, 0.021103979719437914, 1e-12);
+  RooflineOptions tp4;
+  tp4.tp = 4;
+  auto large = CalibratedCostModel::Create(*LoadModel("llama-3.1-70b"), *gpu, *cal, tp4);
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_NEAR((*large)->Cost(Step({{0, 776}})).linear_s, 0.04980296553541792, 1e-12);
 }
 
 // Issue 21's gate: Llama-3(.1)-8B prefill of 512..8,192 tokens on A100 at 55-75% MFU.

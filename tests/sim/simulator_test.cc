@@ -351,6 +351,22 @@ TEST(SimulatorTest, PrefixHitsMatchTheIdealOnTheWholeTrace) {
   EXPECT_GE(r->prefix_cache.hit_tokens, 0.98 * 54'097'440);
 }
 
+const char* kPinnedH100Calibration = R"({"calibration": {
+  "gemm": [{"tp": 1, "launch_us": 4.951, "hbm_efficiency": 0.902,
+            "tokens": [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+                       1536, 2048, 3072, 4096],
+            "efficiency": [0.003, 0.006, 0.0122, 0.0245, 0.0477, 0.0714, 0.0935, 0.1411,
+                           0.1854, 0.2393, 0.344, 0.4426, 0.5389, 0.5426, 0.7203, 0.6273,
+                           0.6958, 0.691, 0.7508, 0.7178, 0.7303]}],
+  "small_ops": [
+    {"op": "input_layernorm", "width": "hidden", "per": "layer", "launch_us": 3.74, "ns_per_kilo_element": 2.32954},
+    {"op": "post_attention_layernorm", "width": "hidden", "per": "layer", "launch_us": 3.672, "ns_per_kilo_element": 2.49205},
+    {"op": "attn_rope", "width": "hidden_per_tp", "per": "layer", "launch_us": 2.181, "ns_per_kilo_element": 4.37632},
+    {"op": "mlp_act", "width": "hidden_per_tp", "per": "layer", "launch_us": 1.916, "ns_per_kilo_element": 8.40855},
+    {"op": "add", "width": "hidden", "per": "layer", "launch_us": 1.131, "ns_per_kilo_element": 1.57698},
+    {"op": "emb", "width": "hidden", "per": "step", "launch_us": 2.644, "ns_per_kilo_element": 6.34549}],
+  "attention": {"prefill_efficiency": 0.35}}})";
+
 // Gemma 3 4B (5 sliding-window layers per full one) on an H100 cost model with 8 GiB of KV,
 // the first 150 requests of the conversation trace, prefix caching on (the default). vLLM's
 // admission gate counts each prompt's sliding-window blocks (up to its per-request bound);
@@ -361,6 +377,12 @@ TEST(SimulatorTest, KvpageRunsMoreGemmaRequestsThanVllmAccounting) {
   SimConfig c;
   c.model = *LoadModel("gemma-3-4b-it");
   c.gpu = *LoadGpu("h100");
+  // The concurrency below depends on where step boundaries fall, so the step times are pinned
+  // to the H100 fit this test was written against (tp 1 of sim/data/hardware/h100-sxm.json at
+  // commit f7a144e): a refit of the bundled constants does not move them.
+  auto cal = ParseGpuCalibration(kPinnedH100Calibration, "pinned");
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  c.calibration = *cal;
   c.scheduler.kv.kv_budget_bytes = 8 * kGiB;
   c.record_token_times = false;
   c.record_steps = false;

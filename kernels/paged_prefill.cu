@@ -1,0 +1,68 @@
+// paged_prefill launcher (include/kvpage/cuda/paged_prefill.h); the kernel and its design
+// notes are in paged_prefill_kernel.cuh.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_status.h"
+#include "kernels/paged_decode_launch.h"
+#include "kernels/paged_prefill_kernel.cuh"
+#include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/paged_prefill.h"
+
+namespace kvpage::cuda {
+
+int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
+                              int32_t num_q_heads, int32_t head_dim) {
+  return internal::PrefillRowsBytes(total_tokens) +
+         DecodeWorkspaceBytes(plan, total_tokens, num_q_heads, head_dim);
+}
+
+absl::Status PagedPrefill(void* out, const void* q, int64_t q_token_stride,
+                          const int32_t* query_start_loc, int32_t total_tokens,
+                          const KvCacheView& cache, const BlockTableView& table,
+                          const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                          int64_t workspace_bytes, cudaStream_t stream) {
+  if (query_start_loc == nullptr) {
+    return absl::InvalidArgumentError("PagedPrefill: null query_start_loc");
+  }
+  if (total_tokens < 0 || total_tokens > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedPrefill: total_tokens ", total_tokens, " is outside [0, 65535]"));
+  }
+  if (table.num_seqs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedPrefill: num_seqs ", table.num_seqs, " is negative"));
+  }
+  const int32_t head_dim = cache.head_dim;
+  const int64_t needed = PrefillWorkspaceBytes(plan, total_tokens, params.num_q_heads, head_dim);
+  if (needed > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0 ||
+                     workspace_bytes < needed)) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedPrefill: workspace of ",
+                                                   workspace_bytes,
+                                                   " bytes (16-byte aligned) needed ", needed));
+  }
+  int32_t* rows = static_cast<int32_t*>(workspace);
+  int32_t* lens = rows + total_tokens;
+  const int64_t rows_bytes = internal::PrefillRowsBytes(total_tokens);
+  void* decode_ws = static_cast<char*>(workspace) + rows_bytes;
+  // One decode row per query token, reading its sequence's table row.
+  const BlockTableView per_token{table.table, table.row_stride,
+                                 table.seq_lens != nullptr ? lens : nullptr, total_tokens};
+  absl::Status status =
+      internal::ValidatePagedDecode("PagedPrefill", out, q, q_token_stride, cache, per_token,
+                                    params, plan, decode_ws, workspace_bytes - rows_bytes);
+  if (!status.ok() || total_tokens == 0) return status;
+  const int blocks =
+      (total_tokens + internal::kPrefillRowsThreads - 1) / internal::kPrefillRowsThreads;
+  internal::PrefillRowsKernel<<<blocks, internal::kPrefillRowsThreads, 0, stream>>>(
+      query_start_loc, table.seq_lens, table.num_seqs, total_tokens, rows, lens);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return internal::CudaStatus(err, "PrefillRowsKernel");
+  return internal::LaunchPagedDecode("PagedPrefill", out, q, q_token_stride, cache, per_token,
+                                     rows, params, plan, decode_ws,
+                                     workspace_bytes - rows_bytes, stream);
+}
+
+}  // namespace kvpage::cuda

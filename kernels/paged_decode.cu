@@ -20,40 +20,65 @@ using internal::DecodeArgs;
 using internal::kDecodeThreads;
 using internal::DecodeLaunch;
 using internal::MakeDecodeLaunch;
-using internal::PagedDecodeKernel;
+using internal::DecodeKernelFn;
+using internal::Fp8E4m3;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The kernel PagedDecode launches for (T, head_dim, group tile), as a function pointer.
-using DecodeKernelFn = void (*)(DecodeArgs);
+bool CudaCoreHeadDim(int32_t d) {
+  return d == 64 || d == 80 || d == 96 || d == 128 || d == 192 || d == 256;
+}
+bool TensorCoreHeadDim(int32_t d) { return d == 64 || d == 128 || d == 256; }
 
-template <typename T, int kHeadDim>
-DecodeKernelFn KernelForTile(int32_t group_tile) {
-  switch (group_tile) {
-    case 1:
-      return PagedDecodeKernel<T, kHeadDim, 1>;
-    case 2:
-      return PagedDecodeKernel<T, kHeadDim, 2>;
-    case 4:
-      return PagedDecodeKernel<T, kHeadDim, 4>;
+template <typename T>
+DecodeKernelFn MmaKernelFor(int32_t head_dim) {
+  switch (head_dim) {
+    case 64:
+      return internal::PagedDecodeMmaKernel<T, 64>;
+    case 128:
+      return internal::PagedDecodeMmaKernel<T, 128>;
     default:
-      return PagedDecodeKernel<T, kHeadDim, 8>;
+      return internal::PagedDecodeMmaKernel<T, 256>;
   }
 }
 
-template <typename T>
-DecodeKernelFn KernelFor(int32_t head_dim, int32_t group_tile, bool tensor_cores) {
-  switch (head_dim) {
-    case 64:
-      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 64>
-                          : KernelForTile<T, 64>(group_tile);
-    case 128:
-      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 128>
-                          : KernelForTile<T, 128>(group_tile);
-    default:
-      return tensor_cores ? internal::PagedDecodeMmaKernel<T, 256>
-                          : KernelForTile<T, 256>(group_tile);
+// The kernel PagedDecode launches. REQUIRES: a combination CheckKernelChoice accepts.
+DecodeKernelFn KernelFor(DType cache_dtype, DType q_dtype, int32_t head_dim, int32_t group_tile,
+                         bool tensor_cores) {
+  const bool bf16 = q_dtype == DType::kBF16;
+  if (tensor_cores) {
+    return bf16 ? MmaKernelFor<__nv_bfloat16>(head_dim) : MmaKernelFor<__half>(head_dim);
   }
+  if (cache_dtype == DType::kFP8) {
+    return bf16 ? internal::CudaCoreDecodeKernel<__nv_bfloat16, Fp8E4m3>(head_dim, group_tile)
+                : internal::CudaCoreDecodeKernel<__half, Fp8E4m3>(head_dim, group_tile);
+  }
+  return bf16 ? internal::CudaCoreDecodeKernel<__nv_bfloat16, __nv_bfloat16>(head_dim, group_tile)
+              : internal::CudaCoreDecodeKernel<__half, __half>(head_dim, group_tile);
+}
+
+// Which kernels exist: the CUDA-core one for f16/bf16/fp8 caches and head_dim 64, 80, 96,
+// 128, 192, 256; the tensor-core one for f16/bf16 caches and head_dim 64, 128, 256.
+absl::Status CheckKernelChoice(DType cache_dtype, int32_t head_dim, bool tensor_cores,
+                               const char* what) {
+  if (cache_dtype != DType::kBF16 && cache_dtype != DType::kF16 &&
+      cache_dtype != DType::kFP8) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", DTypeName(cache_dtype),
+                                                   " is not f16, bf16 or fp8"));
+  }
+  if (!tensor_cores && !CudaCoreHeadDim(head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": head_dim ", head_dim, " is not 64, 80, 96, 128, 192 or 256"));
+  }
+  if (tensor_cores && !TensorCoreHeadDim(head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the tensor-core kernel needs head_dim 64, 128 or 256, not ", head_dim));
+  }
+  if (tensor_cores && cache_dtype == DType::kFP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the tensor-core kernel reads no fp8 cache"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -71,22 +96,16 @@ int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t n
 
 absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
                                         bool tensor_cores) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeCtasPerSm: dtype ", DTypeName(dtype), " is not f16 or bf16"));
-  }
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeCtasPerSm: head_dim ", head_dim, " is not 64, 128 or 256"));
-  }
+  absl::Status status = CheckKernelChoice(dtype, head_dim, tensor_cores, "DecodeCtasPerSm");
+  if (!status.ok()) return status;
   if (group_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecodeCtasPerSm: group_size ", group_size, " must be positive"));
   }
   const int32_t tile = internal::GroupTile(group_size);
-  const DecodeKernelFn kernel = dtype == DType::kBF16
-                                    ? KernelFor<__nv_bfloat16>(head_dim, tile, tensor_cores)
-                                    : KernelFor<__half>(head_dim, tile, tensor_cores);
+  // An fp8 cache's kernels differ by q dtype only in conversions; the bf16 one stands for both.
+  const DType q_dtype = dtype == DType::kFP8 ? DType::kBF16 : dtype;
+  const DecodeKernelFn kernel = KernelFor(dtype, q_dtype, head_dim, tile, tensor_cores);
   const int threads =
       tensor_cores ? internal::MmaDecodeThreads(head_dim) : internal::kDecodeThreads;
   int ctas = 0;
@@ -116,31 +135,23 @@ absl::Status internal::ValidatePagedDecode(const char* what, const void* out, co
                                           const BlockTableView& table,
                                           const DecodeParams& params, const DecodePlan& plan,
                                           const void* workspace, int64_t workspace_bytes) {
-  absl::Status status = ValidateKvCacheView(cache);
-  if (!status.ok()) return status;
+  if (absl::Status s = ValidateKvCacheView(cache); !s.ok()) return s;
   const int32_t d = cache.head_dim;
-  if (d != 64 && d != 128 && d != 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": head_dim ", d, " is not 64, 128 or 256"));
+  if (absl::Status s = CheckKernelChoice(cache.dtype, d, plan.use_tensor_cores, what);
+      !s.ok()) {
+    return s;
   }
   if (cache.kv_stride == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": MLA views (kv_stride 0) are not supported"));
   }
-  if (cache.dtype == DType::kFP8) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": fp8 caches are not supported yet"));
-  }
+  if (absl::Status s = ValidateDecodeParams(cache, params, what); !s.ok()) return s;
   if (plan.use_tensor_cores && cache.block_size % internal::kMmaStepTokens != 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the tensor-core kernel needs a "
                                                    "block_size multiple of 16, not ",
                                                    cache.block_size));
   }
   const int32_t hq = params.num_q_heads;
-  if (hq <= 0 || hq % cache.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": num_q_heads ", hq,
-                                                   " is not a positive multiple of num_kv_heads ",
-                                                   cache.num_kv_heads));
-  }
   if (out == nullptr || q == nullptr || table.table == nullptr || table.seq_lens == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": null out, q, table or seq_lens"));
   }
@@ -186,15 +197,14 @@ absl::Status internal::LaunchPagedDecode(const char* what, void* out, const void
   const int32_t group_tile = launch.group_tile;
   const dim3 grid(launch.grid[0], launch.grid[1], launch.grid[2]);
   const bool mma = launch.tensor_cores;
-  const DecodeKernelFn kernel = cache.dtype == DType::kBF16
-                                    ? KernelFor<__nv_bfloat16>(d, group_tile, mma)
-                                    : KernelFor<__half>(d, group_tile, mma);
+  const DType q_dtype = DecodeQueryDType(cache, params);
+  const DecodeKernelFn kernel = KernelFor(cache.dtype, q_dtype, d, group_tile, mma);
   kernel<<<grid, launch.threads, 0, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return internal::CudaStatus(err, "PagedDecodeKernel");
   if (plan.num_splits == 1) return absl::OkStatus();
   return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, table.num_seqs, hq, plan.num_splits, d,
-                         cache.dtype, stream);
+                         q_dtype, stream);
 }
 
 absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,

@@ -4,13 +4,15 @@
 // Design (CUDA cores, FlashInfer-style GQA grouping):
 // - CTA = 4 warps; grid (kv_head x head_tile, sequence, split). The CTA holds kGroupTile query
 //   heads of one KV head, so each K/V row is loaded once and used kGroupTile times.
-// - head_dim is spread over kLanes = head_dim / 8 lanes, each holding one 16-byte vector
-//   (8 values) of a token's K and V row; a warp therefore works on 32 / kLanes tokens at a
-//   time and the CTA on kGroups = 128 / kLanes tokens. Each lane group unrolls kUnroll tokens
-//   so 2 * kUnroll independent 16-byte loads are in flight per thread.
+// - head_dim is spread over kLanes = head_dim / 8 lanes rounded up to 8, 16 or 32 (head_dim
+//   80, 96 and 192 leave lanes idle), each holding 8 values of a token's K and V row (one
+//   16-byte vector, or 8 bytes of an fp8 cache); a warp therefore works on 32 / kLanes tokens
+//   at a time and the CTA on kGroups = 128 / kLanes tokens. Each lane group unrolls kUnroll
+//   tokens so 2 * kUnroll independent K/V loads are in flight per thread.
 // - Scores are fp32 with log2(e) folded into the scale (exp2f); every lane group keeps its own
 //   online-softmax state (m, l, acc), merged at the end across groups (shuffles) and warps
-//   (shared memory).
+//   (shared memory). An fp8 cache's k_scale is folded into the query scale and its v_scale
+//   into the final normalisation, so the loop only widens e4m3 to f16 to f32.
 // - The loop runs over AttendedRange ∩ this split only: tokens before a sliding window are
 //   never touched, and their table entries are never read. Tokens past seq_len are not loaded,
 //   so garbage (even NaN) in the tail of the last block cannot reach the output.
@@ -51,7 +53,8 @@ struct DecodeArgs {
   int32_t num_q_heads;
   int32_t group_size;  // query heads per KV head
   int32_t head_tiles;
-  float scale_log2;    // softmax scale * log2(e)
+  float scale_log2;    // softmax scale * log2(e), times k_scale for an fp8 cache
+  float v_scale;       // fp8 cache: V's per-tensor scale, applied to the output; else 1
   int32_t window_left;
   int32_t num_splits;
   int32_t chunk_tokens;
@@ -80,8 +83,9 @@ struct SoftmaxState {
 
   // Folds in kUnroll tokens: scores s (log2 domain; -inf = no token) and their V vectors. The
   // state is rescaled once per call, not once per token.
-  template <typename T, int kUnroll>
-  __device__ __forceinline__ void Add(float (&s)[kUnroll][kG], const uint4 (&v_raw)[kUnroll]) {
+  template <typename KV, int kUnroll>
+  __device__ __forceinline__ void Add(float (&s)[kUnroll][kG],
+                                      const typename KV::Raw (&v_raw)[kUnroll]) {
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
       float m_new = m[g];
@@ -103,7 +107,7 @@ struct SoftmaxState {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float v[kVec];
-      Unpack8<T>(v_raw[u], v);
+      KV::Unpack(v_raw[u], v);
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
 #pragma unroll
@@ -143,14 +147,14 @@ struct SoftmaxState {
 };
 
 // Loads this lane's slice of every query head of the tile, pre-scaled into the log2 domain;
-// heads past heads_here (a partial tile) get zeros and are never stored.
+// heads past heads_here (a partial tile) and idle lanes (!active) get zeros.
 template <typename T, int kG, int kVec>
 __device__ __forceinline__ void LoadQuery(const T* q_seq, int32_t head0, int32_t heads_here,
-                                          int32_t head_dim, int32_t lane, float scale_log2,
-                                          float (&q)[kG][kVec]) {
+                                          int32_t head_dim, int32_t lane, bool active,
+                                          float scale_log2, float (&q)[kG][kVec]) {
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
-    if (g < heads_here) {
+    if (active && g < heads_here) {
       Unpack8<T>(LoadVec(q_seq + (head0 + g) * head_dim + lane * kVec), q[g]);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) q[g][i] *= scale_log2;
@@ -163,14 +167,15 @@ __device__ __forceinline__ void LoadQuery(const T* q_seq, int32_t head0, int32_t
 
 // Scores of kUnroll tokens: this lane's partial dot products, summed over the token's kLanes
 // lanes with butterfly shuffles (every lane ends with the full score); -inf where !valid.
-template <typename T, int kUnroll, int kG, int kVec, int kLanes>
-__device__ __forceinline__ void Scores(const float (&q)[kG][kVec], const uint4 (&k_raw)[kUnroll],
+template <typename KV, int kUnroll, int kG, int kVec, int kLanes>
+__device__ __forceinline__ void Scores(const float (&q)[kG][kVec],
+                                       const typename KV::Raw (&k_raw)[kUnroll],
                                        const bool (&valid)[kUnroll],
                                        float (&s)[kUnroll][kG]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     float k[kVec];
-    Unpack8<T>(k_raw[u], k);
+    KV::Unpack(k_raw[u], k);
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
       float dot = 0.0f;
@@ -183,15 +188,34 @@ __device__ __forceinline__ void Scores(const float (&q)[kG][kVec], const uint4 (
   }
 }
 
-template <typename T, int kHeadDim, int kGroupTile>
-__global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const DecodeArgs a) {
+// Lanes that hold one token's row: head_dim / 8 rounded up to a power of two (8, 16 or 32);
+// for head_dim 80, 96 and 192 the lanes past head_dim / 8 idle.
+__host__ __device__ constexpr int DecodeLanes(int head_dim) {
+  return head_dim <= 64 ? 8 : head_dim <= 128 ? 16 : 32;
+}
+
+// Resident CTAs per SM the CUDA-core kernel is built for (__launch_bounds__' minimum): 7, 6,
+// 3, 2 for group tiles 1, 2, 4, 8 (at most 72, 80, 168 and 255 registers).
+__host__ __device__ constexpr int DecodeMinCtas(int group_tile) {
+  return group_tile == 1 ? 7 : group_tile == 2 ? 6 : group_tile == 4 ? 3 : 2;
+}
+
+// T: the dtype of q and out (f16/bf16). TC: the cache's element type, T or Fp8E4m3.
+// The second __launch_bounds__ argument states the occupancy the kernel is built for (its
+// register count from ptxas, docs/kernels.md §7): left free, ptxas sometimes spills a register
+// to reach the next occupancy step, which the build forbids.
+template <typename T, int kHeadDim, int kGroupTile, typename TC = T>
+__global__ void __launch_bounds__(kDecodeThreads, DecodeMinCtas(kGroupTile))
+    PagedDecodeKernel(const DecodeArgs a) {
+  using KV = KvVec8<TC>;
+  using Raw = typename KV::Raw;
   constexpr int kVec = kHalvesPerVec;
-  constexpr int kLanes = kHeadDim / kVec;  // lanes per token: 8, 16 or 32
+  constexpr int kLanes = DecodeLanes(kHeadDim);
   constexpr int kGroups = kDecodeThreads / kLanes;
   constexpr int kUnroll = kGroupTile >= 8 ? 2 : 4;
-  static_assert(kLanes <= 32 && 32 % kLanes == 0);
+  static_assert(kHeadDim % kVec == 0 && kHeadDim <= kLanes * kVec && kLanes <= 32);
 
-  __shared__ float smem_acc[kDecodeWarps][kGroupTile][kHeadDim];
+  __shared__ float smem_acc[kDecodeWarps][kGroupTile][kLanes * kVec];
   __shared__ float smem_m[kDecodeWarps][kGroupTile];
   __shared__ float smem_l[kDecodeWarps][kGroupTile];
 
@@ -204,43 +228,46 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
   const int32_t lane = threadIdx.x % kLanes;
   const int32_t group = threadIdx.x / kLanes;
   const int32_t warp = threadIdx.x / 32;
+  const bool active = lane * kVec < kHeadDim;  // false only on the padding lanes
 
   float q[kGroupTile][kVec];
   LoadQuery<T>(static_cast<const T*>(a.q) + seq * a.q_seq_stride, head0, heads_here, kHeadDim,
-               lane, a.scale_log2, q);
+               lane, active, a.scale_log2, q);
   SoftmaxState<kGroupTile, kVec> state;
   state.Init();
 
   const TokenRange range = SplitRange(AttendedRange(a.seq_lens[seq], a.window_left),
                                       a.chunk_tokens, split, a.num_splits);
+  // Idle lanes see an empty range (no loads, -inf scores) but run every iteration.
+  const int32_t lane_end = active ? range.end : range.begin;
   const int32_t* table_row =
       a.table + (a.table_rows != nullptr ? a.table_rows[seq] : seq) * a.row_stride;
-  const T* cache = static_cast<const T*>(a.cache);
+  const auto* cache = static_cast<const typename KV::Elem*>(a.cache);
   const int64_t head_offset = kv_head * a.head_stride + lane * kVec;
 
   // The trip count depends only on the range, so every lane of a warp runs every iteration
   // and the shuffles always see full warps. Lane group `group` takes tokens
   // base + u * kGroups + group; tokens past the range are neither looked up nor loaded.
   for (int32_t base = range.begin; base < range.end; base += kGroups * kUnroll) {
-    uint4 k_raw[kUnroll], v_raw[kUnroll];
+    Raw k_raw[kUnroll], v_raw[kUnroll];
     bool valid[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int32_t t = base + u * kGroups + group;
-      valid[u] = t < range.end;
-      k_raw[u] = make_uint4(0, 0, 0, 0);
-      v_raw[u] = make_uint4(0, 0, 0, 0);
+      valid[u] = t < lane_end;
+      k_raw[u] = KV::Zero();
+      v_raw[u] = KV::Zero();
       if (valid[u]) {
         const int32_t block = __ldg(table_row + t / a.block_size);
         const int64_t off =
             block * a.block_stride + (t % a.block_size) * a.token_stride + head_offset;
-        k_raw[u] = LoadVec(cache + off);
-        v_raw[u] = LoadVec(cache + off + a.kv_stride);
+        k_raw[u] = KV::Load(cache + off);
+        v_raw[u] = KV::Load(cache + off + a.kv_stride);
       }
     }
     float s[kUnroll][kGroupTile];
-    Scores<T, kUnroll, kGroupTile, kVec, kLanes>(q, k_raw, valid, s);
-    state.template Add<T, kUnroll>(s, v_raw);
+    Scores<KV, kUnroll, kGroupTile, kVec, kLanes>(q, k_raw, valid, s);
+    state.template Add<KV, kUnroll>(s, v_raw);
   }
 
   // Merge the lane groups of each warp, then the warps through shared memory; the first lane
@@ -267,11 +294,12 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
     }
   }
 
+  if (!active) return;
 #pragma unroll
   for (int g = 0; g < kGroupTile; ++g) {
     if (g >= heads_here) break;
     const float l = state.l[g];
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv_l = l > 0.0f ? a.v_scale / l : 0.0f;
     float o[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) o[i] = state.acc[g][i] * inv_l;
@@ -292,6 +320,15 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const Decode
     }
   }
 }
+
+// A decode kernel as a function pointer.
+using DecodeKernelFn = void (*)(DecodeArgs);
+
+// The CUDA-core kernel PagedDecodeKernel<T, head_dim, group_tile, TC> for q/out type T and
+// cache element type TC (T, or Fp8E4m3 with T bf16 or fp16); null for a head_dim other than
+// 64, 80, 96, 128, 192 or 256. Defined in paged_decode_select.cuh.
+template <typename T, typename TC>
+DecodeKernelFn CudaCoreDecodeKernel(int32_t head_dim, int32_t group_tile);
 
 // Query heads one CTA holds (the GQA group rounded up to 1, 2, 4 or 8) and CTAs per KV head.
 inline int32_t GroupTile(int32_t group_size) {
@@ -340,7 +377,9 @@ inline DecodeLaunch MakeDecodeLaunch(void* out, const void* q, int64_t q_seq_str
   a.num_q_heads = hq;
   a.group_size = group;
   a.head_tiles = HeadTiles(group);
-  a.scale_log2 = params.scale * kLog2e;
+  const bool fp8 = cache.dtype == DType::kFP8;
+  a.scale_log2 = params.scale * kLog2e * (fp8 ? params.k_scale : 1.0f);
+  a.v_scale = fp8 ? params.v_scale : 1.0f;
   a.window_left = params.window_left;
   a.num_splits = plan.num_splits;
   // One split covers the whole attended range whatever the planned chunk.

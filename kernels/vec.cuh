@@ -66,6 +66,46 @@ __device__ __forceinline__ uint4 LoadVec(const void* p) {
   return __ldg(static_cast<const uint4*>(p));
 }
 
+// Tag type of an fp8 e4m3 KV cache for the kernels that read one (decode).
+struct Fp8E4m3 {};
+
+// Eight consecutive KV values of element type TC as decode reads them: `Raw` holds them
+// (16 bytes for f16/bf16, 8 for e4m3), `Elem` is the type addresses count in.
+template <typename TC>
+struct KvVec8 {
+  using Elem = TC;
+  using Raw = uint4;
+  static __device__ __forceinline__ Raw Zero() { return make_uint4(0, 0, 0, 0); }
+  static __device__ __forceinline__ Raw Load(const Elem* p) { return LoadVec(p); }
+  static __device__ __forceinline__ void Unpack(const Raw& raw, float* out) {
+    Unpack8<TC>(raw, out);
+  }
+};
+template <>
+struct KvVec8<Fp8E4m3> {
+  using Elem = uint8_t;
+  using Raw = uint2;
+  static __device__ __forceinline__ Raw Zero() { return make_uint2(0, 0); }
+  static __device__ __forceinline__ Raw Load(const Elem* p) {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+  }
+  // e4m3 -> f16 is exact (cvt.rn.f16x2.e4m3x2 on sm_89+), then f16 -> f32.
+  static __device__ __forceinline__ void Unpack(const Raw& raw, float* out) {
+    const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+      const __half2_raw raw2 = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+      __half2 h;
+      static_assert(sizeof(h) == sizeof(raw2));
+      memcpy(&h, &raw2, sizeof(h));
+      const float2 f = __half22float2(h);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+};
+
 }  // namespace kvpage::cuda::internal
 
 #endif  // KVPAGE_KERNELS_VEC_CUH_

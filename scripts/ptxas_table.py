@@ -11,8 +11,9 @@ import re
 import subprocess
 import sys
 
-THREADS = {"PagedDecodeKernel": 128, "WriteKvKernel": 128, "WriteKvFp8Kernel": 128,
-           "MergeKernel": 128, "CopySlotsKernel": 256, "ZeroSlotsKernel": 256}
+THREADS = {"PagedDecodeKernel": 128, "PagedDecodeMlaKernel": 128, "WriteKvKernel": 128,
+           "WriteKvFp8Kernel": 128, "MergeKernel": 128, "CopySlotsKernel": 256,
+           "ZeroSlotsKernel": 256}
 
 
 def threads_of(name):

@@ -4,10 +4,14 @@
     cuobjdump -sass build/kernels-only/CMakeFiles/kvpage_cuda.dir/paged_decode.cu.o \\
       | python3 scripts/sass_loop_stats.py
 
-For every kernel, the main loop is the backward branch whose body holds the most 16-byte
-global loads of K/V (LDG.E.128 on the CUDA-core kernel, LDGSTS...128 on the tensor-core one).
-Per pass of that loop a warp reads loads x 32 lanes x 16 bytes; the table prints the loop's
-SASS instructions, that byte count, bytes per warp-instruction and instructions per KiB.
+For every kernel, the main loop is the backward branch whose body loads the most bytes of
+K/V: 16-byte loads (LDG.E.128 on the CUDA-core kernel, LDGSTS...128 on the tensor-core one)
+and 8-byte ones (LDG.E.64: the CUDA-core kernel on an fp8 cache). Per pass of that loop a
+warp reads loads x 32 lanes x their width, times the share of lanes that hold data (10/16,
+12/16 and 24/32 for head_dim 80, 96 and 192, whose other lanes idle; 3/4 for the MLA kernel,
+whose rope vector only lanes 0-7 load); the table prints the
+loop's SASS instructions, that byte count, bytes per warp-instruction and instructions per
+KiB.
 cuobjdump and nvdisasm are not in the Debian toolkit packages here; the PyPI wheels
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm carry them.
 """
@@ -18,6 +22,7 @@ import sys
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 BRANCH = re.compile(r"\bBRA\s+(?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
 VEC_LOAD = re.compile(r"\b(LDG\.E\.128|LDG\.E\.[A-Z.]*128|LDGSTS\.[A-Z.]*128)\b")
+HALF_LOAD = re.compile(r"\bLDG\.E\.(?:[A-Z]+\.)*64\b")
 
 
 def kernels(lines):
@@ -46,10 +51,24 @@ def main_loop(body):
         if target >= addr:
             continue
         inside = [t for a, t in body if target <= a <= addr]
-        loads = sum(1 for t in inside if VEC_LOAD.search(t))
-        if loads and (best is None or loads > best[1]):
-            best = (len(inside), loads)
+        lane_bytes = sum(16 if VEC_LOAD.search(t) else 8 if HALF_LOAD.search(t) else 0
+                         for t in inside)
+        if lane_bytes and (best is None or lane_bytes > best[1]):
+            best = (len(inside), lane_bytes)
     return best
+
+
+def active_lanes(name):
+    """Share of the counted loads that carry data: the CUDA-core kernel's lanes per token
+    (DecodeLanes); in the MLA kernel only lanes 0-7 load the third (rope) vector, 2.25 of 3."""
+    if name.startswith("PagedDecodeMlaKernel"):
+        return 0.75
+    m = re.search(r"PagedDecodeKernel<[^,]+, (\d+),", name)
+    if not m:
+        return 1.0
+    head_dim = int(m.group(1))
+    lanes = 8 if head_dim <= 64 else 16 if head_dim <= 128 else 32
+    return head_dim / 8 / lanes
 
 
 def demangle(names):
@@ -63,13 +82,14 @@ def demangle(names):
 
 def short(name):
     name = re.sub(r"^void |kvpage::cuda::internal::|\(.*\)$", "", name)
-    return name.replace("__nv_bfloat16", "bf16").replace("__half", "f16")
+    name = name.replace("__nv_bfloat16", "bf16").replace("__half", "f16")
+    return name.replace("Fp8E4m3", "fp8")
 
 
 def main():
     found = list(kernels(sys.stdin))
     names = demangle([n for n, _ in found])
-    print(f"{'kernel':<36} {'loop instr':>10} {'KiB/pass':>8} {'B/warp-instr':>12} "
+    print(f"{'kernel':<44} {'loop instr':>10} {'KiB/pass':>8} {'B/warp-instr':>12} "
           f"{'instr/KiB':>9}")
     rows = []
     for (mangled, body), name in zip(found, names):
@@ -78,11 +98,11 @@ def main():
         loop = main_loop(body)
         if loop is None:
             continue
-        instrs, loads = loop
-        kib = loads * 32 * 16 / 1024
+        instrs, lane_bytes = loop
+        kib = lane_bytes * 32 * active_lanes(short(name)) / 1024
         rows.append((short(name), instrs, kib, kib * 1024 / instrs, instrs / kib))
     for r in sorted(rows):
-        print(f"{r[0]:<36} {r[1]:>10} {r[2]:>8.1f} {r[3]:>12.1f} {r[4]:>9.1f}")
+        print(f"{r[0]:<44} {r[1]:>10} {r[2]:>8.1f} {r[3]:>12.1f} {r[4]:>9.1f}")
 
 
 if __name__ == "__main__":

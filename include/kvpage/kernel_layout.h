@@ -40,9 +40,9 @@ namespace kvpage {
 
 // One attention layer's paged K/V cache. Strides are in elements of `dtype`.
 // Invariants (ValidateKvCacheView): dtype is f16, bf16 or fp8 (e4m3; written by WriteKvFp8,
-// not read by decode yet); head_dim elements are contiguous and a multiple of one 16-byte
-// vector (8 values, 16 for fp8); every stride is a multiple of that vector; base is 16-byte
-// aligned. K of (block b, token t, head h) is at
+// read by decode with DecodeParams' scales); head_dim elements are contiguous and a multiple
+// of one 16-byte vector (8 values, 16 for fp8); every stride is a multiple of that vector;
+// base is 16-byte aligned. K of (block b, token t, head h) is at
 //   base + b*block_stride + t*token_stride + h*head_stride, and V is kv_stride further.
 struct KvCacheView {
   void* base = nullptr;
@@ -157,7 +157,24 @@ struct DecodeParams {
   int32_t num_q_heads = 0;   // a multiple of the cache's num_kv_heads
   float scale = 0.0f;        // softmax scale, usually 1/sqrt(head_dim)
   int32_t window_left = -1;  // sliding window (tokens before the query); -1 = off
+  // fp8 (e4m3) caches only: the per-tensor scales WriteKvFp8 stored with (a value reads as
+  // stored * scale), and the dtype of q and out (f16 or bf16). An f16/bf16 cache takes q and
+  // out in its own dtype and requires both scales to be 1.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  DType fp8_query_dtype = DType::kBF16;
 };
+
+// The dtype of decode's q and out for this cache: the cache's own, or fp8_query_dtype for an
+// fp8 cache.
+DType DecodeQueryDType(const KvCacheView& cache, const DecodeParams& params);
+
+// The decode arguments that do not depend on where they live (ref::PagedDecode and the
+// launcher): num_q_heads a positive multiple of num_kv_heads; for an fp8 cache positive finite
+// scales and an f16/bf16 fp8_query_dtype; otherwise scales of exactly 1. InvalidArgument
+// naming the value; `what` prefixes the message. REQUIRES: a valid view.
+absl::Status ValidateDecodeParams(const KvCacheView& cache, const DecodeParams& params,
+                                  const char* what);
 
 // How paged decode splits each sequence's KV range across CTAs. Fixed for a launch, so a
 // CUDA graph captured with a plan can be replayed for any seq_lens: splits take chunk_tokens

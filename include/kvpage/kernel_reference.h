@@ -61,20 +61,38 @@ absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_st
                         const KvCacheView& cache);
 
 // Decode attention, one query token per sequence.
-//   q: [num_seqs][num_q_heads][head_dim] (bits of cache.dtype), sequence stride q_seq_stride.
+//   q: [num_seqs][num_q_heads][head_dim] (bits of DecodeQueryDType(cache, params): the cache's
+//      dtype, or params.fp8_query_dtype for an fp8 cache), sequence stride q_seq_stride.
+//   An fp8 cache's values read as E4m3ToFloat(stored) * params.k_scale (K) or v_scale (V),
+//   in double.
 //   out: [num_seqs][num_q_heads][head_dim] double; lse: [num_seqs][num_q_heads] natural-log
 //   sum of exp(score), -inf for an empty range (then out is 0). lse may be null.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads). Only tokens of
 // AttendedRange(seq_len, window_left) are read; blocks outside it are never dereferenced.
-// InvalidArgument for an invalid or fp8 view, num_q_heads not a multiple of num_kv_heads, or
-// a block id outside [0, num_blocks) inside the attended range (naming sequence and position).
+// InvalidArgument for an invalid view, params ValidateDecodeParams rejects (num_q_heads not a
+// multiple of num_kv_heads, bad scales or query dtype), or a block id outside
+// [0, num_blocks) inside the attended range (naming sequence and position).
 absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse);
 
+// Absorbed MLA decode (the DeepSeek form): every query head attends to the one latent row of
+// each token, K = the whole row (latent ++ rope), V = its first latent_dim values.
+//   cache: an MLA view (MlaKvCache: kv_stride 0, one head of row_dim = latent_dim + rope_dim).
+//   q: [num_seqs][num_q_heads][row_dim] (bits of DecodeQueryDType(cache, params)), sequence
+//      stride q_seq_stride: q_nope already multiplied into the latent space (W_UK absorbed),
+//      then q_pe.
+//   out: [num_seqs][num_q_heads][latent_dim] double, softmax(scale * q.row) . row[0,
+//      latent_dim); lse as PagedDecode (nullable).
+// InvalidArgument as PagedDecode, for a view with a V half, or latent_dim outside
+// (0, row_dim].
+absl::Status PagedDecodeMla(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
+                            const BlockTableView& table, const DecodeParams& params,
+                            int32_t latent_dim, double* out, double* lse);
+
 // Attention for a batch of variable-length query chunks over the paged cache: prefill chunks
 // with cached prefixes and decodes in one call (the batches the scheduler emits).
-//   q: [total_tokens][num_q_heads][head_dim] (bits of cache.dtype), token stride
+//   q: [total_tokens][num_q_heads][head_dim] (bits of DecodeQueryDType), token stride
 //      q_token_stride; sequence b's queries are tokens [query_start_loc[b],
 //      query_start_loc[b + 1]), the last q_len of its table.seq_lens[b] positions (their K/V
 //      already written).

@@ -3,6 +3,7 @@
 #ifndef KVPAGE_KERNELS_CHECK_CHECK_CASES_H_
 #define KVPAGE_KERNELS_CHECK_CHECK_CASES_H_
 
+#include <iterator>
 #include <vector>
 
 #include "kernels/check/kernel_checks.h"
@@ -21,7 +22,8 @@ inline std::vector<WriteKvCase> WriteKvCases() {
   };
 }
 
-// Every case on the CUDA-core kernel, then again on the tensor-core one.
+// Every case on the CUDA-core kernel, then again on the tensor-core one, then the shapes only
+// the CUDA-core kernel has (fp8 caches, head_dim 80/96/192), then MLA (PagedDecodeMla).
 inline std::vector<DecodeCase> DecodeCases() {
   // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
   std::vector<DecodeCase> cases = {
@@ -44,6 +46,42 @@ inline std::vector<DecodeCase> DecodeCases() {
   for (size_t i = 0; i < n; ++i) {
     cases.push_back(cases[i]);
     cases.back().tensor_cores = true;
+  }
+  // dtype (q, out), seqs, kv heads, group, head_dim, block, max_len, window, splits
+  const DecodeCase fp8[] = {
+      {DType::kBF16, 8, 8, 4, 128, 16, 300, -1, 0},
+      {DType::kF16, 7, 2, 8, 256, 64, 200, -1, 0},
+      {DType::kBF16, 6, 1, 1, 64, 16, 100, -1, 0},
+      {DType::kF16, 9, 4, 2, 128, 16, 700, 127, 0},   // sliding window
+      {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},  // split-KV
+      {DType::kBF16, 6, 2, 6, 96, 16, 500, -1, 0},
+      {DType::kF16, 6, 2, 4, 192, 64, 3000, 1000, 3},
+  };
+  for (DecodeCase c : fp8) {
+    c.fp8_kv = true;
+    cases.push_back(c);
+  }
+  const DecodeCase head_dims[] = {
+      {DType::kBF16, 8, 8, 4, 80, 16, 300, -1, 0},
+      {DType::kF16, 7, 2, 8, 96, 64, 200, -1, 0},
+      {DType::kBF16, 6, 4, 1, 192, 16, 150, -1, 0},
+      {DType::kBF16, 6, 1, 16, 96, 16, 90, -1, 0},     // two CTAs per KV head
+      {DType::kF16, 9, 2, 2, 80, 16, 700, 200, 0},     // sliding window
+      {DType::kBF16, 6, 8, 4, 192, 16, 5000, -1, 7},   // split-KV
+      {DType::kBF16, 6, 8, 8, 80, 16, 8192, -1, 0},    // device plan
+  };
+  cases.insert(cases.end(), std::begin(head_dims), std::end(head_dims));
+  // Absorbed MLA, DeepSeek's row (512 latent + 64 rope); group = query heads.
+  const DecodeCase mla[] = {
+      {DType::kBF16, 8, 1, 16, 576, 64, 300, -1, 0},
+      {DType::kF16, 7, 1, 6, 576, 16, 200, -1, 0},
+      {DType::kBF16, 9, 1, 16, 576, 64, 700, 127, 0},  // sliding window
+      {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},  // split-KV
+      {DType::kF16, 6, 1, 128, 576, 64, 3000, -1, 0},  // DeepSeek-V3's 128 heads, planned
+  };
+  for (DecodeCase c : mla) {
+    c.mla = true;
+    cases.push_back(c);
   }
   return cases;
 }

@@ -24,6 +24,8 @@ std::string DecodeCase::Name() const {
                       DTypeName(dtype), num_seqs, num_kv_heads, group, head_dim, block_size,
                       max_len, window_left, num_splits);
   if (plan_tokens > 0) name += absl::StrFormat(" planned for %d", plan_tokens);
+  if (fp8_kv) name += " fp8 KV";
+  if (mla) name += " MLA";
   if (tensor_cores) name += " tensor cores";
   return name;
 }
@@ -49,7 +51,10 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   std::shuffle(ids.begin(), ids.end(), rng);
 
   const int64_t row = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  p->cache.assign(static_cast<size_t>(p->num_blocks) * 2 * bs * row, kHalfNan);
+  // kHalfNan is two 0xff bytes: NaN in e4m3 too.
+  const int32_t halves = c.mla ? 1 : 2;  // an MLA block holds one latent row per token
+  const int64_t elements = static_cast<int64_t>(p->num_blocks) * halves * bs * row;
+  p->cache.assign(static_cast<size_t>(c.fp8_kv ? (elements + 1) / 2 : elements), kHalfNan);
   const KvCacheView view = p->View(p->cache.data());
   p->table.assign(static_cast<size_t>(c.num_seqs) * p->max_blocks, -1);
   size_t next = 0;
@@ -60,19 +65,32 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
       // The manager frees blocks wholly before the window and puts the null block there.
       p->table[b * p->max_blocks + j] = (j + 1) * bs <= attended.begin ? 0 : block;
       for (int32_t t = j * bs; t < std::min((j + 1) * bs, p->lens[b]); ++t) {
-        for (int32_t kv = 0; kv < 2; ++kv) {
-          uint16_t* dst = p->cache.data() + KvElementOffset(view.block_stride, view.kv_stride,
-                                                            view.token_stride, view.head_stride,
-                                                            block, kv, t % bs, 0);
-          for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
+        for (int32_t kv = 0; kv < halves; ++kv) {
+          const int64_t at = KvElementOffset(view.block_stride, view.kv_stride,
+                                             view.token_stride, view.head_stride, block, kv,
+                                             t % bs, 0);
+          if (c.fp8_kv) {
+            uint8_t* dst = reinterpret_cast<uint8_t*>(p->cache.data()) + at;
+            const float inv_scale = 1.0f / (kv == 0 ? kFp8KScale : kFp8VScale);
+            for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToE4m3(normal(rng) * inv_scale);
+          } else {
+            uint16_t* dst = p->cache.data() + at;
+            for (int64_t i = 0; i < row; ++i) dst[i] = ref::FloatToHalf(normal(rng), c.dtype);
+          }
         }
       }
     }
   }
-  p->q.resize(static_cast<size_t>(p->out_elements()));
+  // q rows are head_dim long (the whole latent row for MLA), out rows out_dim().
+  p->q.resize(static_cast<size_t>(c.num_seqs) * p->num_q_heads() * c.head_dim);
   for (auto& x : p->q) x = ref::FloatToHalf(normal(rng), c.dtype);
   p->params = DecodeParams{p->num_q_heads(), 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                            c.window_left};
+  if (c.fp8_kv) {
+    p->params.k_scale = kFp8KScale;
+    p->params.v_scale = kFp8VScale;
+    p->params.fp8_query_dtype = c.dtype;
+  }
 
   int32_t max_attended = 0;
   for (int32_t len : p->lens) {
@@ -89,7 +107,8 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   DecodePlanInputs in;
   in.num_seqs = c.num_seqs;
   in.num_kv_heads = c.num_kv_heads;
-  in.head_tiles = std::max(1, (c.group + 7) / 8);  // CTAs per KV head, as the launcher
+  // CTAs per KV head, as the launchers: 8 query heads a CTA, 4 for MLA.
+  in.head_tiles = c.mla ? (c.group + 3) / 4 : std::max(1, (c.group + 7) / 8);
   in.max_attended_tokens = max_attended;
   in.block_size = bs;
   in.num_sms = num_sms;
@@ -102,11 +121,14 @@ absl::Status CompareDecode(const DecodeProblem& p, const std::vector<uint16_t>& 
                            double* max_abs_err) {
   const DecodeCase& c = p.c;
   std::vector<double> want(static_cast<size_t>(p.out_elements()));
-  absl::Status status = ref::PagedDecode(
-      p.q.data(), static_cast<int64_t>(p.num_q_heads()) * c.head_dim,
-      p.View(const_cast<uint16_t*>(p.cache.data())),
-      BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs}, p.params,
-      want.data(), nullptr);
+  const int64_t q_stride = static_cast<int64_t>(p.num_q_heads()) * c.head_dim;
+  const KvCacheView view = p.View(const_cast<uint16_t*>(p.cache.data()));
+  const BlockTableView table{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs};
+  absl::Status status =
+      c.mla ? ref::PagedDecodeMla(p.q.data(), q_stride, view, table, p.params, kMlaLatentDim,
+                                  want.data(), nullptr)
+            : ref::PagedDecode(p.q.data(), q_stride, view, table, p.params, want.data(),
+                               nullptr);
   if (!status.ok()) return status;
   if (got.size() != want.size()) {
     return absl::InternalError(absl::StrFormat("%s: %d outputs, expected %d", c.Name(),
@@ -120,8 +142,8 @@ absl::Status CompareDecode(const DecodeProblem& p, const std::vector<uint16_t>& 
     if (!(err <= tol + tol * std::fabs(want[i]))) {  // also catches NaN
       return absl::InternalError(absl::StrFormat(
           "%s (plan %d x %d): element %d (seq %d head %d) is %g, expected %g", c.Name(),
-          p.plan.num_splits, p.plan.chunk_tokens, i, i / (p.num_q_heads() * c.head_dim),
-          (i / c.head_dim) % p.num_q_heads(), g, want[i]));
+          p.plan.num_splits, p.plan.chunk_tokens, i, i / (p.num_q_heads() * p.out_dim()),
+          (i / p.out_dim()) % p.num_q_heads(), g, want[i]));
     }
     max_err = std::max(max_err, err);
     err_sq += err * err;

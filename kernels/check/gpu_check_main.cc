@@ -93,10 +93,21 @@ int Correctness(bool quick, uint32_t seed) {
   auto decode_cases = DecodeCases();
   if (quick) {
     write_cases.resize(2);
-    const size_t n = decode_cases.size() / 2;  // then the same cases on tensor cores
-    decode_cases = {decode_cases[0],     decode_cases[2],     decode_cases[8],
-                    decode_cases[11],    decode_cases[n],     decode_cases[n + 2],
-                    decode_cases[n + 8], decode_cases[n + 11]};
+    // The base cases, then the same on tensor cores (from n), then the CUDA-core-only ones.
+    size_t n = 0;
+    while (!decode_cases[n].tensor_cores) ++n;
+    std::vector<DecodeCase> quick_cases = {
+        decode_cases[0],     decode_cases[2],     decode_cases[8],     decode_cases[11],
+        decode_cases[n],     decode_cases[n + 2], decode_cases[n + 8], decode_cases[n + 11]};
+    // The first fp8 case, the first MLA case and the head_dim 96 ones.
+    for (size_t i = 2 * n; i < decode_cases.size(); ++i) {
+      const DecodeCase& c = decode_cases[i];
+      const bool first_of_kind = (c.fp8_kv && !decode_cases[i - 1].fp8_kv) ||
+                                 (c.mla && !decode_cases[i - 1].mla) ||
+                                 (!c.fp8_kv && !c.mla && c.head_dim == 96);
+      if (first_of_kind) quick_cases.push_back(c);
+    }
+    decode_cases = quick_cases;
     for (auto& c : decode_cases) c.max_len = std::min(c.max_len, 600);
   }
   for (const auto& c : write_cases) report(c.Name(), CheckWriteKv(c, seeds()));

@@ -119,8 +119,12 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  KVPAGE_ASSIGN_OR_RETURN(const int32_t ctas_per_sm,
-                          DecodeCtasPerSm(c.dtype, c.head_dim, c.group, c.tensor_cores));
+  // The MLA kernel (224 registers, 128 threads) fits 2 CTAs per SM on sm_90 (docs §7).
+  int32_t ctas_per_sm = 2;
+  if (!c.mla) {
+    KVPAGE_ASSIGN_OR_RETURN(ctas_per_sm, DecodeCtasPerSm(c.fp8_kv ? DType::kFP8 : c.dtype,
+                                                         c.head_dim, c.group, c.tensor_cores));
+  }
   DecodeProblem p;
   KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, std::max(sms, 1), ctas_per_sm, &p));
   const int32_t hq = p.num_q_heads();
@@ -131,9 +135,10 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
   KVPAGE_RETURN_IF_ERROR(
       dout.Upload(std::vector<uint16_t>(static_cast<size_t>(p.out_elements()), kHalfNan)));
-  const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, c.head_dim);
+  const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, p.out_dim());
   KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
-  KVPAGE_RETURN_IF_ERROR(PagedDecode(
+  const auto decode = c.mla ? PagedDecodeMla : PagedDecode;
+  KVPAGE_RETURN_IF_ERROR(decode(
       dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, p.View(dcache.get()),
       BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), c.num_seqs},
       p.params, p.plan, dws.get(), ws_bytes, nullptr));

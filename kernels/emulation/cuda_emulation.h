@@ -53,6 +53,9 @@ struct dim3 {
 struct uint4 {
   unsigned int x, y, z, w;
 };
+struct uint2 {
+  unsigned int x, y;
+};
 struct float2 {
   float x, y;
 };
@@ -62,6 +65,7 @@ struct float4 {
 inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
   return uint4{x, y, z, w};
 }
+inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
@@ -99,6 +103,16 @@ enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
 inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t,
                                                 __nv_fp8_interpretation_t) {
   return kvpage::ref::FloatToE4m3(x);
+}
+// Two e4m3 values (low byte first) widened to two f16 bit patterns; exact, as on the device.
+using __nv_fp8x2_storage_t = unsigned short;
+struct __half2_raw {
+  unsigned short x, y;
+};
+inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t pair,
+                                              __nv_fp8_interpretation_t) {
+  return __half2_raw{kvpage::ref::FloatToF16(kvpage::ref::E4m3ToFloat(pair & 0xff)),
+                     kvpage::ref::FloatToF16(kvpage::ref::E4m3ToFloat(pair >> 8))};
 }
 
 inline float __expf(float x) { return std::exp(x); }

@@ -121,6 +121,39 @@ absl::Status ValidateWriteKvFp8(const KvCacheView& cache, DType input_dtype, flo
   return absl::OkStatus();
 }
 
+DType DecodeQueryDType(const KvCacheView& cache, const DecodeParams& params) {
+  return cache.dtype == DType::kFP8 ? params.fp8_query_dtype : cache.dtype;
+}
+
+absl::Status ValidateDecodeParams(const KvCacheView& cache, const DecodeParams& params,
+                                  const char* what) {
+  const int32_t hq = params.num_q_heads;
+  if (hq <= 0 || cache.num_kv_heads <= 0 || hq % cache.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": num_q_heads ", hq,
+                                                   " is not a positive multiple of num_kv_heads ",
+                                                   cache.num_kv_heads));
+  }
+  if (cache.dtype != DType::kFP8) {
+    if (params.k_scale != 1.0f || params.v_scale != 1.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": k_scale ", params.k_scale, " / v_scale ", params.v_scale, " for a ",
+          DTypeName(cache.dtype), " cache (scales apply to fp8 caches only; must be 1)"));
+    }
+    return absl::OkStatus();
+  }
+  if (params.fp8_query_dtype != DType::kBF16 && params.fp8_query_dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": fp8_query_dtype ", DTypeName(params.fp8_query_dtype), " is not f16/bf16"));
+  }
+  for (float scale : {params.k_scale, params.v_scale}) {
+    if (!(scale > 0.0f) || std::isinf(scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": scale ", scale, " is not a positive finite number"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateWriteKvArgs(const void* k, const void* v, const int64_t* slot_mapping,
                                  int32_t num_tokens, const KvCacheView& cache, const char* what) {
   if (num_tokens < 0) {

@@ -22,6 +22,21 @@ uint16_t* Element(const KvCacheView& c, int32_t block, int32_t kv, int32_t token
                                                           kv, token, head);
 }
 
+// The head_dim values of one K (kv = 0) or V (kv = 1) row, dequantised: f16/bf16 as they
+// are, e4m3 times `fp8_scale`.
+void ReadKvRow(const KvCacheView& c, int32_t block, int32_t kv, int32_t token, int32_t head,
+               double fp8_scale, std::vector<double>* row) {
+  const int64_t offset =
+      KvElementOffset(c.block_stride, c.kv_stride, c.token_stride, c.head_stride, block, kv,
+                      token, head);
+  row->resize(c.head_dim);
+  for (int32_t i = 0; i < c.head_dim; ++i) {
+    (*row)[i] = c.dtype == DType::kFP8
+                    ? E4m3ToFloat(static_cast<const uint8_t*>(c.base)[offset + i]) * fp8_scale
+                    : HalfToFloat(static_cast<const uint16_t*>(c.base)[offset + i], c.dtype);
+  }
+}
+
 absl::Status CheckSlotIds(absl::Span<const SlotTensor> tensors, const int32_t* ids,
                           int32_t count, const char* what) {
   for (int32_t i = 0; i < count; ++i) {
@@ -124,17 +139,15 @@ absl::Status WriteKvFp8(const uint16_t* k, const uint16_t* v, int64_t k_token_st
 absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params, double* out,
                          double* lse) {
-  absl::Status status = CheckHalfCache(cache, "PagedDecode");
+  absl::Status status = ValidateKvCacheView(cache);
+  if (!status.ok()) return status;
+  status = ValidateDecodeParams(cache, params, "PagedDecode");
   if (!status.ok()) return status;
   const int32_t hq = params.num_q_heads;
-  if (hq <= 0 || hq % cache.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedDecode: num_q_heads ", hq,
-                                                   " is not a positive multiple of num_kv_heads ",
-                                                   cache.num_kv_heads));
-  }
   const int32_t group = hq / cache.num_kv_heads;
   const int32_t d = cache.head_dim;
-  std::vector<double> scores;
+  const DType q_dtype = DecodeQueryDType(cache, params);
+  std::vector<double> scores, kv_row;
   for (int32_t b = 0; b < table.num_seqs; ++b) {
     const TokenRange range = AttendedRange(table.seq_lens[b], params.window_left);
     // Resolve and check the blocks once per sequence.
@@ -155,11 +168,11 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
       scores.assign(range.end - range.begin, 0.0);
       double max_score = kNegInf;
       for (int32_t t = range.begin; t < range.end; ++t) {
-        const uint16_t* kr = Element(cache, blocks[t - range.begin], 0, t % cache.block_size, kvh);
+        ReadKvRow(cache, blocks[t - range.begin], 0, t % cache.block_size, kvh, params.k_scale,
+                  &kv_row);
         double dot = 0.0;
         for (int32_t i = 0; i < d; ++i) {
-          dot += static_cast<double>(HalfToFloat(qh[i], cache.dtype)) *
-                 static_cast<double>(HalfToFloat(kr[i], cache.dtype));
+          dot += static_cast<double>(HalfToFloat(qh[i], q_dtype)) * kv_row[i];
         }
         scores[t - range.begin] = dot * params.scale;
         max_score = std::max(max_score, scores[t - range.begin]);
@@ -171,15 +184,38 @@ absl::Status PagedDecode(const uint16_t* q, int64_t q_seq_stride, const KvCacheV
       }
       for (int32_t i = 0; i < d; ++i) o[i] = 0.0;
       for (int32_t t = range.begin; t < range.end; ++t) {
-        const uint16_t* vr = Element(cache, blocks[t - range.begin], 1, t % cache.block_size, kvh);
+        ReadKvRow(cache, blocks[t - range.begin], 1, t % cache.block_size, kvh, params.v_scale,
+                  &kv_row);
         const double p = scores[t - range.begin] / denom;
-        for (int32_t i = 0; i < d; ++i) o[i] += p * HalfToFloat(vr[i], cache.dtype);
+        for (int32_t i = 0; i < d; ++i) o[i] += p * kv_row[i];
       }
       if (lse != nullptr) {
         lse[static_cast<int64_t>(b) * hq + h] =
             range.end > range.begin ? max_score + std::log(denom) : kNegInf;
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PagedDecodeMla(const uint16_t* q, int64_t q_seq_stride, const KvCacheView& cache,
+                            const BlockTableView& table, const DecodeParams& params,
+                            int32_t latent_dim, double* out, double* lse) {
+  if (cache.kv_stride != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PagedDecodeMla: the view has a V half (kv_stride ", cache.kv_stride, "), not MLA"));
+  }
+  if (latent_dim <= 0 || latent_dim > cache.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedDecodeMla: latent_dim ", latent_dim,
+                                                   " is outside (0, ", cache.head_dim, "]"));
+  }
+  // With kv_stride 0, V is the whole latent row: decode over it, then keep the latent part.
+  const int64_t rows = static_cast<int64_t>(table.num_seqs) * params.num_q_heads;
+  std::vector<double> full(static_cast<size_t>(std::max<int64_t>(rows, 0)) * cache.head_dim);
+  absl::Status status = PagedDecode(q, q_seq_stride, cache, table, params, full.data(), lse);
+  if (!status.ok()) return status;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(full.data() + r * cache.head_dim, latent_dim, out + r * latent_dim);
   }
   return absl::OkStatus();
 }

@@ -305,6 +305,87 @@ TEST(WriteKvRefTest, Fp8StoresScaledSaturatedValues) {
       ValidateKvCacheView(BlocksFirstKvCache(cache, 2, 2, 1, 8, DType::kFP8))));
 }
 
+// Decode of an fp8 cache written by WriteKvFp8: K reads as stored * k_scale, V as
+// stored * v_scale, q and out in fp8_query_dtype.
+TEST(Fp8DecodeRefTest, CacheReadsScaledValues) {
+  alignas(16) static uint8_t cache[64];  // 1 block of 2 tokens, one head of 16
+  std::memset(cache, 0xff, sizeof(cache));  // e4m3 NaN everywhere else
+  const KvCacheView c = BlocksFirstKvCache(cache, 1, 2, 1, 16, DType::kFP8);
+  std::vector<uint16_t> k(32, FloatToF16(0.0f)), v(32);
+  k[16] = FloatToF16(1.0f);  // token 1: k[0] = 1 (stored 1 / 0.5 = 2)
+  for (int i = 0; i < 16; ++i) {
+    v[i] = FloatToF16(3.0f);        // stored 1.5
+    v[16 + i] = FloatToF16(-1.0f);  // stored -0.5
+  }
+  const int64_t slots[] = {0, 1};
+  ASSERT_TRUE(
+      ref::WriteKvFp8(k.data(), v.data(), 16, 16, slots, 2, DType::kF16, 0.5f, 2.0f, c).ok());
+  EXPECT_EQ(ref::E4m3ToFloat(cache[16]), 2.0f);
+  std::vector<uint16_t> q(16, FloatToF16(0.0f));
+  q[0] = FloatToF16(1.0f);  // scores 0 and 1 (scale 1)
+  const int32_t table[] = {0};
+  const int32_t lens[] = {2};
+  DecodeParams params{1, 1.0f, -1};
+  params.k_scale = 0.5f;
+  params.v_scale = 2.0f;
+  params.fp8_query_dtype = DType::kF16;
+  double out[16], lse[1];
+  ASSERT_TRUE(ref::PagedDecode(q.data(), 16, c, {table, 1, lens, 1}, params, out, lse).ok());
+  const double e = std::exp(1.0);
+  for (double o : out) EXPECT_NEAR(o, (3.0 - e) / (1.0 + e), 1e-12);
+  EXPECT_NEAR(lse[0], std::log(1.0 + e), 1e-12);
+
+  params.k_scale = 0.0f;
+  absl::Status s = ref::PagedDecode(q.data(), 16, c, {table, 1, lens, 1}, params, out, lse);
+  EXPECT_NE(s.message().find("PagedDecode: scale 0 is not a positive"), absl::string_view::npos)
+      << s;
+  params.k_scale = 0.5f;
+  params.fp8_query_dtype = DType::kFP8;
+  s = ref::PagedDecode(q.data(), 16, c, {table, 1, lens, 1}, params, out, lse);
+  EXPECT_NE(s.message().find("fp8_query_dtype fp8"), absl::string_view::npos) << s;
+  // Scales are for fp8 caches only: a bf16 cache with k_scale 0.5 is a caller bug.
+  AlignedHalves halves(64, 0);
+  const KvCacheView bf16 = BlocksFirstKvCache(halves.data(), 1, 2, 1, 16, DType::kBF16);
+  params.fp8_query_dtype = DType::kBF16;
+  s = ref::PagedDecode(q.data(), 16, bf16, {table, 1, lens, 1}, params, out, lse);
+  EXPECT_NE(s.message().find("k_scale 0.5 / v_scale 2 for a bf16 cache"),
+            absl::string_view::npos)
+      << s;
+}
+
+// Absorbed MLA: K is the whole latent row (16 latent + 16 rope here), V its latent part only.
+TEST(MlaDecodeRefTest, LatentRowIsKAndItsLatentPartV) {
+  AlignedHalves cache(2 * 32, 0);  // 1 block of 2 tokens, rows of 32
+  const KvCacheView c = MlaKvCache(cache.data(), 1, 2, 32, DType::kBF16);
+  for (int i = 0; i < 16; ++i) {
+    cache.data()[i] = FloatToBf16(1.0f);       // token 0: latent 1, rope 0
+    cache.data()[32 + i] = FloatToBf16(2.0f);  // token 1: latent 2, rope[0] 1
+  }
+  cache.data()[32 + 16] = FloatToBf16(1.0f);
+  std::vector<uint16_t> q(64, FloatToBf16(0.0f));  // two heads: rope-only, latent-only
+  q[16] = FloatToBf16(1.0f);                       // head 0: scores 0 and 1
+  q[32] = FloatToBf16(0.5f);                       // head 1: scores 0.5 and 1
+  const int32_t table[] = {0};
+  const int32_t lens[] = {2};
+  double out[32], lse[2];
+  ASSERT_TRUE(
+      ref::PagedDecodeMla(q.data(), 64, c, {table, 1, lens, 1}, {2, 1.0f, -1}, 16, out, lse)
+          .ok());
+  const double e = std::exp(1.0), e2 = std::exp(0.5);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_NEAR(out[i], (1.0 + 2.0 * e) / (1.0 + e), 1e-12) << i;
+    EXPECT_NEAR(out[16 + i], (e2 + 2.0 * e) / (e2 + e), 1e-12) << i;
+  }
+  EXPECT_NEAR(lse[0], std::log(1.0 + e), 1e-12);
+  absl::Status s =
+      ref::PagedDecodeMla(q.data(), 64, c, {table, 1, lens, 1}, {2, 1.0f, -1}, 33, out, lse);
+  EXPECT_NE(s.message().find("latent_dim 33 is outside (0, 32]"), absl::string_view::npos) << s;
+  const KvCacheView kv = BlocksFirstKvCache(cache.data(), 1, 2, 1, 16, DType::kBF16);
+  s = ref::PagedDecodeMla(q.data(), 64, kv, {table, 1, lens, 1}, {2, 1.0f, -1}, 16, out, lse);
+  EXPECT_NE(s.message().find("the view has a V half (kv_stride 32)"), absl::string_view::npos)
+      << s;
+}
+
 TEST(WriteKvRefTest, ScattersRowsBySlotAndSkipsNegative) {
   // 3 blocks of 2 tokens, 2 heads of 8: a K or V half is 32 elements, a block 64.
   AlignedHalves cache(3 * 64, 0xffff);

@@ -18,7 +18,9 @@
 #include "kernels/emulation/cuda_emulation.h"
 #include "kernels/merge_attn_states_kernel.cuh"
 #include "kernels/paged_decode_kernel.cuh"
+#include "kernels/paged_decode_mla_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
+#include "kernels/paged_decode_select.cuh"
 #include "kernels/paged_prefill_kernel.cuh"
 #include "kernels/table_runs_kernel.cuh"
 #include "kernels/write_kv_kernel.cuh"
@@ -33,39 +35,32 @@ using emulation::Launch;
 
 constexpr uint16_t kHalfNan = 0xffff;
 
-template <typename T, int kHeadDim>
-void LaunchDecodeTile(const internal::DecodeLaunch& l) {
-  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
-  const dim3 block(internal::kDecodeThreads);
-  switch (l.group_tile) {
-    case 1:
-      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 1>, l.args);
-      break;
-    case 2:
-      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 2>, l.args);
-      break;
-    case 4:
-      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 4>, l.args);
-      break;
-    default:
-      Launch(grid, block, internal::PagedDecodeKernel<T, kHeadDim, 8>, l.args);
-      break;
-  }
+// The CUDA-core kernel for q/out type T and cache element type TC (T or Fp8E4m3), chosen as
+// the launcher chooses it.
+template <typename T, typename TC>
+void LaunchCudaCoreDecode(const internal::DecodeLaunch& l, int32_t head_dim) {
+  const internal::DecodeKernelFn kernel =
+      internal::CudaCoreDecodeKernel<T, TC>(head_dim, l.group_tile);
+  ASSERT_NE(kernel, nullptr) << "no decode kernel for head_dim " << head_dim;
+  Launch(dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(internal::kDecodeThreads), kernel, l.args);
 }
 
 template <typename T>
-void LaunchDecode(const internal::DecodeLaunch& l, int32_t head_dim) {
+void LaunchDecode(const internal::DecodeLaunch& l, int32_t head_dim, bool fp8_kv) {
   const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
   const dim3 block(static_cast<unsigned int>(l.threads));
   if (l.tensor_cores) {
+    ASSERT_FALSE(fp8_kv) << "the tensor-core kernel reads no fp8 cache";
     if (head_dim == 64) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 64>, l.args);
     if (head_dim == 128) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 128>, l.args);
     if (head_dim == 256) Launch(grid, block, internal::PagedDecodeMmaKernel<T, 256>, l.args);
     return;
   }
-  if (head_dim == 64) LaunchDecodeTile<T, 64>(l);
-  if (head_dim == 128) LaunchDecodeTile<T, 128>(l);
-  if (head_dim == 256) LaunchDecodeTile<T, 256>(l);
+  if (fp8_kv) {
+    LaunchCudaCoreDecode<T, internal::Fp8E4m3>(l, head_dim);
+  } else {
+    LaunchCudaCoreDecode<T, T>(l, head_dim);
+  }
 }
 
 // What the PagedDecode launcher does, with the emulated launches.
@@ -74,31 +69,39 @@ std::vector<uint16_t> RunDecode(const DecodeProblem& p) {
   const int32_t hq = p.num_q_heads();
   std::vector<uint16_t> out(static_cast<size_t>(p.out_elements()), kHalfNan);
   const int64_t rows = static_cast<int64_t>(c.num_seqs) * hq;
-  std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (c.head_dim + 1) : 0,
+  const int32_t out_dim = p.out_dim();
+  std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (out_dim + 1) : 0,
                         NAN);
   std::vector<uint16_t> cache = p.cache;
-  const internal::DecodeLaunch l = internal::MakeDecodeLaunch(
+  const auto make_launch = c.mla ? internal::MakeMlaDecodeLaunch : internal::MakeDecodeLaunch;
+  const internal::DecodeLaunch l = make_launch(
       out.data(), p.q.data(), static_cast<int64_t>(hq) * c.head_dim, p.View(cache.data()),
       BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs}, p.params, p.plan,
       ws.data());
   const bool bf16 = c.dtype == DType::kBF16;
-  if (bf16) {
-    LaunchDecode<__nv_bfloat16>(l, c.head_dim);
+  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
+  if (c.mla && bf16) {
+    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__nv_bfloat16>, l.args);
+  } else if (c.mla) {
+    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__half>, l.args);
+  } else if (bf16) {
+    LaunchDecode<__nv_bfloat16>(l, c.head_dim, c.fp8_kv);
   } else {
-    LaunchDecode<__half>(l, c.head_dim);
+    LaunchDecode<__half>(l, c.head_dim, c.fp8_kv);
   }
   if (p.plan.num_splits > 1) {
-    const dim3 grid(static_cast<unsigned int>(rows));
+    const dim3 merge_grid(static_cast<unsigned int>(rows));
     const dim3 block(internal::kMergeThreads);
     if (bf16) {
-      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
+      Launch(merge_grid, block, internal::MergeKernel<__nv_bfloat16>,
              reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
              static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
-             p.plan.num_splits, c.head_dim);
+             p.plan.num_splits, out_dim);
     } else {
-      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
-             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
-             static_cast<const float*>(l.args.ws_lse), p.plan.num_splits, c.head_dim);
+      Launch(merge_grid, block, internal::MergeKernel<__half>,
+             reinterpret_cast<__half*>(out.data()), static_cast<float*>(nullptr),
+             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
+             p.plan.num_splits, out_dim);
     }
   }
   EXPECT_EQ(cache, p.cache) << "decode wrote to the cache";
@@ -132,6 +135,76 @@ TEST(EmulatedKernelsTest, PagedDecodeMatchesReference) {
       double err = 0;
       EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
     }
+  }
+}
+
+// An fp8 e4m3 cache (per-tensor scales 0.0213 / 0.0087) read by the CUDA-core kernel with
+// bf16 or fp16 q and out: the reference dequantises the same stored bytes, so the tolerances
+// are the 16-bit ones.
+TEST(EmulatedKernelsTest, PagedDecodeReadsFp8Cache) {
+  // dtype (q, out), seqs, kv heads, group, head_dim, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 2, 4, 128, 16, 100, -1, 0},
+      {DType::kF16, 6, 1, 1, 64, 16, 70, -1, 0},
+      {DType::kBF16, 7, 1, 8, 256, 64, 150, -1, 0},
+      {DType::kF16, 8, 2, 2, 128, 16, 200, 37, 0},   // sliding window
+      {DType::kBF16, 6, 1, 4, 128, 16, 700, -1, 5},  // split-KV
+      {DType::kBF16, 6, 1, 6, 96, 16, 90, -1, 0},    // head_dim 96, group 6
+      {DType::kF16, 6, 2, 2, 80, 64, 130, -1, 0},
+      {DType::kBF16, 6, 1, 4, 192, 16, 300, -1, 3},
+  };
+  uint32_t seed = 500;
+  for (DecodeCase c : cases) {
+    c.fp8_kv = true;
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+    ASSERT_EQ(p.params.k_scale, check::kFp8KScale);
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// head_dim 80, 96 and 192 on the CUDA-core kernel: 10, 12 and 24 lanes of a token's 16 or 32
+// hold data, the rest idle (docs/kernels.md §3).
+TEST(EmulatedKernelsTest, PagedDecodeHeadDims80_96_192) {
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 2, 4, 80, 16, 100, -1, 0},
+      {DType::kF16, 7, 1, 8, 96, 64, 150, -1, 0},
+      {DType::kBF16, 6, 2, 1, 192, 16, 130, -1, 0},
+      {DType::kF16, 8, 1, 2, 80, 16, 200, 37, 0},     // sliding window
+      {DType::kBF16, 6, 1, 4, 192, 16, 700, -1, 5},   // split-KV
+      {DType::kBF16, 6, 1, 16, 96, 16, 40, -1, 0},    // two CTAs per KV head
+      {DType::kF16, 6, 1, 6, 192, 64, 300, 100, 0},   // group 6, window
+      {DType::kBF16, 7, 1, 4, 80, 16, 1200, -1, 0},   // planned split
+  };
+  uint32_t seed = 600;
+  for (const DecodeCase& c : cases) {
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 4, &p).ok());
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// Absorbed MLA decode, the DeepSeek shape (576-value latent rows, 512 out), against
+// ref::PagedDecodeMla: 16 query heads (4 CTAs of 4), a partial tile of 2, a window, splits.
+TEST(EmulatedKernelsTest, PagedDecodeMlaMatchesReference) {
+  // dtype, seqs, kv heads, group (= query heads), row, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 1, 16, 576, 64, 150, -1, 0},
+      {DType::kF16, 6, 1, 6, 576, 16, 100, -1, 0},   // tiles of 4 and 2
+      {DType::kBF16, 8, 1, 4, 576, 16, 200, 37, 0},  // sliding window
+      {DType::kF16, 6, 1, 8, 576, 64, 700, -1, 4},   // split-KV
+      {DType::kBF16, 6, 1, 1, 576, 16, 300, 100, 3},  // split-KV in a window, one head
+  };
+  uint32_t seed = 700;
+  for (DecodeCase c : cases) {
+    c.mla = true;
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 2, &p).ok());
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
   }
 }
 
@@ -182,9 +255,9 @@ std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
       rows.data(), lens.data(), p.params, p.plan, ws.data());
   const bool bf16 = p.c.dtype == DType::kBF16;
   if (bf16) {
-    LaunchDecode<__nv_bfloat16>(l, d);
+    LaunchDecode<__nv_bfloat16>(l, d, false);
   } else {
-    LaunchDecode<__half>(l, d);
+    LaunchDecode<__half>(l, d, false);
   }
   if (splits > 1) {
     const dim3 grid(static_cast<unsigned int>(out_rows));

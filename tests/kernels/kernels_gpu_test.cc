@@ -3,6 +3,8 @@
 // 100 and 35); the launcher argument checks run everywhere. Label: gpu.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kernels/check/check_cases.h"
 #include "kernels/check/kernel_checks.h"
 #include "kvpage/cuda/paged_decode.h"
@@ -48,6 +50,55 @@ TEST(KernelLaunchersTest, TensorCoreDecodeNeedsBlocksOf16) {
                                      DecodeParams{1, 0.1f, -1}, plan, nullptr, 0, nullptr);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("block_size multiple of 16, not 8"), absl::string_view::npos) << s;
+}
+
+// Which decode kernels exist: fp8 caches and head_dim 80/96/192 only on CUDA cores, scales
+// only with an fp8 cache; each refusal names the value.
+TEST(KernelLaunchersTest, DecodeRejectsKernelsThatDoNotExist) {
+  alignas(16) static uint16_t cache[4 * 2 * 16 * 96], q[96], out[96];
+  alignas(16) static int32_t table[4] = {0, 1, 2, 3}, lens[1] = {20};
+  const BlockTableView t{table, 4, lens, 1};
+  DecodePlan mma;
+  mma.use_tensor_cores = true;
+  auto message = [&](const KvCacheView& view, const DecodeParams& params,
+                     const DecodePlan& plan) {
+    return std::string(PagedDecode(out, q, 96, view, t, params, plan, nullptr, 0, nullptr)
+                           .message());
+  };
+  const KvCacheView d96 = BlocksFirstKvCache(cache, 4, 16, 1, 96, DType::kBF16);
+  EXPECT_EQ(message(d96, {1, 0.1f, -1}, mma),
+            "PagedDecode: the tensor-core kernel needs head_dim 64, 128 or 256, not 96");
+  const KvCacheView d72 = BlocksFirstKvCache(cache, 4, 16, 1, 72, DType::kBF16);
+  EXPECT_EQ(message(d72, {1, 0.1f, -1}, DecodePlan{}),
+            "PagedDecode: head_dim 72 is not 64, 80, 96, 128, 192 or 256");
+  const KvCacheView fp8 = BlocksFirstKvCache(cache, 4, 16, 1, 64, DType::kFP8);
+  DecodeParams scaled{1, 0.1f, -1};
+  scaled.k_scale = 0.5f;
+  EXPECT_EQ(message(fp8, scaled, mma), "PagedDecode: the tensor-core kernel reads no fp8 cache");
+  EXPECT_NE(message(d96, scaled, DecodePlan{}).find("k_scale 0.5 / v_scale 1 for a bf16 cache"),
+            std::string::npos);
+  scaled.v_scale = -1.0f;
+  EXPECT_EQ(message(fp8, scaled, DecodePlan{}),
+            "PagedDecode: scale -1 is not a positive finite number");
+}
+
+// PagedDecodeMla takes only an MLA view of row 576 and no tensor-core plan.
+TEST(KernelLaunchersTest, MlaDecodeNeedsTheDeepSeekRow) {
+  alignas(16) static uint16_t cache[2 * 16 * 576], q[576], out[512];
+  alignas(16) static int32_t table[2] = {0, 1}, lens[1] = {20};
+  const BlockTableView t{table, 2, lens, 1};
+  auto message = [&](const KvCacheView& view, const DecodePlan& plan) {
+    return std::string(
+        PagedDecodeMla(out, q, 576, view, t, {1, 0.1f, -1}, plan, nullptr, 0, nullptr)
+            .message());
+  };
+  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 512, DType::kBF16), DecodePlan{}),
+            "PagedDecodeMla: needs an MLA view (kv_stride 0) of row 576, not kv_stride 0 "
+            "head_dim 512");
+  DecodePlan mma;
+  mma.use_tensor_cores = true;
+  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 576, DType::kBF16), mma),
+            "PagedDecodeMla: there is no tensor-core MLA kernel");
 }
 
 // PagedPrefill checks its own arguments before the decode's, touching nothing on the device.

@@ -26,8 +26,9 @@ int64_t DecodeWorkspaceBytes(const DecodePlan& plan, int32_t num_seqs, int32_t n
 // Resident CTAs per SM of the decode kernel PagedDecode launches for this dtype, head_dim, GQA
 // group and kernel (tensor cores or not) on the current device
 // (cudaOccupancyMaxActiveBlocksPerMultiprocessor on that instantiation: its registers and
-// shared memory). InvalidArgument for an unsupported dtype/head_dim/group; the CUDA error
-// (Unavailable without a device) otherwise.
+// shared memory). For fp8 the bf16-query kernel stands for both query dtypes.
+// InvalidArgument for an unsupported dtype/head_dim/group; the CUDA error (Unavailable
+// without a device) otherwise.
 absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t group_size,
                                         bool tensor_cores = false);
 
@@ -40,9 +41,13 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 
 // One query token per sequence against the paged cache.
 //
-//   out: [num_seqs][num_q_heads][head_dim], cache.dtype, contiguous.
-//   q:   [num_seqs][num_q_heads][head_dim], cache.dtype, sequence stride q_seq_stride elements.
-//   cache: f16 or bf16, head_dim 64, 128 or 256.
+//   out: [num_seqs][num_q_heads][head_dim], DecodeQueryDType(cache, params), contiguous.
+//   q:   [num_seqs][num_q_heads][head_dim], the same dtype, sequence stride q_seq_stride
+//        elements.
+//   cache: f16 or bf16 (q and out in the same dtype), or fp8 e4m3 as WriteKvFp8 writes it,
+//        read with params.k_scale / v_scale, q and out in params.fp8_query_dtype (f16/bf16).
+//        head_dim 64, 80, 96, 128, 192 or 256 on the CUDA-core kernel; the tensor-core
+//        kernel takes f16/bf16 caches with head_dim 64, 128 or 256 only.
 //   table: block ids and seq_lens on the device; seq_len 0 gives a zero output.
 //   workspace: device memory of DecodeWorkspaceBytes(plan, ...) bytes, 16-byte aligned;
 //      may be null when plan.num_splits == 1.
@@ -61,13 +66,30 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 // less balanced; PlanDecodeForDevice with the batch's maximum keeps it balanced).
 // REQUIRES: every table entry in an attended range is a valid block id. Asynchronous, never
 // synchronizes, graph-capturable.
-// Returns InvalidArgument naming the value for an unsupported head_dim or dtype, num_q_heads
-// not a multiple of num_kv_heads, null or misaligned pointers, a workspace that is too small,
+// Returns InvalidArgument naming the value for an unsupported head_dim or dtype (or one the
+// tensor-core kernel lacks), params ValidateDecodeParams rejects, num_q_heads not a multiple
+// of num_kv_heads, null or misaligned pointers, a workspace that is too small,
 // or a batch/split count past the grid limit (65535); a CUDA launch error otherwise.
 absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const KvCacheView& cache,
                          const BlockTableView& table, const DecodeParams& params,
                          const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
                          cudaStream_t stream);
+
+// Absorbed MLA decode, the DeepSeek shape: one 576-value latent row per token (512 latent +
+// 64 rope) that every query head attends to; ref::PagedDecodeMla with latent_dim 512.
+//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16.
+//   q:   [num_seqs][num_q_heads][576] (q_nope with W_UK absorbed, then q_pe), cache.dtype,
+//        sequence stride q_seq_stride elements.
+//   out: [num_seqs][num_q_heads][512], cache.dtype, contiguous (the latent output; W_UV is
+//        the caller's).
+//   workspace: DecodeWorkspaceBytes(plan, num_seqs, num_q_heads, 512) bytes.
+// CUDA cores only (4 query heads a CTA, each row read once for them); plans, splits, windows
+// and graph capture as PagedDecode. InvalidArgument naming the value for a view that is not
+// MLA of row 576, an fp8 cache, plan.use_tensor_cores, and the PagedDecode argument errors.
+absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
+                            const KvCacheView& cache, const BlockTableView& table,
+                            const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                            int64_t workspace_bytes, cudaStream_t stream);
 
 // Merges split-KV partial states (the (o, lse) merge of FlashInfer's cascade note).
 //   partial_o: [num_seqs][num_heads][num_splits][head_dim] float, each split normalised.

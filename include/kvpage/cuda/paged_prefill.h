@@ -20,8 +20,10 @@ int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
 
 // Attention of a batch of variable-length query chunks over the paged cache.
 //
-//   out: [total_tokens][num_q_heads][head_dim], cache.dtype, contiguous.
-//   q:   [total_tokens][num_q_heads][head_dim], cache.dtype, token stride q_token_stride.
+//   out: [total_tokens][num_q_heads][head_dim], DecodeQueryDType(cache, params) (the cache's
+//        dtype, or params.fp8_query_dtype for an fp8 cache), contiguous.
+//   q:   [total_tokens][num_q_heads][head_dim], the same dtype, token stride q_token_stride.
+//   cache, params: as PagedDecode (f16/bf16/fp8 caches, head_dim 64-256).
 //   query_start_loc: int32 [table.num_seqs + 1] on the device; sequence b's queries are tokens
 //      [query_start_loc[b], query_start_loc[b + 1]), the last of its table.seq_lens[b]
 //      positions (their K/V already written, e.g. by WriteKv).

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -75,6 +76,45 @@ absl::StatusOr<int64_t> BlockIdBytes(const ModelSpec& model, const Options& o) {
   auto probe = KvCacheManager::Create(model, ConfigFor(o, int64_t{1} << 40));
   if (!probe.ok()) return probe.status();
   return (*probe)->Usage().pools.at(0).block_bytes;
+}
+
+// What a log header (or the layout command's flags) sets up: the options, the model and the
+// bytes of one block id.
+struct Setup {
+  json header;
+  Options options;
+  ModelSpec model;
+  int64_t block_bytes = 0;
+};
+
+absl::StatusOr<Setup> SetupFromJson(json h) {
+  Setup s;
+  s.header = std::move(h);
+  absl::StatusOr<Options> o = OptionsFromJson(s.header);
+  if (!o.ok()) return o.status();
+  s.options = *std::move(o);
+  absl::StatusOr<ModelSpec> model = LoadModel(s.options.model);
+  if (!model.ok()) return model.status();
+  s.model = *std::move(model);
+  absl::StatusOr<int64_t> bytes = BlockIdBytes(s.model, s.options);
+  if (!bytes.ok()) return bytes.status();
+  s.block_bytes = *bytes;
+  return s;
+}
+
+// Reads a log's first line (its header) from `in` and sets it up; prints why not.
+std::optional<Setup> ReadLogHeader(std::istream& in, const std::string& path) {
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    std::cerr << "cannot read " << path << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<Setup> s = SetupFromJson(json::parse(line));
+  if (!s.ok()) {
+    std::cerr << s.status().message() << "\n";
+    return std::nullopt;
+  }
+  return *std::move(s);
 }
 
 json Layout(const ModelSpec& model, const Options& o, int64_t block_bytes) {
@@ -212,22 +252,12 @@ class Replayer {
 
 int Replay(const std::string& path) {
   std::ifstream in(path);
+  const std::optional<Setup> setup = ReadLogHeader(in, path);
+  if (!setup) return 2;
+  const int64_t num_blocks = setup->header.at("num_blocks");
+  auto m = KvCacheManager::Create(setup->model,
+                                  ConfigFor(setup->options, num_blocks * setup->block_bytes));
   std::string line;
-  if (!in || !std::getline(in, line)) {
-    std::cerr << "cannot read " << path << "\n";
-    return 2;
-  }
-  const json header = json::parse(line);
-  auto o = OptionsFromJson(header);
-  auto model = o.ok() ? LoadModel(o->model) : absl::StatusOr<ModelSpec>(o.status());
-  if (!model.ok()) {
-    std::cerr << model.status().message() << "\n";
-    return 2;
-  }
-  auto bytes = BlockIdBytes(*model, *o);
-  const int64_t num_blocks = header.at("num_blocks");
-  auto m = bytes.ok() ? KvCacheManager::Create(*model, ConfigFor(*o, num_blocks * *bytes))
-                      : absl::StatusOr<std::unique_ptr<KvCacheManager>>(bytes.status());
   if (!m.ok()) {
     std::cerr << m.status().message() << "\n";
     return 2;
@@ -335,26 +365,16 @@ bool CompareStep(const SchedulerOutput& out, const KvCacheManager& kv, const jso
 // step's sampled tokens as vLLM's, and each step's schedule compared with vLLM's.
 int ReplaySchedule(const std::string& path) {
   std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    std::cerr << "cannot read " << path << "\n";
-    return 2;
-  }
-  const json header = json::parse(line);
-  auto o = OptionsFromJson(header);
-  auto model = o.ok() ? LoadModel(o->model) : absl::StatusOr<ModelSpec>(o.status());
-  auto bytes = model.ok() ? BlockIdBytes(*model, *o) : absl::StatusOr<int64_t>(model.status());
-  if (!bytes.ok()) {
-    std::cerr << bytes.status().message() << "\n";
-    return 2;
-  }
+  const std::optional<Setup> setup = ReadLogHeader(in, path);
+  if (!setup) return 2;
+  const json& header = setup->header;
   SchedulerConfig c;
-  c.kv = ConfigFor(*o, header.at("num_blocks").get<int64_t>() * *bytes);
+  c.kv = ConfigFor(setup->options, header.at("num_blocks").get<int64_t>() * setup->block_bytes);
   c.kv.async_scheduling = false;
   c.max_num_batched_tokens = header.at("max_num_batched_tokens");
   c.max_num_seqs = header.at("max_num_seqs");
   c.max_model_len = header.at("max_model_len");
-  auto sched = Scheduler::Create(*model, c);
+  auto sched = Scheduler::Create(setup->model, c);
   if (!sched.ok()) {
     std::cerr << sched.status().message() << "\n";
     return 2;
@@ -366,6 +386,7 @@ int ReplaySchedule(const std::string& path) {
     if (to_vllm.size() <= id) to_vllm.resize(id + 1, -1);
     to_vllm[id] = static_cast<int32_t>(i) + 1;
   }
+  std::string line;
   int64_t n = 0, steps = 0;
   while (std::getline(in, line)) {
     ++n;
@@ -419,14 +440,12 @@ int PrintLayout(int argc, char** argv) {
       return 2;
     }
   }
-  auto o = OptionsFromJson(h);
-  auto model = o.ok() ? LoadModel(o->model) : absl::StatusOr<ModelSpec>(o.status());
-  auto bytes = model.ok() ? BlockIdBytes(*model, *o) : absl::StatusOr<int64_t>(model.status());
-  if (!bytes.ok()) {
-    std::cerr << bytes.status().message() << "\n";
+  const absl::StatusOr<Setup> s = SetupFromJson(h);
+  if (!s.ok()) {
+    std::cerr << s.status().message() << "\n";
     return 2;
   }
-  std::cout << Layout(*model, *o, *bytes).dump() << "\n";
+  std::cout << Layout(s->model, s->options, s->block_bytes).dump() << "\n";
   return 0;
 }
 

@@ -442,12 +442,15 @@ int32_t CsrCount(absl::Span<const int32_t> offsets, size_t i) {
   return offsets.empty() ? 0 : offsets[i + 1] - offsets[i];
 }
 
+// Puts the finishing requests (all running) in running order, in one pass over `running`.
 void SortByRunningOrder(const std::vector<int32_t>& running,
                         std::vector<std::pair<int32_t, FinishReason>>& finishing) {
   if (finishing.size() < 2) return;
-  auto position = [&](int32_t q) { return std::find(running.begin(), running.end(), q); };
-  std::sort(finishing.begin(), finishing.end(),
-            [&](const auto& a, const auto& b) { return position(a.first) < position(b.first); });
+  absl::flat_hash_map<int32_t, FinishReason> reason(finishing.begin(), finishing.end());
+  finishing.clear();
+  for (int32_t q : running) {
+    if (auto it = reason.find(q); it != reason.end()) finishing.emplace_back(q, it->second);
+  }
 }
 
 }  // namespace

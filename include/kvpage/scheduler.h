@@ -132,10 +132,6 @@ struct AttentionBatch {
   // int64 [num_scheduled_tokens]: slot = block · kernel_block_size + offset of each new token
   // (in scheduled-request order, drafts included).
   std::vector<int64_t> slot_mapping;
-  // Blocks this step added to the tables, per scheduled request (CSR over `requests`): the
-  // incremental form of block_table for a server that keeps its own copy.
-  std::vector<int32_t> new_block_ids;
-  std::vector<int32_t> new_block_offsets;  // [num_scheduled + 1]
   // Every entry of block_table that changed since the previous output (new blocks, released
   // blocks, rows moved or freed), as runs of one row each. Applied in order to a copy that
   // started as zeros and saw every earlier output's runs, they give block_table: a server

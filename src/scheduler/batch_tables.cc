@@ -70,7 +70,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
   r.row = -1;
 }
 
-void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
+void Scheduler::Impl::SyncRow(SchedRequest& r) {
   for (size_t a = 0; a < attention.size(); ++a) {
     GroupInfo& g = attention[a];
     const absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.kv, g.id);
@@ -87,15 +87,12 @@ void Scheduler::Impl::SyncRow(SchedRequest& r, bool record) {
       ++sync.released;
     }
     g.MarkChanged(r.row, released * g.ratio, std::min(sync.released, sync.blocks) * g.ratio);
-    std::vector<int32_t>& new_ids = out.attention[a].new_block_ids;
     const int32_t first_new = std::max(sync.blocks, sync.released);
     g.MarkChanged(r.row, first_new * g.ratio, size * g.ratio);
     for (int32_t i = first_new; i < size; ++i) {
       if (table[i] == kNullBlock) continue;
       for (int32_t k = 0; k < g.ratio; ++k) {
-        const int32_t id = table[i].value * g.ratio + k;
-        row[static_cast<size_t>(i) * g.ratio + k] = id;
-        if (record) new_ids.push_back(id);
+        row[static_cast<size_t>(i) * g.ratio + k] = table[i].value * g.ratio + k;
       }
     }
     sync.blocks = std::max(sync.blocks, size);

@@ -49,7 +49,7 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
     KVPAGE_DCHECK(released.ok());
     (void)released;
     RefreshNextEvent(r);
-    SyncRow(r, /*record=*/false);  // only zeroes released entries: nothing grew
+    SyncRow(r);  // only zeroes released entries: nothing grew
   }
 }
 
@@ -297,8 +297,6 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     AttentionBatch& batch = o.attention[a];
     batch.block_table = absl::MakeConstSpan(attention[a].table.data(), rows * attention[a].stride);
     batch.slot_mapping.resize(static_cast<size_t>(total_tokens));
-    batch.new_block_ids.clear();
-    batch.new_block_offsets.assign(scheduled.size() + 1, 0);
   }
   for (StateBatch& sb : o.states) {
     sb.read_slots.assign(rows, -1);
@@ -366,10 +364,7 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k) {
   sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
   r.fresh = false;
   r.resumed = false;
-  if (r.row_stale) SyncRow(r, /*record=*/true);
-  for (AttentionBatch& batch : o.attention) {
-    batch.new_block_offsets[k + 1] = static_cast<int32_t>(batch.new_block_ids.size());
-  }
+  if (r.row_stale) SyncRow(r);
   for (size_t i = 0; i < state_groups.size(); ++i) {
     const absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.kv, state_groups[i]);
     KVPAGE_DCHECK(slots.ok());

@@ -173,9 +173,8 @@ class Scheduler::Impl {
   void TakeRow(int32_t q);  // the next free row
   void FreeRow(int32_t q);  // the last row moves into the hole
   // Copies what changed in the manager's tables into the request's row: entries a window
-  // released become 0, new blocks are copied and, with `record`, appended to this step's
-  // new-block lists.
-  void SyncRow(internal::SchedRequest& r, bool record);
+  // released become 0, new blocks are copied.
+  void SyncRow(internal::SchedRequest& r);
   // Moves the entries changed since the last output into `batch`'s table runs.
   void WriteTableRuns(GroupInfo& g, AttentionBatch& batch);
   absl::Status CheckTables() const;

@@ -49,7 +49,7 @@ BlockPool::BlockPool(const BlockPoolConfig& config, MemoryBudget* budget, KvEven
   // what a budget could hold says nothing of what a run will touch.
   blocks_.assign(1, Block{});
   if (enable_caching_) keys_.assign(1, internal::PrefixKey{});
-  index_ = std::make_unique<internal::PrefixIndex>(keys_.data());
+  index_ = std::make_unique<internal::PrefixIndex>();
   // One bucket per used count a chunk can have (0..bpc), made as counts are reached: vLLM's
   // one chunk of every block would otherwise start with a billion empty buckets.
   buckets_.resize(std::min(static_cast<size_t>(bpc_) + 1, kInitialBuckets));
@@ -71,9 +71,8 @@ void BlockPool::GrowBlockRecords(int32_t block) {
   blocks_.resize(size, Block{});
   if (enable_caching_) {
     keys_.resize(size, internal::PrefixKey{});
-    index_->set_keys(keys_.data());
-    // Room for every block with a record at half load: the map rehashes when the records
-    // grow (O(1) per block over a run), never on a CacheBlock in between.
+    // Room for every block with a record: the map rehashes when the records grow (O(1) per
+    // block over a run), never on a CacheBlock in between.
     index_->Reserve(size);
   }
 }
@@ -466,7 +465,7 @@ void BlockPool::DropHash(int32_t b) {
   const int32_t head = index_->Find(hash, group);
   KVPAGE_DCHECK(head != 0);
   if (head == b) {
-    index_->Replace(hash, group, b, std::max(key.dup_next, 0));  // 0: the key goes
+    index_->Replace(hash, group, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
       events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
     } else {
@@ -708,11 +707,15 @@ absl::Status BlockPool::CheckInvariants() const {
     if (lru > num_cached_free_) return fail("LRU list longer than the cached-free count");
   }
   if (lru != num_cached_free_) return fail("LRU holds ", lru, " blocks, expected ", num_cached_free_);
-  if (absl::Status index = index_->CheckInvariants(); !index.ok()) return index;
   int64_t chained = 0;
   int32_t bad = 0;
   int32_t bad_last = 0;
-  index_->ForEach([&](int32_t head) {
+  index_->ForEach([&](BlockHash hash, int32_t group, int32_t head) {
+    if (head <= 0 || static_cast<size_t>(head) >= keys_.size() || !(keys_[head].hash == hash) ||
+        keys_[head].group != group) {
+      bad = head;
+      return;
+    }
     int32_t last = head;
     for (int32_t b = head; b >= 0; last = b, b = keys_[b].dup_next, ++chained) {
       if (!blocks_[b].has_hash || !(keys_[b].hash == keys_[head].hash) ||

@@ -16,14 +16,17 @@ What it fits, per GPU and tensor-parallel degree (docs/simulator.md gives the mo
     and peak; launch and hbm_eff by weighted least squares on steps of 1-8 tokens, eff at
     each token count of the profile by a one-dimensional search. Q >= 1 is the tile
     quantization (--tiles; 1 without it): the GEMM's output is cut into tm x tn tiles that
-    run in waves of --sm-count at a time, over K rounded up to --k-multiple,
-      Q = min over tiles of ceil(ceil(M/tm) * ceil(N/tn) / SMs) * SMs * tm * tn * K'
+    run in waves of --sm-count at a time, each tile over K cut into s = 1 .. --split-k slices
+    of K' = K / s rounded up to --k-multiple,
+      Q = min over tiles and s of ceil(s * ceil(M/tm) * ceil(N/tn) / SMs) * SMs * tm * tn * K'
           / (M * N * K).
     --select-tiles picks the tile set by leave-one-model-out error on the fitted models.
   * small kernels (norms, rope, activation, residual add, embedding): t = a + b * elements.
   * all-reduce: the measured medians on one node, as a table.
 Models named in --hold-out are left out of every fit and scored: the script prints their
 error per operation and for the sum of the linear layers, and the worst cell.
+--monotone-bound prints, per model and tp, the least worst-cell error that any model whose
+linear time never falls as tokens grow can reach on the measured medians.
 
 Standard library only. Example (what produced the bundled constants; the H100 file adds
 --tiles 64x128,128x128 --k-multiple 512 --sm-count 132):
@@ -480,6 +483,8 @@ def main():
         hw = json.load(f)
     peak, bw = float(hw["peak_dense_flops"]["bf16"]), float(hw["hbm_bandwidth_bytes_per_s"])
     held = {m for m in args.hold_out.split(",") if m}
+    if args.split_k != 1 and not args.tiles:
+        ap.error("--split-k %d needs --tiles" % args.split_k)
     tiles = (parse_tiles(args.tiles, args.k_multiple, args.sm_count, args.split_k)
              if args.tiles else None)
     rows = read_compute(args.profiles, args.gpu)

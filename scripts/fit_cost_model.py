@@ -16,14 +16,17 @@ What it fits, per GPU and tensor-parallel degree (docs/simulator.md gives the mo
     and peak; launch and hbm_eff by weighted least squares on steps of 1-8 tokens, eff at
     each token count of the profile by a one-dimensional search. Q >= 1 is the tile
     quantization (--tiles; 1 without it): the GEMM's output is cut into tm x tn tiles that
-    run in waves of --sm-count at a time, over K rounded up to --k-multiple,
-      Q = min over tiles of ceil(ceil(M/tm) * ceil(N/tn) / SMs) * SMs * tm * tn * K'
+    run in waves of --sm-count at a time, each tile over K cut into s = 1 .. --split-k slices
+    of K' = K / s rounded up to --k-multiple,
+      Q = min over tiles and s of ceil(s * ceil(M/tm) * ceil(N/tn) / SMs) * SMs * tm * tn * K'
           / (M * N * K).
     --select-tiles picks the tile set by leave-one-model-out error on the fitted models.
   * small kernels (norms, rope, activation, residual add, embedding): t = a + b * elements.
   * all-reduce: the measured medians on one node, as a table.
 Models named in --hold-out are left out of every fit and scored: the script prints their
 error per operation and for the sum of the linear layers, and the worst cell.
+--monotone-bound prints, per model and tp, the least worst-cell error that any model whose
+linear time never falls as tokens grow can reach on the measured medians.
 
 Standard library only. Example (what produced the bundled constants; the H100 file adds
 --tiles 64x128,128x128 --k-multiple 512 --sm-count 132):
@@ -101,15 +104,21 @@ def ceil_div(a, b):
 
 def quantization(tokens, k, n, tiles):
     """Q >= 1: work of the whole waves of output tiles (and K rounded up) over the GEMM's
-    own work; 1 when `tiles` is None. `tiles`: dict(sm_count, tiles [(tm, tn)], k_multiple).
+    own work; 1 when `tiles` is None. `tiles`: dict(sm_count, tiles [(tm, tn)], k_multiple,
+    split_k). Each tile may be split along K into s = 1 .. split_k slices of K / s rounded up
+    to k_multiple, s times the tiles; the least work wins.
     Must match TileQuantization::Factor in sim/hardware_calibration.cc."""
     if not tiles:
         return 1.0
     sms, kq = tiles["sm_count"], tiles["k_multiple"]
-    k_padded = ceil_div(k, kq) * kq
-    best = min(ceil_div(ceil_div(tokens, tm) * ceil_div(n, tn), sms) * tm * tn
-               for tm, tn in tiles["tiles"])
-    return best * sms * k_padded / (tokens * n * k)
+    best = None
+    for s in range(1, tiles.get("split_k", 1) + 1):
+        k_slice = ceil_div(ceil_div(k, s), kq) * kq
+        for tm, tn in tiles["tiles"]:
+            work = ceil_div(ceil_div(tokens, tm) * ceil_div(n, tn) * s, sms) * tm * tn * k_slice
+            if best is None or work < best:
+                best = work
+    return best * sms / (tokens * n * k)
 
 
 def gemm_time(tokens, k, n, launch, hbm_eff, eff, peak, bw, tiles):
@@ -153,11 +162,14 @@ def fit_gemm(rows, peak, bw, tiles):
     launch, hbm_eff = max(a, 0.0), min(1.0 / (b * bw), 1.0)
     tokens, effs = [], []
     for m in sorted({s[0] for s in samples}):
-        at = [(k, n, t) for mm, k, n, t in samples if mm == m]
+        # Per sample: weight-read time, compute time at efficiency 1, measured time.
+        at = [(k * n * BYTES_PER_PARAM / (bw * hbm_eff),
+               2.0 * m * k * n * quantization(m, k, n, tiles) / peak, t)
+              for mm, k, n, t in samples if mm == m]
 
         def loss(eff):
-            return sum(math.log(gemm_time(m, k, n, launch, hbm_eff, eff, peak, bw, tiles) / t)
-                       ** 2 for k, n, t in at)
+            return sum(math.log((launch + max(memory, work / eff)) / t) ** 2
+                       for memory, work, t in at)
         grid = [10 ** (-3 + 3 * i / 2000) for i in range(2001)]  # 0.001 .. 1
         losses = [loss(e) for e in grid]
         best = min(losses)
@@ -176,23 +188,24 @@ def predict_linear(curve, k, n, tokens, peak, bw, tiles):
                      peak, bw, tiles)
 
 
-def parse_tiles(text, k_multiple, sm_count):
-    if not sm_count or sm_count < 1 or k_multiple < 1:
-        sys.exit("--tiles needs --sm-count >= 1 and --k-multiple >= 1")
+def parse_tiles(text, k_multiple, sm_count, split_k=1):
+    if not sm_count or sm_count < 1 or k_multiple < 1 or split_k < 1:
+        sys.exit("--tiles needs --sm-count >= 1, --k-multiple >= 1 and --split-k >= 1")
     out = []
     for t in text.split(","):
         m = re.fullmatch(r"([0-9]+)x([0-9]+)", t.strip())
         if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
             sys.exit("--tiles: expected TMxTN, e.g. 128x128, got %r" % t)
         out.append((int(m.group(1)), int(m.group(2))))
-    return dict(sm_count=sm_count, tiles=out, k_multiple=k_multiple)
+    return dict(sm_count=sm_count, tiles=out, k_multiple=k_multiple, split_k=split_k)
 
 
 def tiles_name(tiles):
     if not tiles:
         return "off"
-    return "%s over %d SMs, K to a multiple of %d" % (
-        ",".join("%dx%d" % t for t in tiles["tiles"]), tiles["sm_count"], tiles["k_multiple"])
+    return "%s over %d SMs, K to a multiple of %d, split-K up to %d" % (
+        ",".join("%dx%d" % t for t in tiles["tiles"]), tiles["sm_count"], tiles["k_multiple"],
+        tiles["split_k"])
 
 
 def fit_curves(rows, peak, bw, tiles):
@@ -200,11 +213,15 @@ def fit_curves(rows, peak, bw, tiles):
             for tp in sorted({r["tp"] for r in rows})}
 
 
-# Tile sets --select-tiles compares: none, one CUTLASS-style 128x128 tile, and sets from which
-# the library is assumed to run the one that wastes least (smaller tiles for few tokens).
-TILE_CANDIDATES = [None, ("128x128", 256), ("128x128", 512), ("64x128,128x128", 256),
-                   ("64x128,128x128", 512), ("32x128,64x128,128x128", 512),
-                   ("64x64,64x128,128x128", 512), ("64x128,128x128,128x256", 512)]
+# Tile sets --select-tiles compares, as (tiles, K multiple, split-K): none, one CUTLASS-style
+# 128x128 tile, and sets from which the library is assumed to run the one that wastes least
+# (smaller tiles for few tokens; with split-K, K cut in slices when the tiles of a narrow
+# output leave SMs idle).
+TILE_CANDIDATES = [None, ("128x128", 256, 1), ("128x128", 512, 1), ("64x128,128x128", 256, 1),
+                   ("64x128,128x128", 512, 1), ("32x128,64x128,128x128", 512, 1),
+                   ("64x64,64x128,128x128", 512, 1), ("64x128,128x128,128x256", 512, 1),
+                   ("128x128", 256, 4), ("128x128", 256, 8), ("64x128,128x128", 256, 8),
+                   ("64x128,128x128", 512, 8)]
 
 
 def select_tiles(train, peak, bw, sm_count, max_tokens):
@@ -214,18 +231,19 @@ def select_tiles(train, peak, bw, sm_count, max_tokens):
         sys.exit("--select-tiles needs at least two fitted models")
     print("Leave-one-model-out over %s, linear sum, tokens 1..%d:" % (", ".join(models),
                                                                        max_tokens))
-    print("| tiles | K multiple | cells | over 10% | mean abs | worst |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| tiles | K multiple | split-K | cells | over 10% | mean abs | worst |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for cand in TILE_CANDIDATES:
-        tiles = parse_tiles(cand[0], cand[1], sm_count) if cand else None
+        tiles = parse_tiles(cand[0], cand[1], sm_count, cand[2]) if cand else None
         errs = []
         for left in models:
             rest = [r for r in train if r["model"] != left]
             mine = [r for r in train if r["model"] == left]
             curves = fit_curves(rest, peak, bw, tiles)
             errs += score(mine, curves, [], peak, bw, max_tokens, tiles)["linear (sum of 4)"]
-        print("| %s | %s | %d | %d | %.1f%% | %+.1f%% |" % (
-            cand[0] if cand else "none", cand[1] if cand else "—", len(errs),
+        print("| %s | %s | %s | %d | %d | %.1f%% | %+.1f%% |" % (
+            cand[0] if cand else "none", cand[1] if cand else "—", cand[2] if cand else "—",
+            len(errs),
             sum(abs(e[0]) > 0.1 for e in errs), 100 * sum(abs(e[0]) for e in errs) / len(errs),
             100 * max((e[0] for e in errs), key=abs)), flush=True)
 
@@ -362,6 +380,55 @@ def score(rows, curves, small, peak, bw, max_tokens, tiles):
     return errs
 
 
+def linear_sums(rows, max_tokens):
+    """{(model, tp): {tokens: measured seconds of the four linear ops of one layer}}."""
+    out = {}
+    for r in rows:
+        if r["tokens"] <= max_tokens and all(op in r["times"] for op in LINEAR_OPS):
+            out.setdefault((r["model"], r["tp"]), {})[r["tokens"]] = sum(
+                r["times"][op] for op in LINEAR_OPS)
+    return out
+
+
+def monotone_bound(series):
+    """The smallest worst-cell error |p / y - 1| any predictor p that never falls as tokens
+    grow can reach on `series` {tokens: y}, and the cells that force it: for an earlier y_i
+    above a later y_j the best is p_i = p_j = 2 / (1 / y_i + 1 / y_j), off by
+    (y_i - y_j) / (y_i + y_j) at both."""
+    best, pair, top = 0.0, None, None
+    for t in sorted(series):
+        y = series[t]
+        if top is None or y > series[top]:
+            top = t
+        b = (series[top] - y) / (series[top] + y)
+        if b > best:
+            best, pair = b, (top, t)
+    return best, pair
+
+
+def print_monotone_bounds(rows, held, max_tokens):
+    sums = linear_sums(rows, max_tokens)
+    print("Measured linear sum per layer (4 GEMMs), tokens 1..%d: where it falls as tokens grow, "
+          "a model whose time never falls with more tokens misses one cell by at least:"
+          % max_tokens)
+    print("| model | set | tp | bound | cells (tokens: measured us) | same tokens, fitted models "
+          "at this tp |")
+    print("|---|---|---:|---:|---|---|")
+    for (model, tp), series in sorted(sums.items()):
+        b, pair = monotone_bound(series)
+        if pair is None:
+            continue
+        t0, t1 = pair
+        others = []
+        for (m2, tp2), s2 in sorted(sums.items()):
+            if tp2 == tp and m2 != model and m2 not in held and t0 in s2 and t1 in s2:
+                others.append("%s %+.0f%%" % (m2, 100 * (s2[t1] / s2[t0] - 1)))
+        print("| %s | %s | %d | %.1f%% | %d: %.0f -> %d: %.0f (%+.0f%%) | %s |" % (
+            model, "held out" if model in held else "fit", tp, 100 * b, t0,
+            series[t0] * 1e6, t1, series[t1] * 1e6, 100 * (series[t1] / series[t0] - 1),
+            ", ".join(others) or "—"))
+
+
 def splice(hardware_path, calibration):
     """Replaces (or appends) the "calibration" object of a hardware JSON file in place,
     leaving the rest of its text as written."""
@@ -393,6 +460,8 @@ def main():
                     help="model tile quantization with these output tiles, e.g. 64x128,128x128")
     ap.add_argument("--k-multiple", type=int, default=1, help="K is rounded up to this (--tiles)")
     ap.add_argument("--sm-count", type=int, help="streaming multiprocessors (with --tiles)")
+    ap.add_argument("--split-k", type=int, default=1,
+                    help="let a GEMM cut K into up to this many slices (--tiles)")
     ap.add_argument("--select-tiles", action="store_true",
                     help="score the candidate tile sets (TILE_CANDIDATES) by leaving each fitted "
                          "model out in turn (needs --sm-count), and stop")
@@ -401,6 +470,9 @@ def main():
                     help="also print predicted vs measured linear time per layer at these "
                          "comma-separated token counts, every model, tp 1")
     ap.add_argument("--trim", metavar="OUT_DIR", help="write a trimmed copy of --profiles")
+    ap.add_argument("--monotone-bound", action="store_true",
+                    help="print, per model and tp, the least worst-cell error of any model whose "
+                         "linear time never falls as tokens grow, and stop")
     args = ap.parse_args()
     if args.trim:
         trim(args.profiles, args.trim)
@@ -411,10 +483,16 @@ def main():
         hw = json.load(f)
     peak, bw = float(hw["peak_dense_flops"]["bf16"]), float(hw["hbm_bandwidth_bytes_per_s"])
     held = {m for m in args.hold_out.split(",") if m}
-    tiles = parse_tiles(args.tiles, args.k_multiple, args.sm_count) if args.tiles else None
+    if args.split_k != 1 and not args.tiles:
+        ap.error("--split-k %d needs --tiles" % args.split_k)
+    tiles = (parse_tiles(args.tiles, args.k_multiple, args.sm_count, args.split_k)
+             if args.tiles else None)
     rows = read_compute(args.profiles, args.gpu)
     if not rows:
         sys.exit("no compute profiles under %s/compute/%s" % (args.profiles, args.gpu))
+    if args.monotone_bound:
+        print_monotone_bounds(rows, held, args.max_tokens)
+        return 0
     train = [r for r in rows if r["model"] not in held]
     test = [r for r in rows if r["model"] in held]
     if args.select_tiles:
@@ -493,7 +571,7 @@ def main():
             "gemm": [dict(tp=tp, **c) for tp, c in curves.items()],
             "tiles": tiles and dict(sm_count=tiles["sm_count"],
                                     tiles=[list(t) for t in tiles["tiles"]],
-                                    k_multiple=tiles["k_multiple"]),
+                                    k_multiple=tiles["k_multiple"], split_k=tiles["split_k"]),
             "small_ops": small,
             "all_reduce": ar_out,
         }

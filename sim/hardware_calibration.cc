@@ -150,6 +150,12 @@ absl::StatusOr<TileQuantization> ParseTiles(const Json& obj, const std::string& 
   TileQuantization q;
   KVPAGE_ASSIGN_OR_RETURN(q.sm_count, PositiveInt(obj, source, "sm_count"));
   KVPAGE_ASSIGN_OR_RETURN(q.k_multiple, PositiveInt(obj, source, "k_multiple"));
+  if (auto s = obj.find("split_k"); s != obj.end() && !s->is_null()) {
+    KVPAGE_ASSIGN_OR_RETURN(q.split_k, PositiveInt(obj, source, "split_k"));
+    if (q.split_k > 64) {
+      return FieldError(source, "split_k", absl::StrCat("must be at most 64, got ", q.split_k));
+    }
+  }
   KVPAGE_ASSIGN_OR_RETURN(const Json* tiles, Member(obj, source, "tiles"));
   if (!tiles->is_array() || tiles->empty()) {
     return FieldError(source, "tiles.tiles", "must be a non-empty array of [tm, tn]");
@@ -212,14 +218,16 @@ double GemmCurve::EfficiencyAt(double num_tokens) const {
 
 double TileQuantization::Factor(double m, double n, double k, double groups) const {
   const double sms = sm_count;
-  const double k_padded = std::ceil(k / k_multiple) * k_multiple;
   double best = 0;
-  for (const auto& [tm, tn] : tiles) {
-    const double tiles_out = std::ceil(groups * std::ceil(m / tm) * std::ceil(n / tn));
-    const double work = std::ceil(tiles_out / sms) * tm * tn;
-    if (best == 0 || work < best) best = work;
+  for (int32_t s = 1; s <= split_k; ++s) {
+    const double k_slice = std::ceil(std::ceil(k / s) / k_multiple) * k_multiple;
+    for (const auto& [tm, tn] : tiles) {
+      const double tiles_out = std::ceil(groups * std::ceil(m / tm) * std::ceil(n / tn));
+      const double work = std::ceil(tiles_out * s / sms) * tm * tn * k_slice;
+      if (best == 0 || work < best) best = work;
+    }
   }
-  return best * sms * k_padded / (groups * m * n * k);
+  return best * sms / (groups * m * n * k);
 }
 
 double AllReduceTable::SecondsFor(double message_bytes) const {

@@ -39,15 +39,17 @@ struct GemmCurve {
   double EfficiencyAt(double num_tokens) const;
 };
 
-// How a GEMM's output tiles fill the GPU: the M × N output is cut into tm × tn tiles that run
-// in waves of `sm_count`, each over K rounded up to `k_multiple`; the library is taken to run
-// the listed tile that wastes least. Q = min over tiles of
-//   ceil(G · ceil(M / tm) · ceil(N / tn) / sm_count) · sm_count · tm · tn · K' / (G · M · N · K)
+// How a GEMM's output tiles fill the GPU: the M × N output is cut into tm × tn tiles, each
+// optionally split along K into s slices (split-K, s = 1 .. split_k), that run in waves of
+// `sm_count`, each slice over K' = ceil(K / s) rounded up to `k_multiple`; the library is taken
+// to run the tile and split that waste least. Q = min over tiles and s of
+//   ceil(s · G · ceil(M / tm) · ceil(N / tn) / sm_count) · sm_count · tm · tn · K' / (G · M · N · K)
 // >= 1, for G same-shape GEMMs launched together (the experts of a MoE layer; 1 otherwise).
 struct TileQuantization {
   int32_t sm_count = 1;
   std::vector<std::pair<int32_t, int32_t>> tiles;  // (tm, tn), non-empty
   int32_t k_multiple = 1;
+  int32_t split_k = 1;  // most K slices per tile; 1: no split-K
 
   // Q for `groups` M × K by K × N products (M, N, K > 0; fractions are rounded up to whole
   // tiles).

@@ -334,6 +334,25 @@ TEST(TileQuantizationTest, FactorByHand) {
   EXPECT_DOUBLE_EQ(q.Factor(7, 5, 3), 1.0);  // unit tiles waste nothing
 }
 
+TEST(TileQuantizationTest, SplitKFillsIdleSms) {
+  TileQuantization q;
+  q.sm_count = 132;
+  q.tiles = {{128, 128}};
+  q.k_multiple = 256;
+  // 16 × 1,280, K 8,192: 10 tiles in one wave, each over all of K:
+  // Q = 132 · 128 · 128 · 8,192 / (16 · 1,280 · 8,192) = 105.6.
+  EXPECT_DOUBLE_EQ(q.Factor(16, 1280, 8192), 105.6);
+  // Up to 8 slices of 1,024: 80 tiles, still one wave, an eighth of the depth.
+  q.split_k = 8;
+  EXPECT_DOUBLE_EQ(q.Factor(16, 1280, 8192), 13.2);
+  // 1,024 × 4,096: 256 tiles already fill 2 waves of 132 (Q = 264 / 256); splitting only adds
+  // waves (2 slices: 512 tiles in 4 waves of half the depth, the same work; never less).
+  EXPECT_DOUBLE_EQ(q.Factor(1024, 4096, 4096), 264.0 / 256.0);
+  // K 600, slices rounded up to 256: one slice is 768 deep, two 512, three or more 256; up to
+  // 8 · 10 = 80 tiles stay in one wave, so Q = 132 · 16,384 · 256 / (16 · 1,280 · 600).
+  EXPECT_DOUBLE_EQ(q.Factor(16, 1280, 600), 132.0 * 16384 * 256 / (16.0 * 1280 * 600));
+}
+
 // Unit tiles on one SM waste nothing: the same times as no tile term, dense and MoE alike;
 // 128 × 128 tiles on 100 SMs only add time.
 TEST(CalibratedCostModelTest, UnitTilesChangeNothingMoeIncluded) {
@@ -432,6 +451,12 @@ TEST(HardwareCalibrationTest, ParseErrorsNameTheField) {
               HasSubstr("'tiles.tiles' must hold [tm, tn] pairs of integers in [1, 65536], got [128]"));
   auto sms = tiles(R"({"sm_count": 1.5, "tiles": [[128, 128]], "k_multiple": 1})");
   EXPECT_THAT(sms.status().message(), HasSubstr("'sm_count' must be an integer, got 1.5"));
+  EXPECT_EQ(good->tiles->split_k, 1);  // absent: no split-K
+  auto split = tiles(R"({"sm_count": 132, "tiles": [[128, 128]], "k_multiple": 256, "split_k": 8})");
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->tiles->split_k, 8);
+  auto zero = tiles(R"({"sm_count": 132, "tiles": [[128, 128]], "k_multiple": 1, "split_k": 0})");
+  EXPECT_THAT(zero.status().message(), HasSubstr("'split_k'"));
   EXPECT_EQ(LoadGpuCalibration("no-such-gpu").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -471,6 +496,25 @@ TEST(CalibratedCostModelTest, BundledH100TilesMatchTheFitter) {
   auto large = CalibratedCostModel::Create(*LoadModel("llama-3.1-70b"), *gpu, *cal, tp4);
   ASSERT_TRUE(large.ok()) << large.status();
   EXPECT_NEAR((*large)->Cost(Step({{0, 776}})).linear_s, 0.04980296553541792, 1e-12);
+}
+
+// The same curves with split-K up to 8 (a `--split-k 8` fit would write it): predict_linear
+// with that tile set gives these, so both sides split K alike.
+TEST(CalibratedCostModelTest, SplitKMatchesTheFitter) {
+  auto gpu = LoadGpu("h100");
+  auto cal = LoadGpuCalibration("h100");
+  ASSERT_TRUE(gpu.ok() && cal.ok()) << cal.status();
+  ASSERT_TRUE(cal->tiles.has_value());
+  GpuCalibration split = *cal;
+  split.tiles->split_k = 8;
+  auto small = CalibratedCostModel::Create(*LoadModel("llama-3.1-8b"), *gpu, split);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_NEAR((*small)->Cost(Step({{0, 1000}})).linear_s, 0.02075952836838968, 1e-12);
+  RooflineOptions tp4;
+  tp4.tp = 4;
+  auto large = CalibratedCostModel::Create(*LoadModel("llama-3.1-70b"), *gpu, split, tp4);
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_NEAR((*large)->Cost(Step({{0, 64}})).linear_s, 0.013083348949420447, 1e-12);
 }
 
 // Issue 21's gate: Llama-3(.1)-8B prefill of 512..8,192 tokens on A100 at 55-75% MFU.

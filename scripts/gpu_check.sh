@@ -50,7 +50,7 @@ if [ -z "$PREBUILT" ]; then
   cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/configure.log"
   cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc 2>/dev/null || echo 2)}" \
     --target kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test 2>&1 | tee "$OUT_DIR/build.log" | tail -3
-  # (kvpage_flashinfer_peer too, when configured with -DKVPAGE_FLASHINFER_INCLUDE; see gpu_bundle.sh)
+  # kvpage_flashinfer_peer needs FlashInfer's headers here: see gpu_bundle.sh.
   echo "build took $(( $(date +%s) - start )) s"
 fi
 
@@ -80,7 +80,8 @@ if [ -x "$BIN_DIR/kvpage_flashinfer_peer" ]; then
   "$BIN_DIR/kvpage_flashinfer_peer" --csv "$OUT_DIR/flashinfer.csv" 2>&1 \
     | tee "$OUT_DIR/flashinfer.txt" || status=1
 else
-  echo "== no kvpage_flashinfer_peer in $BIN_DIR: FlashInfer peer skipped" | tee "$OUT_DIR/flashinfer.txt"
+  echo "== no kvpage_flashinfer_peer in $BIN_DIR: FlashInfer peer skipped" \
+    | tee "$OUT_DIR/flashinfer.txt"
 fi
 
 echo "== results in $OUT_DIR (status $status)"

@@ -311,7 +311,9 @@ int main(int argc, char** argv) {
   std::printf("\nmemcpy D2D 2 GiB: %.0f GB/s (the ceiling for %%copy)\n\n", ceiling);
 
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
-  if (out != nullptr) std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
+  if (out != nullptr) {
+    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
+  }
   std::printf("%-18s %-40s %9s %10s %8s %7s\n", "kernel", "config", "MB", "median_us", "GB/s",
               "%copy");
   for (int32_t batch : {1, 8, 64, 256}) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/grid_dependency.cuh"
 #include "kernels/vec.cuh"
 
 namespace kvpage::cuda::internal {
@@ -26,10 +27,13 @@ __device__ __forceinline__ __half FromFloat(float x) {
 
 // grid.x = sequence * num_heads + head. Every thread finds the row's maximum lse (the splits
 // are few and the loads hit L1), then owns head_dim elements i, i + kMergeThreads, ...
+// Launched with programmatic stream serialization on sm_90 (merge_launch.h), so it first waits
+// for the split kernel: nothing is read or written before WaitForPrimaryGrids.
 template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
     MergeKernel(T* out, float* lse_out, const float* partial_o, const float* partial_lse,
                 int32_t num_splits, int32_t head_dim) {
+  WaitForPrimaryGrids();
   const int64_t row = blockIdx.x;
   const float* lse = partial_lse + row * num_splits;
   float max_lse = -INFINITY;

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "kernels/grid_dependency.cuh"
 #include "kernels/vec.cuh"
 #include "kvpage/kernel_layout.h"
 
@@ -319,6 +320,7 @@ __global__ void __launch_bounds__(kDecodeThreads, DecodeMinCtas(kGroupTile))
       }
     }
   }
+  TriggerDependentGrids();  // after this thread's last store: the merge may be scheduled
 }
 
 // A decode kernel as a function pointer.

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/grid_dependency.cuh"
 #include "kernels/paged_decode_kernel.cuh"
 #include "kernels/vec.cuh"
 #include "kvpage/kernel_layout.h"
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeMlaKernel(const Dec
       }
     }
   }
+  TriggerDependentGrids();  // after this thread's last store: the merge may be scheduled
 }
 
 // Kernel arguments and grid of one PagedDecodeMla call, shared by the launcher and the host

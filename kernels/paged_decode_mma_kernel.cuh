@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "kernels/grid_dependency.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/paged_decode_kernel.cuh"
 #include "kernels/vec.cuh"
@@ -245,6 +246,7 @@ __global__ void __launch_bounds__(MmaDecodeThreads(kHeadDim))
       }
     }
   }
+  TriggerDependentGrids();  // after this thread's last store: the merge may be scheduled
 }
 
 }  // namespace kvpage::cuda::internal

@@ -11,30 +11,47 @@
 # with KVPAGE_STATIC_DEPS, so Abseil, GoogleTest, libstdc++, libgcc and cudart are linked
 # statically and the binaries need only glibc and the NVIDIA driver. The folder holds
 #   bin/kvpage_gpu_check  bin/kernels_gpu_test  bin/cuda_vmm_backing_gpu_test  gpu_check.sh
-#   MANIFEST  ptxas.txt
+#   MANIFEST  ptxas.txt  [bin/kvpage_flashinfer_peer]
 # and the script fails if a binary needs any other shared library or the folder passes 64 MiB.
+#
+# FlashInfer's decode as the sweep's peer (bin/kvpage_flashinfer_peer) is added when its headers
+# are found: KVPAGE_FLASHINFER_INCLUDE, else build/flashinfer/wheel/flashinfer/data/include, the
+# include/ folder of the flashinfer-python wheel unpacked there (docs/kernels.md §6):
+#   pip download --no-deps flashinfer-python==0.7.4 -d build/flashinfer
+#   unzip -q build/flashinfer/*.whl 'flashinfer/data/include/*' 'flashinfer/data/cccl/*' \
+#     -d build/flashinfer/wheel
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-build/gpu-bundle}
 BUILD_DIR=${BUILD_DIR:-build/kernels-only}
 JOBS=${JOBS:-2}
+FI_INCLUDE=${KVPAGE_FLASHINFER_INCLUDE:-build/flashinfer/wheel/flashinfer/data/include}
+targets=(kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test)
+if [ -f "$FI_INCLUDE/flashinfer/attention/decode.cuh" ]; then
+  FI_INCLUDE=$(cd "$FI_INCLUDE" && pwd)
+  targets+=(kvpage_flashinfer_peer)
+  echo "FlashInfer headers: $FI_INCLUDE (builds kvpage_flashinfer_peer)"
+else
+  echo "FlashInfer headers not found at $FI_INCLUDE: the bundle has no FlashInfer peer"
+  FI_INCLUDE=""
+fi
 
 cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKVPAGE_STATIC_DEPS=ON \
-  -DKVPAGE_PTXAS_VERBOSE=ON ${CMAKE_FLAGS:-} > /dev/null
+  -DKVPAGE_PTXAS_VERBOSE=ON -DKVPAGE_FLASHINFER_INCLUDE="$FI_INCLUDE" ${CMAKE_FLAGS:-} > /dev/null
 # Rebuild the CUDA objects so ptxas prints every kernel's resources into the log.
 cmake --build "$BUILD_DIR" --target clean > /dev/null
-cmake --build "$BUILD_DIR" -j "$JOBS" --target kvpage_gpu_check kernels_gpu_test \
-  cuda_vmm_backing_gpu_test \
+cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}" \
   > "$BUILD_DIR/bundle_build.log" 2>&1 || { tail -30 "$BUILD_DIR/bundle_build.log"; exit 1; }
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin"
-for b in kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test; do
+for b in "${targets[@]}"; do
   cp "$BUILD_DIR/bin/$b" "$DIR/bin/"
   strip --strip-debug "$DIR/bin/$b"
 done
 cp scripts/gpu_check.sh "$DIR/"
-# Registers, spills and shared memory per kernel, as ptxas reported them for sm_90.
+# Registers, spills and shared memory per kvpage kernel, as ptxas reported them for sm_90
+# (FlashInfer's kernels, which have no ptxas -v, do not appear).
 python3 scripts/ptxas_table.py < "$BUILD_DIR/bundle_build.log" > "$DIR/ptxas.txt"
 
 # Only glibc and the dynamic loader may remain (libcuda.so is opened by cudart at run time).

@@ -2,7 +2,9 @@
 # One command on a GPU machine (docs/kernels.md §6): the gpu-labelled kernel tests, a
 # compute-sanitizer memcheck and racecheck pass on small cases, then kvpage_gpu_check (every
 # kernel against the CPU reference on fresh random inputs, the device-to-device copy ceiling,
-# and a CUDA-event bandwidth sweep). Budget: under 5 minutes.
+# and a CUDA-event bandwidth sweep), then kvpage_flashinfer_peer when it was built (FlashInfer's
+# decode on the same cache and sweep, after checking it agrees with kvpage's). Budget: under 5
+# minutes.
 #
 # Two ways to get the binaries:
 #   scripts/gpu_check.sh --prebuilt DIR   # DIR made by scripts/gpu_bundle.sh on another machine:
@@ -48,6 +50,7 @@ if [ -z "$PREBUILT" ]; then
   cmake -S kernels -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/configure.log"
   cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc 2>/dev/null || echo 2)}" \
     --target kvpage_gpu_check kernels_gpu_test cuda_vmm_backing_gpu_test 2>&1 | tee "$OUT_DIR/build.log" | tail -3
+  # kvpage_flashinfer_peer needs FlashInfer's headers here: see gpu_bundle.sh.
   echo "build took $(( $(date +%s) - start )) s"
 fi
 
@@ -71,6 +74,15 @@ fi
 echo "== kvpage_gpu_check"
 "$BIN_DIR/kvpage_gpu_check" --csv "$OUT_DIR/bandwidth.csv" 2>&1 \
   | tee "$OUT_DIR/gpu_check.txt" || status=1
+
+if [ -x "$BIN_DIR/kvpage_flashinfer_peer" ]; then
+  echo "== kvpage_flashinfer_peer (FlashInfer's CUDA-core decode on the same cache and sweep)"
+  "$BIN_DIR/kvpage_flashinfer_peer" --csv "$OUT_DIR/flashinfer.csv" 2>&1 \
+    | tee "$OUT_DIR/flashinfer.txt" || status=1
+else
+  echo "== no kvpage_flashinfer_peer in $BIN_DIR: FlashInfer peer skipped" \
+    | tee "$OUT_DIR/flashinfer.txt"
+fi
 
 echo "== results in $OUT_DIR (status $status)"
 exit $status

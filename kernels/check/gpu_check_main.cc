@@ -120,7 +120,12 @@ int Correctness(bool quick, uint32_t seed) {
   report("merge bf16", CheckMerge(3, 4, 5, 128, DType::kBF16, seeds()));
   report("merge f16", CheckMerge(2, 3, 1, 64, DType::kF16, seeds()));
   for (const auto& c : CopyCases()) report(c.Name(), CheckCopies(c, seeds()));
-  report("CUDA graph capture and replay", CheckGraphCapture(seeds()));
+  std::string merge_path = "?";
+  const absl::Status pdl = CheckProgrammaticMerge(seeds(), &merge_path);
+  report("split-KV merge, " + merge_path + " launch, NaN-poisoned partials", pdl);
+  int edges = -1;
+  const absl::Status graph = CheckGraphCapture(seeds(), &edges);
+  report(absl::StrFormat("CUDA graph capture and replay (%d programmatic edges)", edges), graph);
   return failures;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/check/device_buffer.h"
 #include "kernels/cuda_status.h"
+#include "kernels/paged_decode_launch.h"
 #include "kvpage/cuda/copy_slots.h"
 #include "kvpage/cuda/paged_decode.h"
 #include "kvpage/cuda/paged_prefill.h"
@@ -309,7 +310,75 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
   return absl::OkStatus();
 }
 
-absl::Status CheckGraphCapture(uint32_t seed) {
+absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  const internal::MergeLaunchPath chosen =
+      internal::ChooseMergeLaunch(internal::CurrentDeviceCcMajor());
+  if (path != nullptr) {
+    *path = chosen == internal::MergeLaunchPath::kProgrammatic ? "programmatic" : "plain";
+  }
+  // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
+  DecodeCase cases[] = {
+      {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},
+      {DType::kF16, 6, 8, 4, 128, 16, 5000, -1, 7},
+      {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},
+  };
+  cases[1].tensor_cores = true;
+  cases[2].mla = true;
+  std::mt19937 seeds(seed);
+  for (const DecodeCase& c : cases) {
+    DecodeProblem p;
+    KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seeds(), 1, 1, &p));
+    const int32_t hq = p.num_q_heads();
+    DeviceBuffer dcache, dq, dtable, dlens, dout, dplain, dws;
+    KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
+    KVPAGE_RETURN_IF_ERROR(dq.Upload(p.q));
+    KVPAGE_RETURN_IF_ERROR(dtable.Upload(p.table));
+    KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
+    const std::vector<uint16_t> poison(static_cast<size_t>(p.out_elements()), kHalfNan);
+    KVPAGE_RETURN_IF_ERROR(dout.Upload(poison));
+    KVPAGE_RETURN_IF_ERROR(dplain.Upload(poison));
+    const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, p.out_dim());
+    KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
+    const auto decode = c.mla ? PagedDecodeMla : PagedDecode;
+    std::vector<uint16_t> first;
+    for (int run = 0; run < 4; ++run) {
+      // NaN partial states, ordered before the decode kernel by the stream.
+      cudaError_t err = cudaMemsetAsync(dws.get(), 0xff, static_cast<size_t>(ws_bytes), nullptr);
+      if (err != cudaSuccess) return internal::CudaStatus(err, "cudaMemsetAsync");
+      KVPAGE_RETURN_IF_ERROR(decode(
+          dout.get(), dq.get(), static_cast<int64_t>(hq) * c.head_dim, p.View(dcache.get()),
+          BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), c.num_seqs},
+          p.params, p.plan, dws.get(), ws_bytes, nullptr));
+      KVPAGE_RETURN_IF_ERROR(Sync("PagedDecode (split-KV)"));
+      std::vector<uint16_t> got;
+      KVPAGE_RETURN_IF_ERROR(dout.Download(&got));
+      KVPAGE_RETURN_IF_ERROR(CompareDecode(p, got, nullptr));
+      if (run == 0) {
+        first = got;
+      } else if (got != first) {
+        return absl::InternalError(
+            absl::StrFormat("%s: run %d differs from the first run", c.Name(), run));
+      }
+    }
+    // The last run's partial states, merged again after a full sync with a plain launch.
+    const float* ws = dws.as<float>();
+    const int64_t partial_rows = static_cast<int64_t>(c.num_seqs) * hq * p.plan.num_splits;
+    KVPAGE_RETURN_IF_ERROR(internal::LaunchMergeAttnStates(
+        dplain.get(), nullptr, ws, ws + partial_rows * p.out_dim(), c.num_seqs, hq,
+        p.plan.num_splits, p.out_dim(), c.dtype, internal::MergeLaunchPath::kPlain, nullptr));
+    KVPAGE_RETURN_IF_ERROR(Sync("MergeAttnStates (plain)"));
+    std::vector<uint16_t> plain;
+    KVPAGE_RETURN_IF_ERROR(dplain.Download(&plain));
+    if (plain != first) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: the plain merge of the same partial states differs", c.Name()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGraphCapture(uint32_t seed, int* programmatic_edges) {
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
   // The plan and the graph are made for sequences of at most 200 tokens; the graph is replayed
   // after they grew to up to 600 (the last split runs to the end).
@@ -375,6 +444,19 @@ absl::Status CheckGraphCapture(uint32_t seed) {
     status = !recorded.ok()          ? recorded
              : err != cudaSuccess    ? internal::CudaStatus(err, "cudaStreamEndCapture")
                                      : absl::OkStatus();
+  }
+  if (status.ok() && programmatic_edges != nullptr) {
+    size_t n = 0;
+    err = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n);
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (err == cudaSuccess && n > 0) {
+      err = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n);
+    }
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphGetEdges");
+    *programmatic_edges = static_cast<int>(std::count_if(
+        data.begin(), data.end(),
+        [](const cudaGraphEdgeData& e) { return e.type == cudaGraphDependencyTypeProgrammatic; }));
   }
   if (status.ok()) {
     err = cudaGraphInstantiate(&exec, graph, 0);

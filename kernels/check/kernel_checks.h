@@ -60,7 +60,19 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
 // and checks that the decode output is bit-identical to an eager run and matches the
 // reference (proves no launcher syncs, allocates or otherwise breaks capture, and that a plan
 // for shorter sequences stays exact).
-absl::Status CheckGraphCapture(uint32_t seed);
+// Also reports through programmatic_edges (when non-null) how many edges of the captured graph
+// are programmatic (cudaGraphDependencyTypeProgrammatic): 1 on sm_90, where the split-KV merge
+// is launched with programmatic dependent launch, 0 below.
+absl::Status CheckGraphCapture(uint32_t seed, int* programmatic_edges = nullptr);
+
+// The split-KV merge on the path MergeAttnStates takes on this device (programmatic dependent
+// launch on sm_90, merge_launch.h), for a CUDA-core, a tensor-core and an MLA decode with 7
+// splits: four times in a row, the workspace is filled with NaN on the stream right before the
+// decode, so a merge that read the partial states before the split kernel finished would
+// return NaN; every output must match the reference and be bit-identical to the first, and to
+// the same partial states merged again with a plain launch. `path` (nullable) gets
+// "programmatic" or "plain".
+absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path);
 
 }  // namespace kvpage::cuda::check
 

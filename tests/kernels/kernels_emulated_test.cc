@@ -17,6 +17,7 @@
 #include "kernels/copy_slots_kernel.cuh"
 #include "kernels/emulation/cuda_emulation.h"
 #include "kernels/merge_attn_states_kernel.cuh"
+#include "kernels/merge_launch.h"
 #include "kernels/paged_decode_kernel.cuh"
 #include "kernels/paged_decode_mla_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
@@ -343,6 +344,19 @@ TEST(GpuCheckTargetsTest, DecodeTargetIs85PercentAtBatch64Context4K) {
   EXPECT_EQ(check::TargetPercent("write_kv", 0, 0), 90.0);
   EXPECT_EQ(check::TargetPercent("copy_blocks", 0, 0), 90.0);
   EXPECT_EQ(check::TargetPercent("zero_slots", 0, 0), 0.0);
+}
+
+// The merge is launched with programmatic dependent launch exactly on compute capability 9.0
+// and above (0: the device could not be asked).
+TEST(EmulatedKernelsTest, MergeLaunchPathFollowsComputeCapability) {
+  using internal::ChooseMergeLaunch;
+  using internal::MergeLaunchPath;
+  EXPECT_EQ(ChooseMergeLaunch(0), MergeLaunchPath::kPlain);
+  EXPECT_EQ(ChooseMergeLaunch(7), MergeLaunchPath::kPlain);
+  EXPECT_EQ(ChooseMergeLaunch(8), MergeLaunchPath::kPlain);
+  EXPECT_EQ(ChooseMergeLaunch(9), MergeLaunchPath::kProgrammatic);
+  EXPECT_EQ(ChooseMergeLaunch(10), MergeLaunchPath::kProgrammatic);
+  EXPECT_EQ(ChooseMergeLaunch(12), MergeLaunchPath::kProgrammatic);
 }
 
 TEST(EmulatedKernelsTest, MergeMatchesReference) {

@@ -7,6 +7,7 @@
 
 #include "kernels/check/check_cases.h"
 #include "kernels/check/kernel_checks.h"
+#include "kernels/paged_decode_launch.h"
 #include "kvpage/cuda/paged_decode.h"
 #include "kvpage/cuda/paged_prefill.h"
 #include "kvpage/cuda/write_kv.h"
@@ -162,8 +163,18 @@ TEST_F(KernelsGpuTest, CopiesMatchReference) {
   }
 }
 
+// On sm_90 the merge is launched with programmatic dependent launch (merge_launch.h); the
+// captured graph then holds exactly one programmatic edge, split kernel -> merge.
 TEST_F(KernelsGpuTest, LaunchersAreGraphCapturable) {
-  EXPECT_EQ(CheckGraphCapture(400), absl::OkStatus());
+  int edges = -1;
+  EXPECT_EQ(CheckGraphCapture(400, &edges), absl::OkStatus());
+  EXPECT_EQ(edges, internal::CurrentDeviceCcMajor() >= 9 ? 1 : 0);
+}
+
+TEST_F(KernelsGpuTest, SplitMergeWaitsForTheSplitKernel) {
+  std::string path;
+  EXPECT_EQ(CheckProgrammaticMerge(450, &path), absl::OkStatus()) << path;
+  EXPECT_EQ(path, internal::CurrentDeviceCcMajor() >= 9 ? "programmatic" : "plain");
 }
 
 }  // namespace

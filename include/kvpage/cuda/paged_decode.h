@@ -59,7 +59,8 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 // otherwise on CUDA cores. Only blocks
 // of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
 // may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
-// to the workspace and MergeAttnStates combines them in a second launch on the same stream.
+// to the workspace and MergeAttnStates combines them in a second launch on the same stream
+// (programmatic dependent launch on compute capability >= 9.0, as MergeAttnStates says).
 //
 // Any plan is exact for any seq_lens: the last split runs to the end of its sequence, so a
 // graph captured with a plan for a shorter maximum stays correct when replayed (it is only
@@ -96,7 +97,11 @@ absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
 //   partial_lse: [num_seqs][num_heads][num_splits] float, natural log; -inf = empty split.
 //   out: [num_seqs][num_heads][head_dim] in `dtype` (f16/bf16), contiguous.
 //   lse_out: [num_seqs][num_heads] float, nullable.
-// All-empty rows give 0 and -inf. Asynchronous, graph-capturable.
+// All-empty rows give 0 and -inf. Asynchronous, graph-capturable. On a device of compute
+// capability >= 9.0 (asked once per device) the merge is launched with programmatic stream
+// serialization: it may be scheduled before the previous kernel on the stream has finished,
+// and waits (griddepcontrol.wait) for that kernel's completion and memory before it reads or
+// writes anything, so stream order holds as for a plain launch.
 // Returns InvalidArgument naming the value for a bad size, dtype or null pointer.
 absl::Status MergeAttnStates(void* out, float* lse_out, const float* partial_o,
                              const float* partial_lse, int32_t num_seqs, int32_t num_heads,

@@ -22,7 +22,7 @@ const SchedulerOutput& Scheduler::Schedule() {
   int64_t budget = s.config.max_num_batched_tokens;
   s.ReleaseOutOfWindowBlocks();
   s.ScheduleRunning(budget);
-  if (!s.preempted_this_step && !s.NoneWaiting()) s.ScheduleWaiting(budget);
+  if (!s.preempted_this_step && !s.waiting.empty()) s.ScheduleWaiting(budget);
   s.BuildOutput(s.config.max_num_batched_tokens - budget);
   ++s.stats.steps;
   return s.out;
@@ -264,7 +264,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       r.num_computed = 0;
       break;  // waiting requests never preempt running ones
     }
-    PopWaiting();
+    waiting.erase(waiting.begin());
     if (config.reserve_full_prompt) outstanding += remaining - n;
     if (!r.resumed) {
       stats.admitted_prompt_tokens += r.num_tokens;

@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   KVPAGE_RETURN_IF_ERROR(config.Validate());
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->waiting = std::set<int32_t, internal::WaitingOrder>(
+      internal::WaitingOrder{&impl->reqs, config.policy == SchedulingPolicy::kFcfs});
   KvCacheConfig kv = config.kv;
   kv.max_num_batched_tokens = config.max_num_batched_tokens;
   kv.max_model_len = config.max_model_len;
@@ -307,7 +309,7 @@ absl::Status Scheduler::Abort(RequestId id) {
   }
   const int32_t q = it->second;
   if (s.reqs[q].status == RequestStatus::kWaiting) {
-    s.EraseWaiting(q);
+    s.waiting.erase(q);
     if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
   } else {
     if (!s.applied) {
@@ -331,41 +333,8 @@ absl::Status Scheduler::Abort(RequestId id) {
 
 void Scheduler::Impl::PushWaiting(int32_t q, bool front) {
   reqs[q].status = RequestStatus::kWaiting;
-  if (config.policy == SchedulingPolicy::kFcfs) {
-    if (front) {
-      fcfs_waiting.push_front(q);
-    } else {
-      fcfs_waiting.push_back(q);
-    }
-    return;
-  }
-  priority_waiting.push_back(q);
-  std::push_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
-}
-
-int32_t Scheduler::Impl::PeekWaiting() const {
-  if (config.policy == SchedulingPolicy::kFcfs) return fcfs_waiting.empty() ? -1 : fcfs_waiting.front();
-  return priority_waiting.empty() ? -1 : priority_waiting.front();
-}
-
-bool Scheduler::Impl::NoneWaiting() const { return PeekWaiting() < 0; }
-
-void Scheduler::Impl::PopWaiting() {
-  if (config.policy == SchedulingPolicy::kFcfs) {
-    fcfs_waiting.pop_front();
-    return;
-  }
-  std::pop_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
-  priority_waiting.pop_back();
-}
-
-void Scheduler::Impl::EraseWaiting(int32_t q) {
-  if (config.policy == SchedulingPolicy::kFcfs) {
-    fcfs_waiting.erase(std::find(fcfs_waiting.begin(), fcfs_waiting.end(), q));
-    return;
-  }
-  priority_waiting.erase(std::find(priority_waiting.begin(), priority_waiting.end(), q));
-  std::make_heap(priority_waiting.begin(), priority_waiting.end(), internal::PriorityLess{&reqs});
+  reqs[q].queue_key = front ? --front_key : ++back_key;
+  waiting.insert(q);
 }
 
 void Scheduler::Impl::FreezeOutputTables() {
@@ -592,9 +561,7 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
 bool Scheduler::HasUnfinishedRequests() const { return !impl_->index_of.empty(); }
 int32_t Scheduler::num_running() const { return static_cast<int32_t>(impl_->running.size()); }
 int32_t Scheduler::num_waiting() const {
-  return static_cast<int32_t>(impl_->config.policy == SchedulingPolicy::kFcfs
-                                  ? impl_->fcfs_waiting.size()
-                                  : impl_->priority_waiting.size());
+  return static_cast<int32_t>(impl_->waiting.size());
 }
 const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
 const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
@@ -606,8 +573,7 @@ int64_t Scheduler::max_model_len() const { return impl_->max_model_len; }
 absl::Status Scheduler::CheckInvariants() const {
   const Impl& s = *impl_;
   KVPAGE_RETURN_IF_ERROR(s.kv->CheckInvariants());
-  std::vector<int32_t> waiting(s.fcfs_waiting.begin(), s.fcfs_waiting.end());
-  waiting.insert(waiting.end(), s.priority_waiting.begin(), s.priority_waiting.end());
+  const std::vector<int32_t> waiting(s.waiting.begin(), s.waiting.end());
   size_t live = 0;
   int64_t in_manager = 0;
   for (size_t q = 0; q < s.reqs.size(); ++q) {

@@ -13,8 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +79,7 @@ struct alignas(64) SchedRequest {
   int32_t num_preemptions = 0;
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
+  int64_t queue_key = 0;  // FCFS: place in the waiting queue (Scheduler::Impl::PushWaiting)
   std::string cache_salt;
   int64_t lora_id = 0;
 
@@ -91,6 +92,15 @@ struct alignas(64) SchedRequest {
 struct PriorityLess {
   const std::vector<SchedRequest>* reqs;
   bool operator()(int32_t a, int32_t b) const;  // true if a runs after b (a max-heap on "worse")
+};
+
+// Orders the waiting queue, first admitted first: FCFS by queue_key, priority by PriorityLess.
+struct WaitingOrder {
+  const std::vector<SchedRequest>* reqs;
+  bool fcfs;
+  bool operator()(int32_t a, int32_t b) const {
+    return fcfs ? (*reqs)[a].queue_key < (*reqs)[b].queue_key : PriorityLess{reqs}(b, a);
+  }
 };
 
 }  // namespace internal
@@ -109,11 +119,10 @@ class Scheduler::Impl {
   int64_t GrowingBytes(int64_t len) const;
 
   // ---- Queues (scheduler.cc) ----
+  // FCFS puts a request at the back, or at the front (a preempted one; the latest first);
+  // priority order ignores `front`.
   void PushWaiting(int32_t q, bool front);
-  int32_t PeekWaiting() const;
-  void PopWaiting();
-  void EraseWaiting(int32_t q);
-  bool NoneWaiting() const;
+  int32_t PeekWaiting() const { return waiting.empty() ? -1 : *waiting.begin(); }
   // Frees the request's blocks and row and drops it from `running` (order kept).
   void LeaveRunning(int32_t q);
   // Points the latest output's block tables at copies (frozen_tables) that row moves leave
@@ -211,8 +220,8 @@ class Scheduler::Impl {
   std::vector<int32_t> free_indices;
   absl::flat_hash_map<RequestId, int32_t> index_of;
   std::vector<int32_t> running;  // queue order
-  std::deque<int32_t> fcfs_waiting;
-  std::vector<int32_t> priority_waiting;  // a heap under PriorityLess
+  std::set<int32_t, internal::WaitingOrder> waiting{internal::WaitingOrder{&reqs, true}};
+  int64_t front_key = 0, back_key = 0;  // the lowest and highest queue_key given so far
   std::vector<int32_t> row_owner;         // row -> request index
   uint64_t next_seq = 0;
 

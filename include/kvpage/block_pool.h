@@ -210,13 +210,19 @@ class BlockPool {
   // The same for chunk records (up to max_chunks).
   void EnsureChunkRecord(int32_t chunk);
   // Allocate's three sources, in the order it tries them. MapNextChunk maps the lowest
-  // unmapped chunk, its blocks all clean; false when the budget refuses. TakeFromFullestChunk
-  // takes up to n clean blocks of the fullest chunk; EvictOldest reuses the least recently
-  // freed cached block.
-  bool MapNextChunk();
+  // unmapped chunk (a one-block chunk straight into use, its block appended to *out) and
+  // returns the blocks it appended; false when the budget refuses. TakeFromFullestChunk takes
+  // up to n clean blocks of the fullest chunk; EvictOldest reuses the least recently freed
+  // cached block.
+  bool MapNextChunk(std::vector<BlockId>* out, int32_t* taken);
   int32_t TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out);
   void EvictOldest(std::vector<BlockId>* out);
+  // A fresh record for an unmapped chunk, now counted as mapped (its idle-stack listing is
+  // kept: the stack may still hold it).
+  Chunk& MarkMapped(int32_t chunk);
   void MapChunk(int32_t chunk);
+  // Maps a one-block chunk whose block is taken at once; returns the block, now used.
+  int32_t MapChunkInUse(int32_t chunk);
   void UnmapChunk(int32_t chunk);
   // Evicts an idle chunk's cached blocks and unmaps it.
   void ReleaseChunk(int32_t chunk);

@@ -129,20 +129,35 @@ void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
   if (in_bucket) BucketInsert(c);
 }
 
-void BlockPool::MapChunk(int32_t c) {
+BlockPool::Chunk& BlockPool::MarkMapped(int32_t c) {
   Chunk& ch = chunks_[c];
   KVPAGE_DCHECK(!ch.mapped);
-  const bool listed = ch.idle_listed;  // the idle stack may still hold it
+  const bool listed = ch.idle_listed;
   ch = Chunk{};
   ch.mapped = true;
   ch.idle_listed = listed;
   ++num_mapped_chunks_;
+  return ch;
+}
+
+void BlockPool::MapChunk(int32_t c) {
+  KVPAGE_DCHECK(bpc_ > 1);  // a one-block chunk is mapped straight into use (MapChunkInUse)
+  Chunk& ch = MarkMapped(c);
   // Every id is fresh: handed out lowest first, its record written only then.
   ch.fresh = bpc_;
   ch.clean = bpc_;
   num_clean_ += bpc_;
   IdleInsert(c);
   BucketInsert(c);
+}
+
+int32_t BlockPool::MapChunkInUse(int32_t c) {
+  KVPAGE_DCHECK(bpc_ == 1);
+  EnsureBlockRecord(1 + c);
+  MarkMapped(c).used = 1;
+  blocks_[1 + c].ref = 1;
+  ++num_used_;
+  return 1 + c;
 }
 
 void BlockPool::IdleInsert(int32_t c) {
@@ -232,7 +247,11 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     const int64_t free_after = budget_->free_bytes() - chunk_charge_;
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
         (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
-      MapNextChunk();  // if the budget refuses, the cache gives way below
+      int32_t taken = 0;
+      if (MapNextChunk(out, &taken) && taken > 0) {  // a one-block chunk, mapped into use
+        n -= taken;
+        continue;
+      }
     }
     if (num_clean_ > 0) {
       n -= TakeFromFullestChunk(n, out);
@@ -243,7 +262,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   }
 }
 
-bool BlockPool::MapNextChunk() {
+bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
   // The lowest unmapped chunk keeps the live id range compact. Chunks below the hint are all
   // mapped, so the search does not rescan them; chunks without a record are unmapped.
   int32_t c = first_unmapped_hint_;
@@ -259,6 +278,13 @@ bool BlockPool::MapNextChunk() {
   }
   if (!budget_->TakeChunk(pool_index_, c, chunk_charge_)) return false;
   EnsureChunkRecord(c);
+  if (bpc_ == 1) {
+    // Its one block is handed out at once: the chunk is mapped straight into use, never
+    // entering the idle stack or a bucket.
+    out->push_back(BlockId(MapChunkInUse(c)));
+    *taken = 1;
+    return true;
+  }
   MapChunk(c);
   return true;
 }
@@ -361,6 +387,25 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     KVPAGE_DCHECK(b > 0 && b <= capacity() && blocks_[b].ref > 0);
     if (--blocks_[b].ref > 0) continue;
     const int32_t c = ChunkOf(b);
+    if (bpc_ == 1) {
+      // The chunk was wholly used (its one block): no bucket to leave, idle from now on.
+      Chunk& ch = chunks_[c];
+      ch.used = 0;
+      --num_used_;
+      IdleInsert(c);
+      if (blocks_[b].has_hash) {
+        LruAppend(b);
+        ch.cached = 1;
+        ++num_cached_free_;
+      } else {
+        blocks_[b].next = -1;
+        ch.clean_top = b;
+        ch.clean = 1;
+        ++num_clean_;
+        BucketInsert(c);
+      }
+      continue;
+    }
     if (c != run_chunk) {
       close_run();
       const Chunk& ch = chunks_[c];
@@ -591,7 +636,7 @@ absl::Status BlockPool::CheckInvariants() const {
       return fail("chunk ", c, " counters used/cached/clean ", ch.used, "/", ch.cached, "/",
                   ch.clean, " but blocks say ", u, "/", k, "/", bpc_ - u - k);
     }
-    if (ch.fresh < 0 || ch.fresh > ch.clean) {
+    if (ch.fresh < 0 || ch.fresh > ch.clean || (bpc_ == 1 && ch.fresh != 0)) {
       return fail("chunk ", c, " has ", ch.fresh, " fresh blocks of ", ch.clean, " clean");
     }
     // The stack holds blocks below the fresh tail; the tail's blocks are free and unhashed.

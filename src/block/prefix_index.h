@@ -10,8 +10,11 @@
 #define KVPAGE_BLOCK_PREFIX_INDEX_H_
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "internal/huge_page_allocator.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {
@@ -71,7 +74,10 @@ class PrefixIndex {
              0xFF51AFD7ED558CCDull;
     }
   };
-  absl::flat_hash_map<Key, int32_t, KeyHash> map_;
+  // In huge pages, like the pool's records: a lookup lands anywhere in a table of megabytes.
+  absl::flat_hash_map<Key, int32_t, KeyHash, std::equal_to<Key>,
+                      HugePageAllocator<std::pair<const Key, int32_t>>>
+      map_;
 };
 
 }  // namespace kvpage::internal

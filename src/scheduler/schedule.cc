@@ -314,7 +314,15 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
       continue;
     }
     scheduled[k] = q;  // from now on in the output's order
-    tokens += WriteRow(q, row, k);
+    SchedRequest& r = reqs[q];
+    if (r.row_stale) SyncRow(r);
+    for (size_t i = 0; i < state_groups.size(); ++i) {
+      const absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.kv, state_groups[i]);
+      KVPAGE_DCHECK(slots.ok());
+      o.states[i].read_slots[row] = slots.ok() ? slots->read_slot : -1;
+      o.states[i].write_slots[row] = slots.ok() ? slots->write_slot : -1;
+    }
+    tokens += WriteRow(r, row, o.requests[k]);
     one_each &= o.requests[k].samples;
     ++k;
   }
@@ -348,12 +356,9 @@ void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {
   }
 }
 
-int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k) {
-  SchedulerOutput& o = out;
-  SchedRequest& r = reqs[q];
+int32_t Scheduler::Impl::WriteRow(SchedRequest& r, size_t row, ScheduledRequest& sr) {
   const int32_t n = r.num_scheduled;
   const int64_t c = r.num_computed - n;
-  ScheduledRequest& sr = o.requests[k];
   sr.id = r.id;
   sr.row = static_cast<int32_t>(row);
   sr.is_new = r.fresh;
@@ -364,15 +369,7 @@ int32_t Scheduler::Impl::WriteRow(int32_t q, size_t row, size_t k) {
   sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
   r.fresh = false;
   r.resumed = false;
-  if (r.row_stale) SyncRow(r);
-  for (size_t i = 0; i < state_groups.size(); ++i) {
-    const absl::StatusOr<StateSlots> slots = kv->GetStateSlots(r.kv, state_groups[i]);
-    KVPAGE_DCHECK(slots.ok());
-    if (!slots.ok()) continue;
-    o.states[i].read_slots[row] = slots->read_slot;
-    o.states[i].write_slots[row] = slots->write_slot;
-  }
-  o.seq_lens[row] = static_cast<int32_t>(c + n);
+  out.seq_lens[row] = static_cast<int32_t>(c + n);
   return n;
 }
 

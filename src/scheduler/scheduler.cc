@@ -478,7 +478,9 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
                                    UpdateResult& update) {
   const bool has_offsets = !result.sampled_offsets.empty();
   const bool drafts = config.num_speculative_tokens > 0;
-  append_tokens.clear();
+  // One-token appends go to the KV cache together, written in place (at most one a request).
+  append_tokens.resize(output.requests.size());
+  size_t appended = 0;
   finishing.clear();
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const ScheduledRequest& sr = output.requests[i];
@@ -494,32 +496,29 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
       update.stats.num_rejected_drafts += rejected;
       update.stats.num_accepted_drafts += k - 1;
     }
-    // The sampled tokens up to the first that ends the request (it is output too).
-    int32_t keep = 0;
-    bool finished = false;
-    FinishReason reason = FinishReason::kStop;
-    while (keep < k && !finished) {
-      const int32_t t = sampled[keep++];
-      if (r.has_stop_tokens && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) !=
-                                   r.stop_token_ids.end()) {
-        finished = true;
-      } else if (r.num_tokens + keep >= r.length_limit) {
-        finished = true;
-        reason = r.NumOutput() + keep >= r.max_new_tokens ? FinishReason::kLength
-                                                          : FinishReason::kMaxModelLen;
-      }
+    // The sampled tokens up to the first that ends the request, by length or a stop token
+    // (which is output too). A sampling request is below its length limit.
+    int32_t keep = static_cast<int32_t>(std::clamp<int64_t>(r.length_limit - r.num_tokens, 1, k));
+    bool stopped = false;
+    for (int32_t j = 0; r.has_stop_tokens && j < keep && !stopped; ++j) {
+      stopped = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled[j]) !=
+                r.stop_token_ids.end();
+      if (stopped) keep = j + 1;
     }
     r.num_tokens += keep;
-    if (finished) {
+    if (stopped || r.num_tokens >= r.length_limit) {
+      const FinishReason reason = stopped                               ? FinishReason::kStop
+                                  : r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
+                                                                      : FinishReason::kMaxModelLen;
       finishing.emplace_back(q, reason);  // after the appends, in this order
       continue;
     }
     if (keep == 1) {
-      append_tokens.push_back({r.kv, sampled[0]});  // appended together below
+      append_tokens[appended++] = DecodeToken{r.kv, sampled[0]};
     } else {
-      const absl::Status appended = kv->AppendTokens(r.kv, {sampled, static_cast<size_t>(keep)});
-      KVPAGE_DCHECK(appended.ok());  // lengths were checked against max_model_len above
-      (void)appended;
+      const absl::Status status = kv->AppendTokens(r.kv, {sampled, static_cast<size_t>(keep)});
+      KVPAGE_DCHECK(status.ok());  // lengths were checked against max_model_len above
+      (void)status;
     }
     if (!drafts) continue;  // r.num_drafts stays 0
     const int32_t d = CsrCount(result.draft_offsets, i);
@@ -527,9 +526,9 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
     r.num_drafts = static_cast<int32_t>(std::clamp<int64_t>(
         std::min<int64_t>(d, config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
   }
-  const absl::Status appended = kv->AppendDecodeTokens(append_tokens);
-  KVPAGE_DCHECK(appended.ok());  // every request is running, lengths were checked above
-  (void)appended;
+  const absl::Status status = kv->AppendDecodeTokens({append_tokens.data(), appended});
+  KVPAGE_DCHECK(status.ok());  // every request is running, lengths were checked above
+  (void)status;
   // vLLM frees finished requests in the order it scheduled them (running order), and that
   // order sets their blocks' places in the free queue; the output's rows need not follow it.
   if (config.kv.mode == AccountingMode::kVllm) SortByRunningOrder(running, finishing);

@@ -162,9 +162,9 @@ class Scheduler::Impl {
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
-  // Writes row `row` of the output for request q, the k-th scheduled (its requests[k], and
-  // the rows' copies of its tables). Returns its token count.
-  int32_t WriteRow(int32_t q, size_t row, size_t k);
+  // Writes request r's entry `sr` of the output and its row's sequence length (after its row
+  // is synced). Returns its token count.
+  int32_t WriteRow(internal::SchedRequest& r, size_t row, ScheduledRequest& sr);
   struct GroupInfo;
   // Writes one attention group's slot mapping for every scheduled request (after WriteRow).
   void WriteSlots(const GroupInfo& g, AttentionBatch& batch);

@@ -447,6 +447,41 @@ TEST(SchedulerTest, SpeculativeDraftsAndRollback) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// Accepted drafts stop at the first token that ends the request: a stop token (kept as output)
+// or the length limit. Request 0 samples 40, then the stop token 9, then 77: 9 ends it with 3
+// outputs. Request 1 may output 2 tokens: of the 3 it samples, only the first is kept.
+TEST(SchedulerTest, AcceptedDraftsEndAtAStopTokenOrTheLength) {
+  SchedulerConfig c = TinyConfig(100);
+  c.num_speculative_tokens = 2;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  RequestSpec a = Req(0, Tokens(30, 0), 20);
+  a.stop_token_ids = {9};
+  ASSERT_TRUE(s->AddRequest(a).ok());
+  ASSERT_TRUE(s->AddRequest(Req(1, Tokens(30, 100), 2)).ok());
+  const SchedulerOutput& o1 = s->Schedule();
+  ModelOutput m1 = SampleAll(o1);
+  m1.draft_token_ids = {40, 41, 40, 41};
+  m1.draft_offsets = {0, 2, 4};
+  ASSERT_TRUE(s->Update(o1, m1).ok());
+  const SchedulerOutput& o2 = s->Schedule();
+  ASSERT_EQ(o2.requests.size(), 2u);
+  EXPECT_EQ(o2.requests[0].num_draft_tokens, 2);
+  EXPECT_EQ(o2.requests[1].num_draft_tokens, 2);  // drafts are not limited by max_new_tokens
+  ModelOutput m2;
+  m2.sampled_token_ids = {40, 9, 77, 6, 7, 8};
+  m2.sampled_offsets = {0, 3, 6};
+  const absl::StatusOr<UpdateResult> u = s->Update(o2, m2);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ASSERT_EQ(u->finished.size(), 2u);
+  EXPECT_EQ(u->finished[0].id, RequestId(0));
+  EXPECT_EQ(u->finished[0].reason, FinishReason::kStop);
+  EXPECT_EQ(u->finished[0].num_output_tokens, 3);
+  EXPECT_EQ(u->finished[1].id, RequestId(1));
+  EXPECT_EQ(u->finished[1].reason, FinishReason::kLength);
+  EXPECT_EQ(u->finished[1].num_output_tokens, 2);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // A server may leave sampled_offsets empty when the output says every request samples one
 // token: the same steps as with the offsets 0, 1, …, n. Where a request does not sample (a
 // prompt chunk), empty offsets are rejected, naming the counts, and nothing changes.

@@ -186,12 +186,7 @@ void KvCacheManager::Impl::FlushTokens(RequestState& st) const {
   std::memcpy(st.tokens.data() + from, src, static_cast<size_t>(n - from) * sizeof(int32_t));
 }
 
-void KvCacheManager::Impl::PushToken(int32_t slot, int32_t token) {
-  const int64_t n = summaries[slot].num_tokens++;
-  const int64_t offset = TailOffset(n);
-  tails[static_cast<size_t>(slot) * block_size + offset] = token;
-  if (offset != block_size - 1) return;
-  // The token completed a block: it moves into the vector and is hashed.
+void KvCacheManager::Impl::CompleteBlock(int32_t slot) {
   RequestState& st = *states[slot];
   FlushTokens(st);
   st.hashes.Update(*hasher, st.tokens);

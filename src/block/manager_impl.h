@@ -69,8 +69,14 @@ class KvCacheManager::Impl {
 
   // ---- Tokens: what a decode step appends goes to a flat per-slot tail, so an append touches
   // no request state; the tail moves into the request's vector when its block completes. ----
-  // Appends one checked token; completes (moves and hashes) the block it fills.
-  void PushToken(int32_t slot, int32_t token);
+  // Appends one checked token; completes the block it fills.
+  void PushToken(int32_t slot, int32_t token) {
+    const int64_t offset = TailOffset(summaries[slot].num_tokens++);
+    tails[static_cast<size_t>(slot) * block_size + offset] = token;
+    if (offset == block_size - 1) CompleteBlock(slot);
+  }
+  // Moves the slot's tail into its request's vector and hashes the block it completed.
+  void CompleteBlock(int32_t slot);
   // Moves the tail into the request's vector, which then holds every token.
   void FlushTokens(internal::RequestState& st) const;
   int64_t TailOffset(int64_t position) const {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
+#include "internal/token_ids.h"
 
 namespace kvpage {
 
@@ -15,13 +16,10 @@ using internal::RequestState;
 
 namespace {
 
-// A token id outside [0, limit): negative, or not below the model's vocab_size.
-bool BadToken(int32_t token, uint32_t limit) { return static_cast<uint32_t>(token) >= limit; }
+using internal::BadToken;
 
 absl::Status BadTokenError(int32_t token, uint32_t limit) {
-  if (token < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is negative"));
-  return absl::InvalidArgumentError(
-      absl::StrCat("token id ", token, " is not below the model's vocab_size ", limit));
+  return absl::InvalidArgumentError(internal::DescribeBadToken(token, limit));
 }
 
 // An append that would give the request `num_tokens` tokens.
@@ -108,7 +106,7 @@ absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len, uint
     if (BadToken(spec.prompt_tokens[i], token_limit)) {
       return absl::InvalidArgumentError(
           absl::StrCat("request ", spec.id.value, " prompt token ", i, ": ",
-                       BadTokenError(spec.prompt_tokens[i], token_limit).message()));
+                       internal::DescribeBadToken(spec.prompt_tokens[i], token_limit)));
     }
   }
   for (size_t i = 1; i < spec.extras.mm_items.size(); ++i) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "internal/token_ids.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace kvpage {
@@ -225,13 +226,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ModelSpec& mo
 
 namespace {
 
-// Token ids outside [0, limit): negative, or not below the model's vocab_size.
-bool BadToken(int32_t t, uint32_t limit) { return static_cast<uint32_t>(t) >= limit; }
-
-std::string DescribeBadToken(int32_t t, uint32_t limit) {
-  return t < 0 ? absl::StrCat("token id ", t, " is negative")
-               : absl::StrCat("token id ", t, " is not below the model's vocab_size ", limit);
-}
+using internal::BadToken;
+using internal::DescribeBadToken;
 
 absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len, uint32_t limit) {
   if (!spec.id.valid()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ranges>
 
 #include "absl/strings/str_cat.h"
 #include "block/prefix_index.h"
@@ -119,47 +120,6 @@ void BlockPool::BucketRemove(int32_t c) {
   ch.bucket_pos = -1;
 }
 
-void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
-  Chunk& ch = chunks_[c];
-  const bool in_bucket = ch.clean > 0;
-  if (in_bucket) BucketRemove(c);
-  if (ch.used == 0) IdleRemove(c);
-  ch.used += delta;
-  if (ch.used == 0) IdleInsert(c);
-  if (in_bucket) BucketInsert(c);
-}
-
-BlockPool::Chunk& BlockPool::MarkMapped(int32_t c) {
-  Chunk& ch = chunks_[c];
-  KVPAGE_DCHECK(!ch.mapped);
-  const bool listed = ch.idle_listed;
-  ch = Chunk{};
-  ch.mapped = true;
-  ch.idle_listed = listed;
-  ++num_mapped_chunks_;
-  return ch;
-}
-
-void BlockPool::MapChunk(int32_t c) {
-  KVPAGE_DCHECK(bpc_ > 1);  // a one-block chunk is mapped straight into use (MapChunkInUse)
-  Chunk& ch = MarkMapped(c);
-  // Every id is fresh: handed out lowest first, its record written only then.
-  ch.fresh = bpc_;
-  ch.clean = bpc_;
-  num_clean_ += bpc_;
-  IdleInsert(c);
-  BucketInsert(c);
-}
-
-int32_t BlockPool::MapChunkInUse(int32_t c) {
-  KVPAGE_DCHECK(bpc_ == 1);
-  EnsureBlockRecord(1 + c);
-  MarkMapped(c).used = 1;
-  blocks_[1 + c].ref = 1;
-  ++num_used_;
-  return 1 + c;
-}
-
 void BlockPool::IdleInsert(int32_t c) {
   Chunk& ch = chunks_[c];
   if (!ch.idle_listed) {
@@ -169,31 +129,12 @@ void BlockPool::IdleInsert(int32_t c) {
   ++num_idle_chunks_;
 }
 
-void BlockPool::UnmapChunk(int32_t c) {
-  Chunk& ch = chunks_[c];
-  KVPAGE_DCHECK(ch.mapped && ch.used == 0 && ch.cached == 0);
-  if (ch.clean > 0) BucketRemove(c);
-  num_clean_ -= ch.clean;
-  const int32_t first = 1 + c * bpc_;
-  const int32_t end = std::min(first + bpc_, num_block_records());
-  for (int32_t b = first; b < end; ++b) blocks_[b].next = -1;
-  IdleRemove(c);
-  const bool listed = ch.idle_listed;
-  ch = Chunk{};
-  ch.idle_listed = listed;
-  first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
-  --num_mapped_chunks_;
-  budget_->GiveChunk(pool_index_, c, chunk_charge_);
-}
-
 // ---- Clean stacks and the LRU list of cached-free blocks ----
 
 void BlockPool::PushClean(int32_t b) {
   const int32_t c = ChunkOf(b);
   Chunk& ch = chunks_[c];
-  if (ch.clean == ch.fresh) {
-    ch.clean_top = -1;
-  }
+  if (ch.clean == ch.fresh) ch.clean_top = -1;
   blocks_[b].next = ch.clean_top;
   ch.clean_top = b;
   ++ch.clean;
@@ -201,7 +142,9 @@ void BlockPool::PushClean(int32_t b) {
   if (ch.clean == 1) BucketInsert(c);
 }
 
-void BlockPool::LruAppend(int32_t b) {
+void BlockPool::LruAppend(int32_t b, int32_t c) {
+  ++chunks_[c].cached;
+  ++num_cached_free_;
   blocks_[b].prev = lru_tail_;
   blocks_[b].next = -1;
   if (lru_tail_ >= 0) {
@@ -213,6 +156,8 @@ void BlockPool::LruAppend(int32_t b) {
 }
 
 void BlockPool::LruRemove(int32_t b) {
+  --chunks_[ChunkOf(b)].cached;
+  --num_cached_free_;
   if (blocks_[b].prev >= 0) {
     blocks_[blocks_[b].prev].next = blocks_[b].next;
   } else {
@@ -229,7 +174,13 @@ void BlockPool::LruRemove(int32_t b) {
 void BlockPool::TakeBlock(int32_t b) {
   blocks_[b].ref = 1;
   ++num_used_;
-  OnUsedChange(ChunkOf(b), +1);
+  const int32_t c = ChunkOf(b);
+  Chunk& ch = chunks_[c];
+  const bool in_bucket = ch.clean > 0;
+  if (in_bucket) BucketRemove(c);
+  if (ch.used == 0) IdleRemove(c);
+  ++ch.used;
+  if (in_bucket) BucketInsert(c);
 }
 
 // ---- Allocation ----
@@ -246,12 +197,10 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     // while eating into the budget's headroom: then evict our own cached blocks instead.
     const int64_t free_after = budget_->free_bytes() - chunk_charge_;
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
-        (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
-      int32_t taken = 0;
-      if (MapNextChunk(out, &taken) && taken > 0) {  // a one-block chunk, mapped into use
-        n -= taken;
-        continue;
-      }
+        (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes()) &&
+        MapNextChunk(out)) {
+      --n;  // a one-block chunk, mapped into use
+      continue;
     }
     if (num_clean_ > 0) {
       n -= TakeFromFullestChunk(n, out);
@@ -262,7 +211,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   }
 }
 
-bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
+bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
   // The lowest unmapped chunk keeps the live id range compact. Chunks below the hint are all
   // mapped, so the search does not rescan them; chunks without a record are unmapped.
   int32_t c = first_unmapped_hint_;
@@ -278,15 +227,28 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
   }
   if (!budget_->TakeChunk(pool_index_, c, chunk_charge_)) return false;
   EnsureChunkRecord(c);
+  Chunk& ch = chunks_[c];
+  KVPAGE_DCHECK(!ch.mapped);
+  // A fresh record; the idle stack may still list the chunk, so its listing is kept.
+  ch = Chunk{.mapped = true, .idle_listed = ch.idle_listed};
+  ++num_mapped_chunks_;
   if (bpc_ == 1) {
     // Its one block is handed out at once: the chunk is mapped straight into use, never
     // entering the idle stack or a bucket.
-    out->push_back(BlockId(MapChunkInUse(c)));
-    *taken = 1;
+    EnsureBlockRecord(1 + c);
+    ch.used = 1;
+    blocks_[1 + c].ref = 1;
+    ++num_used_;
+    out->push_back(BlockId(1 + c));
     return true;
   }
-  MapChunk(c);
-  return true;
+  // Every id is fresh: handed out lowest first, its record written only then.
+  ch.fresh = bpc_;
+  ch.clean = bpc_;
+  num_clean_ += bpc_;
+  IdleInsert(c);
+  BucketInsert(c);
+  return false;
 }
 
 int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
@@ -342,8 +304,6 @@ void BlockPool::EvictOldest(std::vector<BlockId>* out) {
   const int32_t b = lru_head_;
   LruRemove(b);
   DropHash(b);
-  --chunks_[ChunkOf(b)].cached;
-  --num_cached_free_;
   TakeBlock(b);
   out->push_back(BlockId(b));
 }
@@ -358,8 +318,6 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
     }
     KVPAGE_DCHECK(blocks_[b].has_hash);  // a free block can only be hit while it is cached
     LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
     TakeBlock(b);
   }
 }
@@ -394,15 +352,9 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
       --num_used_;
       IdleInsert(c);
       if (blocks_[b].has_hash) {
-        LruAppend(b);
-        ch.cached = 1;
-        ++num_cached_free_;
+        LruAppend(b, c);
       } else {
-        blocks_[b].next = -1;
-        ch.clean_top = b;
-        ch.clean = 1;
-        ++num_clean_;
-        BucketInsert(c);
+        PushClean(b);
       }
       continue;
     }
@@ -419,9 +371,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     }
     ++freed;
     if (blocks_[b].has_hash) {
-      LruAppend(b);
-      ++chunks_[c].cached;
-      ++num_cached_free_;
+      LruAppend(b, c);
     } else {
       blocks_[b].next = top;
       top = b;
@@ -484,15 +434,10 @@ void BlockPool::DropHash(int32_t b) {
 bool BlockPool::Uncache(BlockId block) {
   const int32_t b = block.value;
   if (b <= 0 || !HasRecord(b) || !blocks_[b].has_hash) return false;
-  if (blocks_[b].ref == 0) {
-    LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
-    DropHash(b);
-    PushClean(b);
-  } else {
-    DropHash(b);
-  }
+  const bool cached_free = blocks_[b].ref == 0;
+  if (cached_free) LruRemove(b);
+  DropHash(b);
+  if (cached_free) PushClean(b);
   return true;
 }
 
@@ -504,8 +449,6 @@ absl::Status BlockPool::ResetPrefixCache() {
   while (lru_head_ >= 0) {
     const int32_t b = lru_head_;
     LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
     blocks_[b].has_hash = 0;
     keys_[b] = internal::PrefixKey{};
     PushClean(b);
@@ -566,25 +509,27 @@ void BlockPool::ReleaseChunk(int32_t c) {
   const int32_t first = 1 + c * bpc_;
   const int32_t end = std::min(first + bpc_, num_block_records());
   for (int32_t b = first; b < end; ++b) {
-    if (!blocks_[b].has_hash) continue;
-    LruRemove(b);
-    DropHash(b);
-    --chunks_[c].cached;
-    --num_cached_free_;
-    // The page is gone with its chunk; it is counted clean until UnmapChunk drops the chunk.
-    PushClean(b);
+    // A cached block's page goes with its chunk: counted clean until the chunk is dropped.
+    Uncache(BlockId(b));
+    blocks_[b].next = -1;
   }
-  UnmapChunk(c);
+  Chunk& ch = chunks_[c];
+  KVPAGE_DCHECK(ch.mapped && ch.used == 0 && ch.cached == 0);
+  if (ch.clean > 0) BucketRemove(c);
+  num_clean_ -= ch.clean;
+  IdleRemove(c);
+  ch = Chunk{.idle_listed = ch.idle_listed};
+  first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
+  --num_mapped_chunks_;
+  budget_->GiveChunk(pool_index_, c, chunk_charge_);
 }
 
 // ---- Introspection ----
 
 std::vector<BlockId> BlockPool::FreeOrder() const {
   std::vector<BlockId> order;
-  for (int32_t u = static_cast<int32_t>(buckets_.size()) - 1; u >= 0; --u) {
-    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(u)];
-    for (auto it = bucket.rbegin(); it != bucket.rend(); ++it) {
-      const int32_t c = *it;
+  for (const std::vector<int32_t>& bucket : std::views::reverse(buckets_)) {
+    for (const int32_t c : std::views::reverse(bucket)) {
       const Chunk& ch = chunks_[c];
       for (int32_t b = ch.clean_top, k = 0; k < ch.clean - ch.fresh; b = blocks_[b].next, ++k) {
         order.push_back(BlockId(b));
@@ -656,22 +601,21 @@ absl::Status BlockPool::CheckInvariants() const {
         return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
       }
     }
-    if (static_cast<size_t>(ch.used) >= buckets_.size()) {
-      if (ch.clean > 0) return fail("chunk ", c, " has clean blocks but no bucket");
-      used += u;
-      cached += k;
-      continue;
-    }
-    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
-    const bool in_bucket = ch.bucket_pos >= 0 &&
-                           ch.bucket_pos < static_cast<int32_t>(bucket.size()) &&
-                           bucket[ch.bucket_pos] == c;
-    if (in_bucket != (ch.clean > 0)) return fail("chunk ", c, " bucket membership is wrong");
-    if (ch.used > max_bucket_ && ch.clean > 0) return fail("chunk ", c, " above max_bucket_");
     if (u == 0 && !ch.idle_listed) return fail("idle chunk ", c, " is not on the idle stack");
     used += u;
     cached += k;
     clean += ch.clean;
+    // A chunk without clean blocks is in no bucket: the bucket entries are checked below.
+    if (ch.clean == 0) continue;
+    if (static_cast<size_t>(ch.used) >= buckets_.size()) {
+      return fail("chunk ", c, " has clean blocks but no bucket");
+    }
+    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
+    if (ch.bucket_pos < 0 || ch.bucket_pos >= static_cast<int32_t>(bucket.size()) ||
+        bucket[ch.bucket_pos] != c) {
+      return fail("chunk ", c, " bucket membership is wrong");
+    }
+    if (ch.used > max_bucket_) return fail("chunk ", c, " above max_bucket_");
   }
   // Every bucket entry is a chunk with clean blocks at its recorded position.
   for (const std::vector<int32_t>& bucket : buckets_) {
@@ -683,7 +627,6 @@ absl::Status BlockPool::CheckInvariants() const {
     }
   }
   // The idle stack holds each listed chunk once (idle ones must be listed, checked above).
-  int32_t listed = 0;
   std::vector<uint8_t> seen(chunks_.size(), 0);
   for (const int32_t c : idle_stack_) {
     if (c < 0 || static_cast<size_t>(c) >= chunks_.size() || seen[c] || !chunks_[c].idle_listed) {
@@ -691,7 +634,8 @@ absl::Status BlockPool::CheckInvariants() const {
     }
     seen[c] = 1;
   }
-  for (const Chunk& ch : chunks_) listed += ch.idle_listed ? 1 : 0;
+  const auto listed = std::count_if(chunks_.begin(), chunks_.end(),
+                                    [](const Chunk& ch) { return ch.idle_listed; });
   if (listed != static_cast<int32_t>(idle_stack_.size())) {
     return fail(listed, " chunks are marked listed but the idle stack holds ", idle_stack_.size());
   }

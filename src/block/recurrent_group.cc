@@ -166,13 +166,11 @@ absl::Status RecurrentGroup::CountRefs(int32_t slot, RequestId id,
     ++refs[b];
     return absl::OkStatus();
   };
-  absl::Status status = count(s.cur);
-  if (status.ok()) status = count(s.retiring);
-  if (status.ok() && s.step_pending && s.write != s.cur) status = count(s.write);
-  for (int32_t b : s.extra) {
-    if (status.ok()) status = count(b);
-  }
-  return status;
+  KVPAGE_RETURN_IF_ERROR(count(s.cur));
+  KVPAGE_RETURN_IF_ERROR(count(s.retiring));
+  if (s.step_pending && s.write != s.cur) KVPAGE_RETURN_IF_ERROR(count(s.write));
+  for (int32_t b : s.extra) KVPAGE_RETURN_IF_ERROR(count(b));
+  return absl::OkStatus();
 }
 
 }  // namespace kvpage::internal

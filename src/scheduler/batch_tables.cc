@@ -44,8 +44,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
   const int32_t row = r.row;
   const int32_t last = static_cast<int32_t>(row_owner.size()) - 1;
   const int32_t mover = row_owner[last];
-  for (size_t a = 0; a < attention.size(); ++a) {
-    GroupInfo& g = attention[a];
+  for (GroupInfo& g : attention) {
     int32_t* dst = g.table.data() + static_cast<size_t>(row) * g.stride;
     int32_t* src = g.table.data() + static_cast<size_t>(last) * g.stride;
     const int32_t freed = g.sync[row].blocks * g.ratio;
@@ -71,8 +70,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
 }
 
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
-  for (size_t a = 0; a < attention.size(); ++a) {
-    GroupInfo& g = attention[a];
+  for (GroupInfo& g : attention) {
     const absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.kv, g.id);
     KVPAGE_DCHECK(blocks.ok());
     if (!blocks.ok()) continue;
@@ -158,8 +156,7 @@ absl::Status Scheduler::Impl::CheckTables() const {
       return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
                                               " whose row is ", r.row));
     }
-    for (size_t a = 0; a < attention.size(); ++a) {
-      const GroupInfo& g = attention[a];
+    for (const GroupInfo& g : attention) {
       KVPAGE_ASSIGN_OR_RETURN(absl::Span<const BlockId> table, kv->BlockTable(r.kv, g.id));
       const int32_t* data = g.table.data() + row * static_cast<size_t>(g.stride);
       for (int32_t i = 0; i < g.stride; ++i) {

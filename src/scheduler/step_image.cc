@@ -43,11 +43,9 @@ StepImageLayout LayoutStepImage(const SchedulerOutput& out) {
   l.query_start_loc = p.Add<int32_t>(out.query_start_loc.size());
   l.seq_lens = p.Add<int32_t>(out.seq_lens.size());
   for (const AttentionBatch& g : out.attention) {
-    StepImageLayout::Attention a;
-    a.slot_mapping = p.Add<int64_t>(g.slot_mapping.size());
-    a.table_runs = p.Add<TableRun>(g.table_runs.size());
-    a.table_values = p.Add<int32_t>(g.table_values.size());
-    l.attention.push_back(a);
+    l.attention.push_back({.slot_mapping = p.Add<int64_t>(g.slot_mapping.size()),
+                           .table_runs = p.Add<TableRun>(g.table_runs.size()),
+                           .table_values = p.Add<int32_t>(g.table_values.size())});
   }
   for (const StateBatch& s : out.states) {
     l.states.push_back({.read_slots = p.Add<int32_t>(s.read_slots.size()),

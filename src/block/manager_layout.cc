@@ -1,6 +1,6 @@
 // Groups and pools of a KvCacheManager, for kvpage and vllm accounting. vLLM's accounting is
 // a different layout (groups sharing one pool) and parameters of the groups
-// (GroupContext::mode), not a different code path.
+// (GroupContext), not a different code path.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -34,20 +34,6 @@ absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t block
   KVPAGE_RETURN_IF_ERROR(pc.Validate());
   m.pools.push_back(std::make_unique<BlockPool>(pc, m.budget.get(), &m.events));
   return absl::OkStatus();
-}
-
-// Bytes per block id of each tensor of one layer (memory_layout.h): the K/V or latent tensor
-// of an attention layer, the conv and recurrent state of a linear-attention layer.
-absl::StatusOr<std::vector<int64_t>> LayerTensorBytes(const LayerSpec& spec, int32_t block_size,
-                                                      DType dtype) {
-  if (spec.IsAttention()) {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
-                            internal::AttentionTokenBytes(spec.attention, dtype));
-    return std::vector<int64_t>{token_bytes * block_size};
-  }
-  return std::vector<int64_t>{
-      spec.linear.ConvValues() * BytesPerValue(spec.linear.conv_dtype),
-      spec.linear.RecurrentValues() * BytesPerValue(spec.linear.recurrent_dtype)};
 }
 
 // Bytes of whole units that one chunk's slice of a tensor can make the backing map: exactly
@@ -97,12 +83,12 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
   int64_t fixed = 0;
   for (size_t i = 0; i < model.groups.size(); ++i) {
     const LayerGroup& group = model.groups[i];
-    KVPAGE_ASSIGN_OR_RETURN(std::vector<int64_t> layer,
-                            LayerTensorBytes(group.spec, m.block_size, dtype));
+    KVPAGE_ASSIGN_OR_RETURN(const std::vector<CacheTensor> layer,
+                            internal::LayerTensors(group.spec, m.block_size, dtype));
     for (int32_t l = 0; l < group.num_layers(); ++l) {
-      for (int64_t tb : layer) {
-        tensors[i].push_back(tb);
-        if (backing != nullptr) fixed += internal::RoundUp(tb, unit);
+      for (const CacheTensor& t : layer) {
+        tensors[i].push_back(t.block_bytes);
+        if (backing != nullptr) fixed += internal::RoundUp(t.block_bytes, unit);
       }
     }
   }

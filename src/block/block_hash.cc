@@ -131,13 +131,6 @@ uint64_t RandomSeed() {
   return (high << 32) | device();
 }
 
-[[maybe_unused]] bool SortedByOffset(const std::vector<MultimodalItem>& items) {
-  return std::is_sorted(items.begin(), items.end(),
-                        [](const MultimodalItem& a, const MultimodalItem& b) {
-                          return a.offset < b.offset;
-                        });
-}
-
 }  // namespace
 
 absl::string_view HashAlgorithmName(HashAlgorithm algorithm) {
@@ -219,7 +212,7 @@ RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extra
   static_assert(offsetof(RequestBlockHashes, hashes_) + sizeof(hashes_) <= kHotBytes);
 #pragma GCC diagnostic pop
   KVPAGE_DCHECK(block_size_ > 0);
-  KVPAGE_DCHECK(SortedByOffset(extras_.mm_items));
+  KVPAGE_DCHECK(std::ranges::is_sorted(extras_.mm_items, {}, &MultimodalItem::offset));
 }
 
 void RequestBlockHashes::Update(const BlockHasher& hasher, absl::Span<const int32_t> tokens) {

@@ -109,8 +109,9 @@ class BlockPool {
   // clean blocks and the budget has room, and evicting cached-free blocks (LRU) otherwise.
   // Appends the ids to *out. REQUIRES: n <= num_free_blocks() + what the budget can map.
   void Allocate(int32_t n, std::vector<BlockId>* out);
-  // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
-  int64_t AllocatableNow() const;
+  // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map
+  // (less `held_back_bytes`, kept for other pools).
+  int64_t AllocatableNow(int64_t held_back_bytes = 0) const;
   // n <= AllocatableNow(), without its division when the free blocks or one chunk suffice.
   bool CanAllocateNow(int64_t n) const {
     const int64_t short_by = n - num_free_blocks();

@@ -185,9 +185,9 @@ void BlockPool::TakeBlock(int32_t b) {
 
 // ---- Allocation ----
 
-int64_t BlockPool::AllocatableNow() const {
-  const int64_t chunk = chunk_charge_;
-  const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), budget_->free_bytes() / chunk);
+int64_t BlockPool::AllocatableNow(int64_t held_back_bytes) const {
+  const int64_t bytes = std::max<int64_t>(0, budget_->free_bytes() - held_back_bytes);
+  const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), bytes / chunk_charge_);
   return int64_t{num_free_blocks()} + mappable * bpc_;
 }
 
@@ -326,7 +326,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
   // Consecutive blocks of one chunk form a run: the chunk leaves its bucket at the start of
   // the run and goes back once at the end, with its counters and stack top updated once.
   int32_t run_chunk = -1;
-  int32_t used_at_start = 0, freed = 0, pushed = 0, top = -1;
+  int32_t freed = 0, pushed = 0, top = -1;
   auto close_run = [&]() {
     if (run_chunk < 0) return;
     Chunk& ch = chunks_[run_chunk];
@@ -335,7 +335,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     ch.clean_top = top;
     num_used_ -= freed;
     num_clean_ += pushed;
-    if (used_at_start > 0 && ch.used == 0) IdleInsert(run_chunk);
+    if (ch.used == 0) IdleInsert(run_chunk);  // it had a used block: the one that opened the run
     if (ch.clean > 0) BucketInsert(run_chunk);
     run_chunk = -1;
   };
@@ -362,7 +362,6 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
       close_run();
       const Chunk& ch = chunks_[c];
       run_chunk = c;
-      used_at_start = ch.used;
       if (ch.clean > 0) BucketRemove(c);
       freed = 0;
       pushed = 0;
@@ -410,14 +409,12 @@ BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
 
 void BlockPool::DropHash(int32_t b) {
   internal::PrefixKey& key = keys_[b];
-  const BlockHash hash = key.hash;
-  const int32_t group = key.group;
-  const int32_t head = index_->Find(hash, group);
+  const int32_t head = index_->Find(key.hash, key.group);
   KVPAGE_DCHECK(head != 0);
   if (head == b) {
-    index_->Replace(hash, group, std::max(key.dup_next, 0));  // 0: the key goes
+    index_->Replace(key.hash, key.group, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
-      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
+      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(key.group), key.hash, BlockHash{}});
     } else {
       keys_[key.dup_next].dup_last = key.dup_last;  // the next oldest heads the chain
     }

@@ -56,13 +56,7 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
          ReleaseSpareChunk(need, /*allow_cache_loss=*/false, /*except=*/p)) {
   }
   // Still short even after evicting our own cache: take other pools' idle chunks with theirs.
-  auto available_to_us = [&]() {
-    const int64_t bytes = std::max<int64_t>(0, budget->free_bytes() - reserved_bytes);
-    return pool.num_free_blocks() +
-           std::min<int64_t>(pool.num_unmapped_chunks(), bytes / pool.chunk_charge()) *
-               pool.blocks_per_chunk();
-  };
-  while (available_to_us() < n &&
+  while (pool.AllocatableNow(reserved_bytes) < n &&
          ReleaseSpareChunk(need, /*allow_cache_loss=*/true, /*except=*/p)) {
   }
   KVPAGE_DCHECK(pool.AllocatableNow() >= n);

@@ -64,17 +64,14 @@ BlockHash Xxh3(const void* data, size_t size) {
 // context. Out of line, so that its thread-local context does not weigh on the XXH3 path.
 [[gnu::noinline]] BlockHash Sha256(const void* data, size_t size) {
   static const EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);  // never freed
-  struct CtxFree {
-    void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-  };
-  thread_local const std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(
+      EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   KVPAGE_DCHECK(md != nullptr && ctx != nullptr);
   unsigned char digest[EVP_MAX_MD_SIZE];
-  const int ok = EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1 &&
-                 EVP_DigestUpdate(ctx.get(), data, size) == 1 &&
-                 EVP_DigestFinal_ex(ctx.get(), digest, nullptr) == 1;
+  [[maybe_unused]] const bool ok = EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1 &&
+                                   EVP_DigestUpdate(ctx.get(), data, size) == 1 &&
+                                   EVP_DigestFinal_ex(ctx.get(), digest, nullptr) == 1;
   KVPAGE_DCHECK(ok);
-  static_cast<void>(ok);
   return BlockHash{LoadLittleEndian64(digest), LoadLittleEndian64(digest + 8)};
 }
 

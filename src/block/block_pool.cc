@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <ranges>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "block/prefix_index.h"
@@ -477,10 +478,7 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
     }
     idle_stack_[kept++] = c;
     if (!allow_cache_loss && ch.cached > 0) continue;
-    if (best < 0 || ch.cached < chunks_[best].cached ||
-        (ch.cached == chunks_[best].cached && c < best)) {
-      best = c;
-    }
+    if (best < 0 || std::pair(ch.cached, c) < std::pair(chunks_[best].cached, best)) best = c;
   }
   idle_stack_.resize(kept);
   if (best < 0) return false;

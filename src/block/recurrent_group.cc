@@ -98,10 +98,9 @@ int64_t RecurrentGroup::FreshBlocks(const RequestView&, const StepArgs&) const {
 void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fresh,
                              const StateOutputs& outputs) {
   State& s = states_[r.slot];
-  const int32_t read = s.cur;
-  s.read = read;
+  s.read = s.cur;
   s.write = plan_.write_in_place ? s.cur : fresh[0].value;
-  if (read < 0) {
+  if (s.cur < 0) {
     s.read = s.write;  // no state yet: start from zeros
     outputs.slots_to_zero->push_back(SlotToZero{layout().id, s.write});
   }

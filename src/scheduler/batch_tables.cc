@@ -1,7 +1,6 @@
 // The batch's device-ready tables: one persistent row per running request, in every attention
 // group, copied from the KV cache's tables as they change.
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
@@ -52,7 +51,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
     g.MarkChanged(row, 0, freed);
     if (row != last) {
       const int32_t used = g.sync[last].blocks * g.ratio;
-      std::memcpy(dst, src, static_cast<size_t>(used) * sizeof(int32_t));
+      std::copy_n(src, used, dst);
       std::fill(src, src + used, 0);
       g.MarkChanged(row, 0, used);
       g.MarkChanged(last, 0, used);

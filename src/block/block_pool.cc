@@ -221,11 +221,7 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
   // A pool that grows maps its chunks in id order, one per block taken when chunks hold one
   // block: the records of the chunk kPrefetchDistance further on are fetched now.
   const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;
-  if (ahead < chunks_.size()) {
-    PrefetchForWrite(&chunks_[ahead]);
-    const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
-    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
-  }
+  if (ahead < chunks_.size()) PrefetchChunk(ahead);
   if (!budget_->TakeChunk(pool_index_, c, chunk_charge_)) return false;
   EnsureChunkRecord(c);
   Chunk& ch = chunks_[c];
@@ -252,6 +248,12 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
   return false;
 }
 
+void BlockPool::PrefetchChunk(size_t c) const {
+  PrefetchForWrite(&chunks_[c]);
+  const size_t first = 1 + c * static_cast<size_t>(bpc_);
+  if (first < blocks_.size()) PrefetchForWrite(&blocks_[first]);
+}
+
 int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
   // The fullest chunk is the back of its bucket, so leaving the bucket touches no other
   // record; the record of a chunk a few takes ahead is prefetched (a decode step takes one
@@ -260,12 +262,7 @@ int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
   std::vector<int32_t>& bucket = buckets_[max_bucket_];
   const int32_t c = bucket.back();
   bucket.pop_back();
-  if (bucket.size() >= kPrefetchDistance) {
-    const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-    PrefetchForWrite(&chunks_[ahead]);
-    const size_t ahead_block = 1 + static_cast<size_t>(ahead) * bpc_;
-    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block].ref);
-  }
+  if (bucket.size() >= kPrefetchDistance) PrefetchChunk(bucket[bucket.size() - kPrefetchDistance]);
   Chunk& ch = chunks_[c];
   ch.bucket_pos = -1;
   const int32_t k = std::min(n, ch.clean);
@@ -348,8 +345,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     const int32_t c = ChunkOf(b);
     if (bpc_ == 1) {
       // The chunk was wholly used (its one block): no bucket to leave, idle from now on.
-      Chunk& ch = chunks_[c];
-      ch.used = 0;
+      chunks_[c].used = 0;
       --num_used_;
       IdleInsert(c);
       if (blocks_[b].has_hash) {
@@ -460,9 +456,8 @@ absl::Status BlockPool::ResetPrefixCache() {
 // ---- Chunks ----
 
 int32_t BlockPool::NumCleanIdleChunks() const {
-  int32_t n = 0;
-  for (const Chunk& ch : chunks_) n += (ch.mapped && ch.used == 0 && ch.cached == 0) ? 1 : 0;
-  return n;
+  return static_cast<int32_t>(std::ranges::count_if(
+      chunks_, [](const Chunk& ch) { return ch.mapped && ch.used == 0 && ch.cached == 0; }));
 }
 
 bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
@@ -629,8 +624,7 @@ absl::Status BlockPool::CheckInvariants() const {
     }
     seen[c] = 1;
   }
-  const auto listed = std::count_if(chunks_.begin(), chunks_.end(),
-                                    [](const Chunk& ch) { return ch.idle_listed; });
+  const auto listed = std::ranges::count_if(chunks_, &Chunk::idle_listed);
   if (listed != static_cast<int32_t>(idle_stack_.size())) {
     return fail(listed, " chunks are marked listed but the idle stack holds ", idle_stack_.size());
   }
@@ -647,8 +641,7 @@ absl::Status BlockPool::CheckInvariants() const {
   }
   if (lru != num_cached_free_) return fail("LRU holds ", lru, " blocks, expected ", num_cached_free_);
   int64_t chained = 0;
-  int32_t bad = 0;
-  int32_t bad_last = 0;
+  int32_t bad = 0, bad_last = 0;
   index_->ForEach([&](BlockHash hash, int32_t group, int32_t head) {
     if (head <= 0 || static_cast<size_t>(head) >= keys_.size() || !(keys_[head].hash == hash) ||
         keys_[head].group != group) {

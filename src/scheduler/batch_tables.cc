@@ -115,11 +115,9 @@ void Scheduler::Impl::WriteTableRuns(GroupInfo& g, AttentionBatch& batch) {
   batch.table_values.clear();
   for (int32_t row : g.changed_rows) {
     auto& [lo, hi] = g.changed[row];
-    batch.table_runs.push_back(TableRun{.row = row,
-                                        .first = lo,
-                                        .count = hi - lo,
-                                        .value_offset =
-                                            static_cast<int32_t>(batch.table_values.size())});
+    const int32_t offset = static_cast<int32_t>(batch.table_values.size());
+    batch.table_runs.push_back(
+        TableRun{.row = row, .first = lo, .count = hi - lo, .value_offset = offset});
     const int32_t* entries = g.table.data() + static_cast<size_t>(row) * g.stride;
     batch.table_values.insert(batch.table_values.end(), entries + lo, entries + hi);
     lo = hi = 0;

@@ -335,7 +335,6 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     num_clean_ += pushed;
     if (ch.used == 0) IdleInsert(run_chunk);  // it had a used block: the one that opened the run
     if (ch.clean > 0) BucketInsert(run_chunk);
-    run_chunk = -1;
   };
   for (BlockId id : blocks) {
     const int32_t b = id.value;
@@ -384,13 +383,10 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   if (!enable_caching_ || blocks_[b].has_hash) return;
   KVPAGE_DCHECK(b > 0 && blocks_[b].ref > 0);
   blocks_[b].has_hash = 1;
-  internal::PrefixKey& key = keys_[b];
-  key.hash = hash;
-  key.group = group.value;
-  key.dup_next = -1;
+  keys_[b] = internal::PrefixKey{.hash = hash, .group = group.value};
   const int32_t head = index_->FindOrInsert(hash, group.value, b);
   if (head == 0) {
-    key.dup_last = b;
+    keys_[b].dup_last = b;
     events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
   } else {
     // A duplicate goes to the end of the chain: lookups keep returning the oldest block
@@ -524,9 +520,8 @@ std::vector<BlockId> BlockPool::FreeOrder() const {
       for (int32_t b = ch.clean_top, k = 0; k < ch.clean - ch.fresh; b = blocks_[b].next, ++k) {
         order.push_back(BlockId(b));
       }
-      for (int32_t b = 1 + (c + 1) * bpc_ - ch.fresh; b < 1 + (c + 1) * bpc_; ++b) {
-        order.push_back(BlockId(b));
-      }
+      const int32_t end = 1 + (c + 1) * bpc_;
+      for (int32_t b = end - ch.fresh; b < end; ++b) order.push_back(BlockId(b));
     }
   }
   for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) order.push_back(BlockId(b));
@@ -561,6 +556,9 @@ absl::Status BlockPool::CheckInvariants() const {
       if (!ch.mapped && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
         return fail("block ", b, " of unmapped chunk ", c, " is in use or hashed");
       }
+      if (b >= end - ch.fresh && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
+        return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
+      }
       u += blocks_[b].ref > 0 ? 1 : 0;
       k += (blocks_[b].ref == 0 && blocks_[b].has_hash) ? 1 : 0;
     }
@@ -574,7 +572,7 @@ absl::Status BlockPool::CheckInvariants() const {
     if (ch.fresh < 0 || ch.fresh > ch.clean || (bpc_ == 1 && ch.fresh != 0)) {
       return fail("chunk ", c, " has ", ch.fresh, " fresh blocks of ", ch.clean, " clean");
     }
-    // The stack holds blocks below the fresh tail; the tail's blocks are free and unhashed.
+    // The stack holds blocks below the fresh tail (whose blocks are free and unhashed, above).
     const int32_t tail = end - ch.fresh;
     int32_t walked = 0;
     for (int32_t b = ch.clean_top; walked < ch.clean - ch.fresh; b = blocks_[b].next, ++walked) {
@@ -585,11 +583,6 @@ absl::Status BlockPool::CheckInvariants() const {
     if (ch.clean > ch.fresh ? ch.clean_top < 0 : ch.clean_top != -1) {
       return fail("chunk ", c, " has stack head ", ch.clean_top, " for ", ch.clean - ch.fresh,
                   " stacked blocks");
-    }
-    for (int32_t b = tail; b < std::min(end, records); ++b) {
-      if (blocks_[b].ref != 0 || blocks_[b].has_hash) {
-        return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
-      }
     }
     if (u == 0 && !ch.idle_listed) return fail("idle chunk ", c, " is not on the idle stack");
     used += u;

@@ -215,10 +215,10 @@ class BlockPool {
   // (a one-block chunk is mapped straight into use). TakeFromFullestChunk takes up to n clean
   // blocks of the fullest chunk; EvictOldest reuses the least recently freed cached block.
   bool MapNextChunk(std::vector<BlockId>* out);
-  // Starts loading the records of chunk c and of its first block, which Allocate takes soon.
-  void PrefetchChunk(size_t chunk) const;
   int32_t TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out);
   void EvictOldest(std::vector<BlockId>* out);
+  // Starts loading the records of a chunk and of its first block, which Allocate takes soon.
+  void PrefetchChunk(size_t chunk) const;
   // Evicts an idle chunk's cached blocks and unmaps it.
   void ReleaseChunk(int32_t chunk);
   void PushClean(int32_t block);

@@ -344,13 +344,18 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     const int32_t c = ChunkOf(b);
     if (bpc_ == 1) {
       // The chunk was wholly used (its one block): no bucket to leave, idle from now on.
-      chunks_[c].used = 0;
+      Chunk& ch = chunks_[c];
+      ch.used = 0;
       --num_used_;
       IdleInsert(c);
       if (blocks_[b].has_hash) {
         LruAppend(b, c);
       } else {
-        PushClean(b);
+        blocks_[b].next = -1;
+        ch.clean_top = b;
+        ch.clean = 1;
+        ++num_clean_;
+        BucketInsert(c);
       }
       continue;
     }
@@ -383,10 +388,13 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   if (!enable_caching_ || blocks_[b].has_hash) return;
   KVPAGE_DCHECK(b > 0 && blocks_[b].ref > 0);
   blocks_[b].has_hash = 1;
-  keys_[b] = internal::PrefixKey{.hash = hash, .group = group.value};
+  internal::PrefixKey& key = keys_[b];
+  key.hash = hash;
+  key.group = group.value;
+  key.dup_next = -1;
   const int32_t head = index_->FindOrInsert(hash, group.value, b);
   if (head == 0) {
-    keys_[b].dup_last = b;
+    key.dup_last = b;
     events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
   } else {
     // A duplicate goes to the end of the chain: lookups keep returning the oldest block
@@ -481,9 +489,8 @@ int32_t BlockPool::ReleaseIdleChunks() {
   // One pass over the idle stack: every listed chunk that is still idle goes back.
   int32_t released = 0;
   for (const int32_t c : idle_stack_) {
-    Chunk& ch = chunks_[c];
-    ch.idle_listed = false;
-    if (!ch.mapped || ch.used != 0) continue;
+    chunks_[c].idle_listed = false;
+    if (!IsIdleChunk(c)) continue;
     ReleaseChunk(c);
     ++released;
   }
@@ -574,8 +581,7 @@ absl::Status BlockPool::CheckInvariants() const {
     }
     // The stack holds blocks below the fresh tail (whose blocks are free and unhashed, above).
     const int32_t tail = end - ch.fresh;
-    int32_t walked = 0;
-    for (int32_t b = ch.clean_top; walked < ch.clean - ch.fresh; b = blocks_[b].next, ++walked) {
+    for (int32_t b = ch.clean_top, n = 0; n < ch.clean - ch.fresh; b = blocks_[b].next, ++n) {
       if (b < first || b >= tail || b >= records || blocks_[b].ref != 0 || blocks_[b].has_hash) {
         return fail("clean stack of chunk ", c, " holds block ", b);
       }

@@ -205,8 +205,7 @@ absl::Status KvCacheConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "hash_algorithm ", static_cast<int>(hash_algorithm), " is not a HashAlgorithm"));
   }
-  if (kv_cache_dtype.has_value() && static_cast<int>(*kv_cache_dtype) >
-                                        static_cast<int>(DType::kQ8_0)) {
+  if (kv_cache_dtype.has_value() && *kv_cache_dtype > DType::kQ8_0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_cache_dtype ", static_cast<int>(*kv_cache_dtype), " is not a DType"));
   }
@@ -271,10 +270,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
     m->hit_order.push_back(m->groups.back().get());
     m->has_state_groups |= !m->groups.back()->is_attention();
   }
-  std::stable_sort(m->hit_order.begin(), m->hit_order.end(),
-                   [](const internal::GroupManager* a, const internal::GroupManager* b) {
-                     return a->hit_rank() < b->hit_rank();
-                   });
+  std::ranges::stable_sort(m->hit_order, {}, &internal::GroupManager::hit_rank);
   m->own_pool_steps = m->pools.size() == m->groups.size() && !m->has_state_groups;
   m->step_need.resize(m->pools.size());
   m->step_check.resize(m->pools.size());

@@ -6,10 +6,6 @@
 
 namespace kvpage::internal {
 
-void RecurrentGroup::Resize(size_t slots) {
-  if (states_.size() < slots) states_.resize(slots);
-}
-
 int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const {
   // A snapshot taken exactly at the hit's end.
   for (int64_t i = max_blocks; i > 0; --i) {

@@ -109,8 +109,9 @@ class BlockPool {
   // clean blocks and the budget has room, and evicting cached-free blocks (LRU) otherwise.
   // Appends the ids to *out. REQUIRES: n <= num_free_blocks() + what the budget can map.
   void Allocate(int32_t n, std::vector<BlockId>* out);
-  // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map.
-  int64_t AllocatableNow() const;
+  // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map
+  // (less `held_back_bytes`, kept for other pools).
+  int64_t AllocatableNow(int64_t held_back_bytes = 0) const;
   // n <= AllocatableNow(), without its division when the free blocks or one chunk suffice.
   bool CanAllocateNow(int64_t n) const {
     const int64_t short_by = n - num_free_blocks();
@@ -210,29 +211,24 @@ class BlockPool {
   // The same for chunk records (up to max_chunks).
   void EnsureChunkRecord(int32_t chunk);
   // Allocate's three sources, in the order it tries them. MapNextChunk maps the lowest
-  // unmapped chunk (a one-block chunk straight into use, its block appended to *out) and
-  // returns the blocks it appended; false when the budget refuses. TakeFromFullestChunk takes
-  // up to n clean blocks of the fullest chunk; EvictOldest reuses the least recently freed
-  // cached block.
-  bool MapNextChunk(std::vector<BlockId>* out, int32_t* taken);
+  // unmapped chunk unless the budget refuses; it returns whether it appended a block to *out
+  // (a one-block chunk is mapped straight into use). TakeFromFullestChunk takes up to n clean
+  // blocks of the fullest chunk; EvictOldest reuses the least recently freed cached block.
+  bool MapNextChunk(std::vector<BlockId>* out);
   int32_t TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out);
   void EvictOldest(std::vector<BlockId>* out);
-  // A fresh record for an unmapped chunk, now counted as mapped (its idle-stack listing is
-  // kept: the stack may still hold it).
-  Chunk& MarkMapped(int32_t chunk);
-  void MapChunk(int32_t chunk);
-  // Maps a one-block chunk whose block is taken at once; returns the block, now used.
-  int32_t MapChunkInUse(int32_t chunk);
-  void UnmapChunk(int32_t chunk);
+  // Starts loading the records of a chunk and of its first block, which Allocate takes soon.
+  void PrefetchChunk(size_t chunk) const;
   // Evicts an idle chunk's cached blocks and unmaps it.
   void ReleaseChunk(int32_t chunk);
   void PushClean(int32_t block);
   void BucketInsert(int32_t chunk);
   void BucketRemove(int32_t chunk);
-  void OnUsedChange(int32_t chunk, int32_t delta);
   void IdleInsert(int32_t chunk);  // the chunk became idle (counted in num_idle_chunks_)
   void IdleRemove(int32_t /*chunk*/) { --num_idle_chunks_; }  // idle_stack_ drops it lazily
-  void LruAppend(int32_t block);
+  // A block becomes cached-free (appended to the LRU list, counted in its chunk and the pool)
+  // or stops being one.
+  void LruAppend(int32_t block, int32_t chunk);
   void LruRemove(int32_t block);
   void DropHash(int32_t block);  // removes the block's map entry and emits BlockRemoved
   void TakeBlock(int32_t block);  // a free block becomes used (ref 1)

@@ -64,17 +64,14 @@ BlockHash Xxh3(const void* data, size_t size) {
 // context. Out of line, so that its thread-local context does not weigh on the XXH3 path.
 [[gnu::noinline]] BlockHash Sha256(const void* data, size_t size) {
   static const EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);  // never freed
-  struct CtxFree {
-    void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-  };
-  thread_local const std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(
+      EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   KVPAGE_DCHECK(md != nullptr && ctx != nullptr);
   unsigned char digest[EVP_MAX_MD_SIZE];
-  const int ok = EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1 &&
-                 EVP_DigestUpdate(ctx.get(), data, size) == 1 &&
-                 EVP_DigestFinal_ex(ctx.get(), digest, nullptr) == 1;
+  [[maybe_unused]] const bool ok = EVP_DigestInit_ex(ctx.get(), md, nullptr) == 1 &&
+                                   EVP_DigestUpdate(ctx.get(), data, size) == 1 &&
+                                   EVP_DigestFinal_ex(ctx.get(), digest, nullptr) == 1;
   KVPAGE_DCHECK(ok);
-  static_cast<void>(ok);
   return BlockHash{LoadLittleEndian64(digest), LoadLittleEndian64(digest + 8)};
 }
 
@@ -118,56 +115,6 @@ class Encoder {
   absl::InlinedVector<unsigned char, 1024> bytes_;
 };
 
-// The encoding of the block [block_start, block_start + tokens.size()) (top of this file).
-BlockHash HashEncoded(HashAlgorithm algorithm, BlockHash parent, absl::Span<const int32_t> tokens,
-                      const BlockHashExtras& extras, int64_t block_start) {
-  const int64_t block_end = block_start + static_cast<int64_t>(tokens.size());
-  Encoder e;
-  e.Int(parent.lo);
-  e.Int(parent.hi);
-  e.Tokens(tokens);
-  if (extras.lora_id != 0) {
-    e.Tag(kLoraTag);
-    e.Int(static_cast<uint64_t>(extras.lora_id));
-  }
-  if (block_start == 0 && !extras.cache_salt.empty()) {
-    e.Tag(kSaltTag);
-    e.String(extras.cache_salt);
-  }
-  // Items are sorted by offset: the scan stops at the first that starts past the block.
-  for (const MultimodalItem& item : extras.mm_items) {
-    if (item.offset >= block_end) break;
-    if (item.length <= 0 || item.offset + item.length <= block_start) continue;
-    e.Tag(kMultimodalTag);
-    e.String(item.identifier);
-    e.Int(static_cast<uint64_t>(item.offset - block_start));
-  }
-  return e.Hash(algorithm);
-}
-
-// HashEncoded with no extra keys, a decode step's completed block: the parent and the tokens
-// copied into a fixed buffer, without the encoder's bookkeeping. A block of 16 tokens (the
-// default) is 80 bytes known at compile time, which XXH3 inlines: BM_HashTokens/xxh3/16 takes
-// 23.6 µs so, 41.1 µs with the size known only at run time (scripts/ab_bench.sh, 4 rounds).
-BlockHash HashPlain(HashAlgorithm algorithm, BlockHash parent, absl::Span<const int32_t> tokens) {
-  constexpr size_t kParentBytes = 2 * sizeof(uint64_t);
-  constexpr size_t kBlockOf16 = 16 * sizeof(int32_t);
-  constexpr size_t kBufferBytes = 1024;
-  const size_t token_bytes = tokens.size() * sizeof(int32_t);
-  if (std::endian::native != std::endian::little || kParentBytes + token_bytes > kBufferBytes) {
-    return HashEncoded(algorithm, parent, tokens, BlockHashExtras{}, 0);
-  }
-  unsigned char buffer[kBufferBytes];
-  std::memcpy(buffer, &parent.lo, sizeof(uint64_t));
-  std::memcpy(buffer + sizeof(uint64_t), &parent.hi, sizeof(uint64_t));
-  if (token_bytes == kBlockOf16 && algorithm == HashAlgorithm::kXxh3_128) {
-    std::memcpy(buffer + kParentBytes, tokens.data(), kBlockOf16);
-    return Xxh3(buffer, kParentBytes + kBlockOf16);
-  }
-  std::memcpy(buffer + kParentBytes, tokens.data(), token_bytes);
-  return Hash(algorithm, buffer, kParentBytes + token_bytes);
-}
-
 BlockHash RootHash(HashAlgorithm algorithm, uint64_t seed) {
   Encoder e;
   e.Int(seed);
@@ -179,13 +126,6 @@ uint64_t RandomSeed() {
   // random_device yields 32 bits per call.
   const uint64_t high = device();
   return (high << 32) | device();
-}
-
-[[maybe_unused]] bool SortedByOffset(const std::vector<MultimodalItem>& items) {
-  return std::is_sorted(items.begin(), items.end(),
-                        [](const MultimodalItem& a, const MultimodalItem& b) {
-                          return a.offset < b.offset;
-                        });
 }
 
 }  // namespace
@@ -209,14 +149,55 @@ absl::StatusOr<HashAlgorithm> ParseHashAlgorithm(absl::string_view text) {
 BlockHasher::BlockHasher(HashAlgorithm algorithm, std::optional<uint64_t> seed)
     : algorithm_(algorithm), root_(RootHash(algorithm, seed ? *seed : RandomSeed())) {}
 
+// The encoding of the block [block_start, block_start + tokens.size()) (top of this file).
 BlockHash BlockHasher::HashBlock(BlockHash parent, absl::Span<const int32_t> tokens,
                                  const BlockHashExtras& extras, int64_t block_start) const {
   KVPAGE_DCHECK(block_start >= 0);
-  return HashEncoded(algorithm_, parent, tokens, extras, block_start);
+  const int64_t block_end = block_start + static_cast<int64_t>(tokens.size());
+  Encoder e;
+  e.Int(parent.lo);
+  e.Int(parent.hi);
+  e.Tokens(tokens);
+  if (extras.lora_id != 0) {
+    e.Tag(kLoraTag);
+    e.Int(static_cast<uint64_t>(extras.lora_id));
+  }
+  if (block_start == 0 && !extras.cache_salt.empty()) {
+    e.Tag(kSaltTag);
+    e.String(extras.cache_salt);
+  }
+  // Items are sorted by offset: the scan stops at the first that starts past the block.
+  for (const MultimodalItem& item : extras.mm_items) {
+    if (item.offset >= block_end) break;
+    if (item.length <= 0 || item.offset + item.length <= block_start) continue;
+    e.Tag(kMultimodalTag);
+    e.String(item.identifier);
+    e.Int(static_cast<uint64_t>(item.offset - block_start));
+  }
+  return e.Hash(algorithm_);
 }
 
+// HashBlock with no extra keys, a decode step's completed block: the parent and the tokens
+// copied into a fixed buffer, without the encoder's bookkeeping. A block of 16 tokens (the
+// default) is 80 bytes known at compile time, which XXH3 inlines: BM_HashTokens/xxh3/16 takes
+// 23.6 µs so, 41.1 µs with the size known only at run time (scripts/ab_bench.sh, 4 rounds).
 BlockHash BlockHasher::HashPlainBlock(BlockHash parent, absl::Span<const int32_t> tokens) const {
-  return HashPlain(algorithm_, parent, tokens);
+  constexpr size_t kParentBytes = 2 * sizeof(uint64_t);
+  constexpr size_t kBlockOf16 = 16 * sizeof(int32_t);
+  constexpr size_t kBufferBytes = 1024;
+  const size_t token_bytes = tokens.size() * sizeof(int32_t);
+  if (std::endian::native != std::endian::little || kParentBytes + token_bytes > kBufferBytes) {
+    return HashBlock(parent, tokens, BlockHashExtras{}, 0);
+  }
+  unsigned char buffer[kBufferBytes];
+  std::memcpy(buffer, &parent.lo, sizeof(uint64_t));
+  std::memcpy(buffer + sizeof(uint64_t), &parent.hi, sizeof(uint64_t));
+  if (token_bytes == kBlockOf16 && algorithm_ == HashAlgorithm::kXxh3_128) {
+    std::memcpy(buffer + kParentBytes, tokens.data(), kBlockOf16);
+    return Xxh3(buffer, kParentBytes + kBlockOf16);
+  }
+  std::memcpy(buffer + kParentBytes, tokens.data(), token_bytes);
+  return Hash(algorithm_, buffer, kParentBytes + token_bytes);
 }
 
 RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extras)
@@ -228,7 +209,7 @@ RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extra
   static_assert(offsetof(RequestBlockHashes, hashes_) + sizeof(hashes_) <= kHotBytes);
 #pragma GCC diagnostic pop
   KVPAGE_DCHECK(block_size_ > 0);
-  KVPAGE_DCHECK(SortedByOffset(extras_.mm_items));
+  KVPAGE_DCHECK(std::ranges::is_sorted(extras_.mm_items, {}, &MultimodalItem::offset));
 }
 
 void RequestBlockHashes::Update(const BlockHasher& hasher, absl::Span<const int32_t> tokens) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <ranges>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "block/prefix_index.h"
@@ -119,47 +121,6 @@ void BlockPool::BucketRemove(int32_t c) {
   ch.bucket_pos = -1;
 }
 
-void BlockPool::OnUsedChange(int32_t c, int32_t delta) {
-  Chunk& ch = chunks_[c];
-  const bool in_bucket = ch.clean > 0;
-  if (in_bucket) BucketRemove(c);
-  if (ch.used == 0) IdleRemove(c);
-  ch.used += delta;
-  if (ch.used == 0) IdleInsert(c);
-  if (in_bucket) BucketInsert(c);
-}
-
-BlockPool::Chunk& BlockPool::MarkMapped(int32_t c) {
-  Chunk& ch = chunks_[c];
-  KVPAGE_DCHECK(!ch.mapped);
-  const bool listed = ch.idle_listed;
-  ch = Chunk{};
-  ch.mapped = true;
-  ch.idle_listed = listed;
-  ++num_mapped_chunks_;
-  return ch;
-}
-
-void BlockPool::MapChunk(int32_t c) {
-  KVPAGE_DCHECK(bpc_ > 1);  // a one-block chunk is mapped straight into use (MapChunkInUse)
-  Chunk& ch = MarkMapped(c);
-  // Every id is fresh: handed out lowest first, its record written only then.
-  ch.fresh = bpc_;
-  ch.clean = bpc_;
-  num_clean_ += bpc_;
-  IdleInsert(c);
-  BucketInsert(c);
-}
-
-int32_t BlockPool::MapChunkInUse(int32_t c) {
-  KVPAGE_DCHECK(bpc_ == 1);
-  EnsureBlockRecord(1 + c);
-  MarkMapped(c).used = 1;
-  blocks_[1 + c].ref = 1;
-  ++num_used_;
-  return 1 + c;
-}
-
 void BlockPool::IdleInsert(int32_t c) {
   Chunk& ch = chunks_[c];
   if (!ch.idle_listed) {
@@ -169,31 +130,12 @@ void BlockPool::IdleInsert(int32_t c) {
   ++num_idle_chunks_;
 }
 
-void BlockPool::UnmapChunk(int32_t c) {
-  Chunk& ch = chunks_[c];
-  KVPAGE_DCHECK(ch.mapped && ch.used == 0 && ch.cached == 0);
-  if (ch.clean > 0) BucketRemove(c);
-  num_clean_ -= ch.clean;
-  const int32_t first = 1 + c * bpc_;
-  const int32_t end = std::min(first + bpc_, num_block_records());
-  for (int32_t b = first; b < end; ++b) blocks_[b].next = -1;
-  IdleRemove(c);
-  const bool listed = ch.idle_listed;
-  ch = Chunk{};
-  ch.idle_listed = listed;
-  first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
-  --num_mapped_chunks_;
-  budget_->GiveChunk(pool_index_, c, chunk_charge_);
-}
-
 // ---- Clean stacks and the LRU list of cached-free blocks ----
 
 void BlockPool::PushClean(int32_t b) {
   const int32_t c = ChunkOf(b);
   Chunk& ch = chunks_[c];
-  if (ch.clean == ch.fresh) {
-    ch.clean_top = -1;
-  }
+  if (ch.clean == ch.fresh) ch.clean_top = -1;
   blocks_[b].next = ch.clean_top;
   ch.clean_top = b;
   ++ch.clean;
@@ -201,7 +143,9 @@ void BlockPool::PushClean(int32_t b) {
   if (ch.clean == 1) BucketInsert(c);
 }
 
-void BlockPool::LruAppend(int32_t b) {
+void BlockPool::LruAppend(int32_t b, int32_t c) {
+  ++chunks_[c].cached;
+  ++num_cached_free_;
   blocks_[b].prev = lru_tail_;
   blocks_[b].next = -1;
   if (lru_tail_ >= 0) {
@@ -213,6 +157,8 @@ void BlockPool::LruAppend(int32_t b) {
 }
 
 void BlockPool::LruRemove(int32_t b) {
+  --chunks_[ChunkOf(b)].cached;
+  --num_cached_free_;
   if (blocks_[b].prev >= 0) {
     blocks_[blocks_[b].prev].next = blocks_[b].next;
   } else {
@@ -229,14 +175,20 @@ void BlockPool::LruRemove(int32_t b) {
 void BlockPool::TakeBlock(int32_t b) {
   blocks_[b].ref = 1;
   ++num_used_;
-  OnUsedChange(ChunkOf(b), +1);
+  const int32_t c = ChunkOf(b);
+  Chunk& ch = chunks_[c];
+  const bool in_bucket = ch.clean > 0;
+  if (in_bucket) BucketRemove(c);
+  if (ch.used == 0) IdleRemove(c);
+  ++ch.used;
+  if (in_bucket) BucketInsert(c);
 }
 
 // ---- Allocation ----
 
-int64_t BlockPool::AllocatableNow() const {
-  const int64_t chunk = chunk_charge_;
-  const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), budget_->free_bytes() / chunk);
+int64_t BlockPool::AllocatableNow(int64_t held_back_bytes) const {
+  const int64_t bytes = std::max<int64_t>(0, budget_->free_bytes() - held_back_bytes);
+  const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), bytes / chunk_charge_);
   return int64_t{num_free_blocks()} + mappable * bpc_;
 }
 
@@ -246,12 +198,10 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     // while eating into the budget's headroom: then evict our own cached blocks instead.
     const int64_t free_after = budget_->free_bytes() - chunk_charge_;
     if (num_clean_ == 0 && num_mapped_chunks_ < max_chunks_ && free_after >= 0 &&
-        (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes())) {
-      int32_t taken = 0;
-      if (MapNextChunk(out, &taken) && taken > 0) {  // a one-block chunk, mapped into use
-        n -= taken;
-        continue;
-      }
+        (num_cached_free_ == 0 || free_after >= budget_->headroom_bytes()) &&
+        MapNextChunk(out)) {
+      --n;  // a one-block chunk, mapped into use
+      continue;
     }
     if (num_clean_ > 0) {
       n -= TakeFromFullestChunk(n, out);
@@ -262,7 +212,7 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
   }
 }
 
-bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
+bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
   // The lowest unmapped chunk keeps the live id range compact. Chunks below the hint are all
   // mapped, so the search does not rescan them; chunks without a record are unmapped.
   int32_t c = first_unmapped_hint_;
@@ -271,22 +221,37 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out, int32_t* taken) {
   // A pool that grows maps its chunks in id order, one per block taken when chunks hold one
   // block: the records of the chunk kPrefetchDistance further on are fetched now.
   const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;
-  if (ahead < chunks_.size()) {
-    PrefetchForWrite(&chunks_[ahead]);
-    const size_t ahead_block = 1 + ahead * static_cast<size_t>(bpc_);
-    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block]);
-  }
+  if (ahead < chunks_.size()) PrefetchChunk(ahead);
   if (!budget_->TakeChunk(pool_index_, c, chunk_charge_)) return false;
   EnsureChunkRecord(c);
+  Chunk& ch = chunks_[c];
+  KVPAGE_DCHECK(!ch.mapped);
+  // A fresh record; the idle stack may still list the chunk, so its listing is kept.
+  ch = Chunk{.mapped = true, .idle_listed = ch.idle_listed};
+  ++num_mapped_chunks_;
   if (bpc_ == 1) {
     // Its one block is handed out at once: the chunk is mapped straight into use, never
     // entering the idle stack or a bucket.
-    out->push_back(BlockId(MapChunkInUse(c)));
-    *taken = 1;
+    EnsureBlockRecord(1 + c);
+    ch.used = 1;
+    blocks_[1 + c].ref = 1;
+    ++num_used_;
+    out->push_back(BlockId(1 + c));
     return true;
   }
-  MapChunk(c);
-  return true;
+  // Every id is fresh: handed out lowest first, its record written only then.
+  ch.fresh = bpc_;
+  ch.clean = bpc_;
+  num_clean_ += bpc_;
+  IdleInsert(c);
+  BucketInsert(c);
+  return false;
+}
+
+void BlockPool::PrefetchChunk(size_t c) const {
+  PrefetchForWrite(&chunks_[c]);
+  const size_t first = 1 + c * static_cast<size_t>(bpc_);
+  if (first < blocks_.size()) PrefetchForWrite(&blocks_[first]);
 }
 
 int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
@@ -297,12 +262,7 @@ int32_t BlockPool::TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out) {
   std::vector<int32_t>& bucket = buckets_[max_bucket_];
   const int32_t c = bucket.back();
   bucket.pop_back();
-  if (bucket.size() >= kPrefetchDistance) {
-    const int32_t ahead = bucket[bucket.size() - kPrefetchDistance];
-    PrefetchForWrite(&chunks_[ahead]);
-    const size_t ahead_block = 1 + static_cast<size_t>(ahead) * bpc_;
-    if (ahead_block < blocks_.size()) PrefetchForWrite(&blocks_[ahead_block].ref);
-  }
+  if (bucket.size() >= kPrefetchDistance) PrefetchChunk(bucket[bucket.size() - kPrefetchDistance]);
   Chunk& ch = chunks_[c];
   ch.bucket_pos = -1;
   const int32_t k = std::min(n, ch.clean);
@@ -342,8 +302,6 @@ void BlockPool::EvictOldest(std::vector<BlockId>* out) {
   const int32_t b = lru_head_;
   LruRemove(b);
   DropHash(b);
-  --chunks_[ChunkOf(b)].cached;
-  --num_cached_free_;
   TakeBlock(b);
   out->push_back(BlockId(b));
 }
@@ -358,8 +316,6 @@ void BlockPool::Touch(absl::Span<const BlockId> blocks) {
     }
     KVPAGE_DCHECK(blocks_[b].has_hash);  // a free block can only be hit while it is cached
     LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
     TakeBlock(b);
   }
 }
@@ -368,7 +324,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
   // Consecutive blocks of one chunk form a run: the chunk leaves its bucket at the start of
   // the run and goes back once at the end, with its counters and stack top updated once.
   int32_t run_chunk = -1;
-  int32_t used_at_start = 0, freed = 0, pushed = 0, top = -1;
+  int32_t freed = 0, pushed = 0, top = -1;
   auto close_run = [&]() {
     if (run_chunk < 0) return;
     Chunk& ch = chunks_[run_chunk];
@@ -377,9 +333,8 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     ch.clean_top = top;
     num_used_ -= freed;
     num_clean_ += pushed;
-    if (used_at_start > 0 && ch.used == 0) IdleInsert(run_chunk);
+    if (ch.used == 0) IdleInsert(run_chunk);  // it had a used block: the one that opened the run
     if (ch.clean > 0) BucketInsert(run_chunk);
-    run_chunk = -1;
   };
   for (BlockId id : blocks) {
     const int32_t b = id.value;
@@ -394,9 +349,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
       --num_used_;
       IdleInsert(c);
       if (blocks_[b].has_hash) {
-        LruAppend(b);
-        ch.cached = 1;
-        ++num_cached_free_;
+        LruAppend(b, c);
       } else {
         blocks_[b].next = -1;
         ch.clean_top = b;
@@ -410,7 +363,6 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
       close_run();
       const Chunk& ch = chunks_[c];
       run_chunk = c;
-      used_at_start = ch.used;
       if (ch.clean > 0) BucketRemove(c);
       freed = 0;
       pushed = 0;
@@ -419,9 +371,7 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
     }
     ++freed;
     if (blocks_[b].has_hash) {
-      LruAppend(b);
-      ++chunks_[c].cached;
-      ++num_cached_free_;
+      LruAppend(b, c);
     } else {
       blocks_[b].next = top;
       top = b;
@@ -460,14 +410,12 @@ BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
 
 void BlockPool::DropHash(int32_t b) {
   internal::PrefixKey& key = keys_[b];
-  const BlockHash hash = key.hash;
-  const int32_t group = key.group;
-  const int32_t head = index_->Find(hash, group);
+  const int32_t head = index_->Find(key.hash, key.group);
   KVPAGE_DCHECK(head != 0);
   if (head == b) {
-    index_->Replace(hash, group, std::max(key.dup_next, 0));  // 0: the key goes
+    index_->Replace(key.hash, key.group, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
-      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(group), hash, BlockHash{}});
+      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(key.group), key.hash, BlockHash{}});
     } else {
       keys_[key.dup_next].dup_last = key.dup_last;  // the next oldest heads the chain
     }
@@ -484,15 +432,10 @@ void BlockPool::DropHash(int32_t b) {
 bool BlockPool::Uncache(BlockId block) {
   const int32_t b = block.value;
   if (b <= 0 || !HasRecord(b) || !blocks_[b].has_hash) return false;
-  if (blocks_[b].ref == 0) {
-    LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
-    DropHash(b);
-    PushClean(b);
-  } else {
-    DropHash(b);
-  }
+  const bool cached_free = blocks_[b].ref == 0;
+  if (cached_free) LruRemove(b);
+  DropHash(b);
+  if (cached_free) PushClean(b);
   return true;
 }
 
@@ -504,8 +447,6 @@ absl::Status BlockPool::ResetPrefixCache() {
   while (lru_head_ >= 0) {
     const int32_t b = lru_head_;
     LruRemove(b);
-    --chunks_[ChunkOf(b)].cached;
-    --num_cached_free_;
     blocks_[b].has_hash = 0;
     keys_[b] = internal::PrefixKey{};
     PushClean(b);
@@ -519,9 +460,8 @@ absl::Status BlockPool::ResetPrefixCache() {
 // ---- Chunks ----
 
 int32_t BlockPool::NumCleanIdleChunks() const {
-  int32_t n = 0;
-  for (const Chunk& ch : chunks_) n += (ch.mapped && ch.used == 0 && ch.cached == 0) ? 1 : 0;
-  return n;
+  return static_cast<int32_t>(std::ranges::count_if(
+      chunks_, [](const Chunk& ch) { return ch.mapped && ch.used == 0 && ch.cached == 0; }));
 }
 
 bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
@@ -537,10 +477,7 @@ bool BlockPool::ReleaseIdleChunk(bool allow_cache_loss) {
     }
     idle_stack_[kept++] = c;
     if (!allow_cache_loss && ch.cached > 0) continue;
-    if (best < 0 || ch.cached < chunks_[best].cached ||
-        (ch.cached == chunks_[best].cached && c < best)) {
-      best = c;
-    }
+    if (best < 0 || std::pair(ch.cached, c) < std::pair(chunks_[best].cached, best)) best = c;
   }
   idle_stack_.resize(kept);
   if (best < 0) return false;
@@ -552,9 +489,8 @@ int32_t BlockPool::ReleaseIdleChunks() {
   // One pass over the idle stack: every listed chunk that is still idle goes back.
   int32_t released = 0;
   for (const int32_t c : idle_stack_) {
-    Chunk& ch = chunks_[c];
-    ch.idle_listed = false;
-    if (!ch.mapped || ch.used != 0) continue;
+    chunks_[c].idle_listed = false;
+    if (!IsIdleChunk(c)) continue;
     ReleaseChunk(c);
     ++released;
   }
@@ -566,32 +502,33 @@ void BlockPool::ReleaseChunk(int32_t c) {
   const int32_t first = 1 + c * bpc_;
   const int32_t end = std::min(first + bpc_, num_block_records());
   for (int32_t b = first; b < end; ++b) {
-    if (!blocks_[b].has_hash) continue;
-    LruRemove(b);
-    DropHash(b);
-    --chunks_[c].cached;
-    --num_cached_free_;
-    // The page is gone with its chunk; it is counted clean until UnmapChunk drops the chunk.
-    PushClean(b);
+    // A cached block's page goes with its chunk: counted clean until the chunk is dropped.
+    Uncache(BlockId(b));
+    blocks_[b].next = -1;
   }
-  UnmapChunk(c);
+  Chunk& ch = chunks_[c];
+  KVPAGE_DCHECK(ch.mapped && ch.used == 0 && ch.cached == 0);
+  if (ch.clean > 0) BucketRemove(c);
+  num_clean_ -= ch.clean;
+  IdleRemove(c);
+  ch = Chunk{.idle_listed = ch.idle_listed};
+  first_unmapped_hint_ = std::min(first_unmapped_hint_, c);
+  --num_mapped_chunks_;
+  budget_->GiveChunk(pool_index_, c, chunk_charge_);
 }
 
 // ---- Introspection ----
 
 std::vector<BlockId> BlockPool::FreeOrder() const {
   std::vector<BlockId> order;
-  for (int32_t u = static_cast<int32_t>(buckets_.size()) - 1; u >= 0; --u) {
-    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(u)];
-    for (auto it = bucket.rbegin(); it != bucket.rend(); ++it) {
-      const int32_t c = *it;
+  for (const std::vector<int32_t>& bucket : std::views::reverse(buckets_)) {
+    for (const int32_t c : std::views::reverse(bucket)) {
       const Chunk& ch = chunks_[c];
       for (int32_t b = ch.clean_top, k = 0; k < ch.clean - ch.fresh; b = blocks_[b].next, ++k) {
         order.push_back(BlockId(b));
       }
-      for (int32_t b = 1 + (c + 1) * bpc_ - ch.fresh; b < 1 + (c + 1) * bpc_; ++b) {
-        order.push_back(BlockId(b));
-      }
+      const int32_t end = 1 + (c + 1) * bpc_;
+      for (int32_t b = end - ch.fresh; b < end; ++b) order.push_back(BlockId(b));
     }
   }
   for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) order.push_back(BlockId(b));
@@ -626,6 +563,9 @@ absl::Status BlockPool::CheckInvariants() const {
       if (!ch.mapped && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
         return fail("block ", b, " of unmapped chunk ", c, " is in use or hashed");
       }
+      if (b >= end - ch.fresh && (blocks_[b].ref != 0 || blocks_[b].has_hash)) {
+        return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
+      }
       u += blocks_[b].ref > 0 ? 1 : 0;
       k += (blocks_[b].ref == 0 && blocks_[b].has_hash) ? 1 : 0;
     }
@@ -639,10 +579,9 @@ absl::Status BlockPool::CheckInvariants() const {
     if (ch.fresh < 0 || ch.fresh > ch.clean || (bpc_ == 1 && ch.fresh != 0)) {
       return fail("chunk ", c, " has ", ch.fresh, " fresh blocks of ", ch.clean, " clean");
     }
-    // The stack holds blocks below the fresh tail; the tail's blocks are free and unhashed.
+    // The stack holds blocks below the fresh tail (whose blocks are free and unhashed, above).
     const int32_t tail = end - ch.fresh;
-    int32_t walked = 0;
-    for (int32_t b = ch.clean_top; walked < ch.clean - ch.fresh; b = blocks_[b].next, ++walked) {
+    for (int32_t b = ch.clean_top, n = 0; n < ch.clean - ch.fresh; b = blocks_[b].next, ++n) {
       if (b < first || b >= tail || b >= records || blocks_[b].ref != 0 || blocks_[b].has_hash) {
         return fail("clean stack of chunk ", c, " holds block ", b);
       }
@@ -651,27 +590,21 @@ absl::Status BlockPool::CheckInvariants() const {
       return fail("chunk ", c, " has stack head ", ch.clean_top, " for ", ch.clean - ch.fresh,
                   " stacked blocks");
     }
-    for (int32_t b = tail; b < std::min(end, records); ++b) {
-      if (blocks_[b].ref != 0 || blocks_[b].has_hash) {
-        return fail("fresh block ", b, " of chunk ", c, " is in use or hashed");
-      }
-    }
-    if (static_cast<size_t>(ch.used) >= buckets_.size()) {
-      if (ch.clean > 0) return fail("chunk ", c, " has clean blocks but no bucket");
-      used += u;
-      cached += k;
-      continue;
-    }
-    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
-    const bool in_bucket = ch.bucket_pos >= 0 &&
-                           ch.bucket_pos < static_cast<int32_t>(bucket.size()) &&
-                           bucket[ch.bucket_pos] == c;
-    if (in_bucket != (ch.clean > 0)) return fail("chunk ", c, " bucket membership is wrong");
-    if (ch.used > max_bucket_ && ch.clean > 0) return fail("chunk ", c, " above max_bucket_");
     if (u == 0 && !ch.idle_listed) return fail("idle chunk ", c, " is not on the idle stack");
     used += u;
     cached += k;
     clean += ch.clean;
+    // A chunk without clean blocks is in no bucket: the bucket entries are checked below.
+    if (ch.clean == 0) continue;
+    if (static_cast<size_t>(ch.used) >= buckets_.size()) {
+      return fail("chunk ", c, " has clean blocks but no bucket");
+    }
+    const std::vector<int32_t>& bucket = buckets_[static_cast<size_t>(ch.used)];
+    if (ch.bucket_pos < 0 || ch.bucket_pos >= static_cast<int32_t>(bucket.size()) ||
+        bucket[ch.bucket_pos] != c) {
+      return fail("chunk ", c, " bucket membership is wrong");
+    }
+    if (ch.used > max_bucket_) return fail("chunk ", c, " above max_bucket_");
   }
   // Every bucket entry is a chunk with clean blocks at its recorded position.
   for (const std::vector<int32_t>& bucket : buckets_) {
@@ -683,7 +616,6 @@ absl::Status BlockPool::CheckInvariants() const {
     }
   }
   // The idle stack holds each listed chunk once (idle ones must be listed, checked above).
-  int32_t listed = 0;
   std::vector<uint8_t> seen(chunks_.size(), 0);
   for (const int32_t c : idle_stack_) {
     if (c < 0 || static_cast<size_t>(c) >= chunks_.size() || seen[c] || !chunks_[c].idle_listed) {
@@ -691,7 +623,7 @@ absl::Status BlockPool::CheckInvariants() const {
     }
     seen[c] = 1;
   }
-  for (const Chunk& ch : chunks_) listed += ch.idle_listed ? 1 : 0;
+  const auto listed = std::ranges::count_if(chunks_, &Chunk::idle_listed);
   if (listed != static_cast<int32_t>(idle_stack_.size())) {
     return fail(listed, " chunks are marked listed but the idle stack holds ", idle_stack_.size());
   }
@@ -708,8 +640,7 @@ absl::Status BlockPool::CheckInvariants() const {
   }
   if (lru != num_cached_free_) return fail("LRU holds ", lru, " blocks, expected ", num_cached_free_);
   int64_t chained = 0;
-  int32_t bad = 0;
-  int32_t bad_last = 0;
+  int32_t bad = 0, bad_last = 0;
   index_->ForEach([&](BlockHash hash, int32_t group, int32_t head) {
     if (head <= 0 || static_cast<size_t>(head) >= keys_.size() || !(keys_[head].hash == hash) ||
         keys_[head].group != group) {

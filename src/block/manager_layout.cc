@@ -1,6 +1,6 @@
 // Groups and pools of a KvCacheManager, for kvpage and vllm accounting. vLLM's accounting is
 // a different layout (groups sharing one pool) and parameters of the groups
-// (GroupContext::mode), not a different code path.
+// (GroupContext), not a different code path.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -19,11 +19,6 @@ namespace {
 
 using internal::GroupLayout;
 
-// The layouts are built first and the group managers once the pools exist.
-struct Layout {
-  std::vector<GroupLayout> groups;
-};
-
 // Largest id count a pool may have (ids are int32 and id 0 is the null block).
 constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
 
@@ -39,20 +34,6 @@ absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t block
   KVPAGE_RETURN_IF_ERROR(pc.Validate());
   m.pools.push_back(std::make_unique<BlockPool>(pc, m.budget.get(), &m.events));
   return absl::OkStatus();
-}
-
-// Bytes per block id of each tensor of one layer (memory_layout.h): the K/V or latent tensor
-// of an attention layer, the conv and recurrent state of a linear-attention layer.
-absl::StatusOr<std::vector<int64_t>> LayerTensorBytes(const LayerSpec& spec, int32_t block_size,
-                                                      DType dtype) {
-  if (spec.IsAttention()) {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
-                            internal::AttentionTokenBytes(spec.attention, dtype));
-    return std::vector<int64_t>{token_bytes * block_size};
-  }
-  return std::vector<int64_t>{
-      spec.linear.ConvValues() * BytesPerValue(spec.linear.conv_dtype),
-      spec.linear.RecurrentValues() * BytesPerValue(spec.linear.recurrent_dtype)};
 }
 
 // Bytes of whole units that one chunk's slice of a tensor can make the backing map: exactly
@@ -94,7 +75,7 @@ ChunkPlan PlanChunks(int64_t block_bytes, const std::vector<int64_t>& tensors, i
 // kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes. With a
 // backing, every tensor's null block is charged up front in whole units.
 absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
-                                 Layout& out) {
+                               std::vector<GroupLayout>& out) {
   m.block_size = m.config.block_size;
   const MemoryBacking* backing = m.config.backing;
   const int64_t unit = backing != nullptr ? std::max<int64_t>(1, backing->map_unit_bytes()) : 1;
@@ -102,12 +83,12 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
   int64_t fixed = 0;
   for (size_t i = 0; i < model.groups.size(); ++i) {
     const LayerGroup& group = model.groups[i];
-    KVPAGE_ASSIGN_OR_RETURN(std::vector<int64_t> layer,
-                            LayerTensorBytes(group.spec, m.block_size, dtype));
+    KVPAGE_ASSIGN_OR_RETURN(const std::vector<CacheTensor> layer,
+                            internal::LayerTensors(group.spec, m.block_size, dtype));
     for (int32_t l = 0; l < group.num_layers(); ++l) {
-      for (int64_t tb : layer) {
-        tensors[i].push_back(tb);
-        if (backing != nullptr) fixed += (tb + unit - 1) / unit * unit;
+      for (const CacheTensor& t : layer) {
+        tensors[i].push_back(t.block_bytes);
+        if (backing != nullptr) fixed += internal::RoundUp(t.block_bytes, unit);
       }
     }
   }
@@ -139,7 +120,7 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
     }
     KVPAGE_RETURN_IF_ERROR(
         AddPool(m, g.block_bytes, plan.per_chunk, plan.max_chunks, plan.charge));
-    out.groups.push_back(g);
+    out.push_back(g);
   }
   return absl::OkStatus();
 }
@@ -147,7 +128,7 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
 // vllm: vLLM's equal-size groups sharing one block-id space; a block id costs
 // group_size × page whichever group holds it.
 absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
-                               Layout& out) {
+                             std::vector<GroupLayout>& out) {
   KVPAGE_ASSIGN_OR_RETURN(internal::VllmLayout layout,
                           internal::BuildVllmLayout(model, m.config.block_size, dtype));
   const int64_t block_id_bytes = layout.uniform_single_group
@@ -176,7 +157,7 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
   }
   auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
     GroupLayout g;
-    g.id = GroupId(static_cast<int32_t>(out.groups.size()));
+    g.id = GroupId(static_cast<int32_t>(out.size()));
     g.kind = spec.kind;
     g.num_layers = layers;
     g.padding_layers = padding;
@@ -184,7 +165,7 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
     g.window = spec.sliding_window;
     g.pool = 0;
     g.block_bytes = block_id_bytes;
-    out.groups.push_back(g);
+    out.push_back(g);
   };
   if (layout.uniform_single_group) {
     add_group(model.groups[0].spec, model.num_layers(), 0);
@@ -224,8 +205,7 @@ absl::Status KvCacheConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "hash_algorithm ", static_cast<int>(hash_algorithm), " is not a HashAlgorithm"));
   }
-  if (kv_cache_dtype.has_value() && static_cast<int>(*kv_cache_dtype) >
-                                        static_cast<int>(DType::kQ8_0)) {
+  if (kv_cache_dtype.has_value() && *kv_cache_dtype > DType::kQ8_0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_cache_dtype ", static_cast<int>(*kv_cache_dtype), " is not a DType"));
   }
@@ -262,48 +242,40 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   m->budget = std::make_unique<MemoryBudget>(config.kv_budget_bytes, config.backing);
   m->hasher = std::make_unique<BlockHasher>(config.hash_algorithm, config.hash_seed);
   const DType dtype = config.kv_cache_dtype.value_or(model.dtype);
-  Layout layout;
-  if (config.mode == AccountingMode::kKvpage) {
-    KVPAGE_RETURN_IF_ERROR(BuildKvpageLayout(*m, model, dtype, layout));
-  } else {
-    KVPAGE_RETURN_IF_ERROR(BuildVllmLayout(*m, model, dtype, layout));
-  }
+  const bool vllm = config.mode == AccountingMode::kVllm;
+  // The layouts are built first and the group managers once the pools exist.
+  std::vector<GroupLayout> layouts;
+  KVPAGE_RETURN_IF_ERROR(vllm ? BuildVllmLayout(*m, model, dtype, layouts)
+                              : BuildKvpageLayout(*m, model, dtype, layouts));
   if (config.backing != nullptr) {  // before any chunk is mapped
     KVPAGE_ASSIGN_OR_RETURN(MemoryLayout memory,
-                            internal::DescribeMemory(model, config, dtype, layout.groups, m->pools));
+                            internal::DescribeMemory(model, config, dtype, layouts, m->pools));
     KVPAGE_RETURN_IF_ERROR(config.backing->Reserve(memory));
   }
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
+  const internal::VllmRules rules = internal::RulesFor(config.vllm_version);
   m->context = internal::GroupContext{
       .enable_prefix_caching = config.enable_prefix_caching,
-      .cache_at_allocation = config.mode == AccountingMode::kVllm,
-      .window_sequence_reserve = config.mode == AccountingMode::kVllm,
-      .extra_first_state_blocks =
-          config.mode == AccountingMode::kVllm
-              ? internal::RulesFor(config.vllm_version).extra_first_state_blocks
-              : 0,
-      .align_state_blocks = config.mode == AccountingMode::kVllm &&
-                            config.enable_prefix_caching &&
-                            internal::RulesFor(config.vllm_version).align_state_blocks,
+      .cache_at_allocation = vllm,
+      .window_sequence_reserve = vllm,
+      .extra_first_state_blocks = vllm ? rules.extra_first_state_blocks : 0,
+      .align_state_blocks = vllm && config.enable_prefix_caching && rules.align_state_blocks,
       .hash_block_size = m->block_size,
       .max_model_len = m->max_model_len,
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .async_scheduling = config.async_scheduling,
       .decode_snapshot_interval_blocks = config.decode_snapshot_interval_blocks};
-  for (const GroupLayout& g : layout.groups) {
+  for (const GroupLayout& g : layouts) {
     m->groups.push_back(internal::MakeGroupManager(g, m->pools[g.pool].get(), &m->context));
     m->hit_order.push_back(m->groups.back().get());
     m->has_state_groups |= !m->groups.back()->is_attention();
   }
-  std::stable_sort(m->hit_order.begin(), m->hit_order.end(),
-                   [](const internal::GroupManager* a, const internal::GroupManager* b) {
-                     return a->hit_rank() < b->hit_rank();
-                   });
+  std::ranges::stable_sort(m->hit_order, {}, &internal::GroupManager::hit_rank);
   m->own_pool_steps = m->pools.size() == m->groups.size() && !m->has_state_groups;
   m->step_need.resize(m->pools.size());
   m->step_check.resize(m->pools.size());
   m->step_fresh.resize(m->groups.size());
-  if (config.mode == AccountingMode::kKvpage) {
+  if (!vllm) {
     int64_t headroom = 0;
     for (const auto& pool : m->pools) headroom += pool->chunk_charge();
     m->budget->set_headroom_bytes(std::min(headroom, config.kv_budget_bytes / 4));

@@ -5,42 +5,30 @@
 #include "internal/status_macros.h"
 #include "model/kv_sizing.h"
 
-namespace kvpage {
+namespace kvpage::internal {
 
-namespace internal {
-namespace {
-
-// The tensors of one layer of a kvpage-mode group.
-absl::Status AddLayerTensors(const LayerSpec& spec, const GroupLayout& g, int32_t layer,
-                             DType kv_dtype, std::vector<CacheTensor>* out) {
-  CacheTensor t;
-  t.group = g.id;
-  t.pool = g.pool;
-  t.layer = layer;
+absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int32_t block_size,
+                                                      DType kv_dtype) {
   if (spec.IsAttention()) {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
-                            AttentionTokenBytes(spec.attention, kv_dtype));
-    t.kind = spec.kind == LayerKind::kMla ? CacheTensorKind::kMlaLatent : CacheTensorKind::kKv;
-    t.dtype = kv_dtype;
-    t.block_size = g.block_size;
-    t.block_bytes = token_bytes * g.block_size;
-    t.attention = spec.attention;
-    out->push_back(t);
-    return absl::OkStatus();
+    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, kv_dtype));
+    return std::vector<CacheTensor>{CacheTensor{
+        .kind = spec.kind == LayerKind::kMla ? CacheTensorKind::kMlaLatent : CacheTensorKind::kKv,
+        .dtype = kv_dtype,
+        .block_bytes = token_bytes * block_size,
+        .block_size = block_size,
+        .attention = spec.attention}};
   }
-  t.linear = spec.linear;
-  t.kind = CacheTensorKind::kConvState;
-  t.dtype = spec.linear.conv_dtype;
-  t.block_bytes = spec.linear.ConvValues() * BytesPerValue(spec.linear.conv_dtype);
-  out->push_back(t);
-  t.kind = CacheTensorKind::kRecurrentState;
-  t.dtype = spec.linear.recurrent_dtype;
-  t.block_bytes = spec.linear.RecurrentValues() * BytesPerValue(spec.linear.recurrent_dtype);
-  out->push_back(t);
-  return absl::OkStatus();
+  const LinearStateShape& s = spec.linear;
+  return std::vector<CacheTensor>{
+      CacheTensor{.kind = CacheTensorKind::kConvState,
+                  .dtype = s.conv_dtype,
+                  .block_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype),
+                  .linear = s},
+      CacheTensor{.kind = CacheTensorKind::kRecurrentState,
+                  .dtype = s.recurrent_dtype,
+                  .block_bytes = s.RecurrentValues() * BytesPerValue(s.recurrent_dtype),
+                  .linear = s}};
 }
-
-}  // namespace
 
 absl::StatusOr<MemoryLayout> DescribeMemory(const ModelSpec& model, const KvCacheConfig& config,
                                             DType kv_dtype,
@@ -54,14 +42,20 @@ absl::StatusOr<MemoryLayout> DescribeMemory(const ModelSpec& model, const KvCach
                                       .max_chunks = pool->capacity() / pool->blocks_per_chunk()});
   }
   if (config.mode != AccountingMode::kKvpage) return layout;
-  std::vector<int64_t> pool_bytes(pools.size(), 0);
   for (size_t i = 0; i < groups.size(); ++i) {
     const LayerGroup& group = model.groups[i];
+    KVPAGE_ASSIGN_OR_RETURN(const std::vector<CacheTensor> tensors,
+                            LayerTensors(group.spec, groups[i].block_size, kv_dtype));
     for (int32_t layer : group.layers) {
-      KVPAGE_RETURN_IF_ERROR(
-          AddLayerTensors(group.spec, groups[i], layer, kv_dtype, &layout.tensors));
+      for (CacheTensor t : tensors) {
+        t.group = groups[i].id;
+        t.pool = groups[i].pool;
+        t.layer = layer;
+        layout.tensors.push_back(t);
+      }
     }
   }
+  std::vector<int64_t> pool_bytes(pools.size(), 0);
   for (const CacheTensor& t : layout.tensors) pool_bytes[t.pool] += t.block_bytes;
   for (size_t p = 0; p < pools.size(); ++p) {
     if (pool_bytes[p] != layout.pools[p].block_bytes) {
@@ -73,5 +67,4 @@ absl::StatusOr<MemoryLayout> DescribeMemory(const ModelSpec& model, const KvCach
   return layout;
 }
 
-}  // namespace internal
-}  // namespace kvpage
+}  // namespace kvpage::internal

@@ -21,15 +21,10 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   int64_t length = std::min<int64_t>((NumTokens(st.slot) - 1) / block_size,
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
-  bool changed = true;
-  while (changed && length > 0) {
-    changed = false;
+  for (int64_t previous = -1; length > 0 && length != previous;) {
+    previous = length;
     for (const internal::GroupManager* g : hit_order) {
-      const int64_t served = g->HitLength(hashes, length);
-      if (served < length) {
-        length = served;
-        changed = true;
-      }
+      length = std::min(length, g->HitLength(hashes, length));
     }
   }
   if (length <= 0) return hit;

@@ -52,7 +52,6 @@ class PrefixIndex {
   // Room for n keys, so that inserts up to that many never rehash.
   void Reserve(size_t n) { map_.reserve(n); }
   void Clear() { map_ = {}; }
-  size_t size() const { return map_.size(); }
   // Calls fn(hash, group, first block) for every key.
   template <typename Fn>
   void ForEach(Fn&& fn) const {

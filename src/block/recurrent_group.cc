@@ -6,10 +6,6 @@
 
 namespace kvpage::internal {
 
-void RecurrentGroup::Resize(size_t slots) {
-  if (states_.size() < slots) states_.resize(slots);
-}
-
 int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const {
   // A snapshot taken exactly at the hit's end.
   for (int64_t i = max_blocks; i > 0; --i) {
@@ -98,10 +94,9 @@ int64_t RecurrentGroup::FreshBlocks(const RequestView&, const StepArgs&) const {
 void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fresh,
                              const StateOutputs& outputs) {
   State& s = states_[r.slot];
-  const int32_t read = s.cur;
-  s.read = read;
+  s.read = s.cur;
   s.write = plan_.write_in_place ? s.cur : fresh[0].value;
-  if (read < 0) {
+  if (s.cur < 0) {
     s.read = s.write;  // no state yet: start from zeros
     outputs.slots_to_zero->push_back(SlotToZero{layout().id, s.write});
   }
@@ -166,13 +161,11 @@ absl::Status RecurrentGroup::CountRefs(int32_t slot, RequestId id,
     ++refs[b];
     return absl::OkStatus();
   };
-  absl::Status status = count(s.cur);
-  if (status.ok()) status = count(s.retiring);
-  if (status.ok() && s.step_pending && s.write != s.cur) status = count(s.write);
-  for (int32_t b : s.extra) {
-    if (status.ok()) status = count(b);
-  }
-  return status;
+  KVPAGE_RETURN_IF_ERROR(count(s.cur));
+  KVPAGE_RETURN_IF_ERROR(count(s.retiring));
+  if (s.step_pending && s.write != s.cur) KVPAGE_RETURN_IF_ERROR(count(s.write));
+  for (int32_t b : s.extra) KVPAGE_RETURN_IF_ERROR(count(b));
+  return absl::OkStatus();
 }
 
 }  // namespace kvpage::internal

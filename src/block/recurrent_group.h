@@ -9,6 +9,7 @@
 #ifndef KVPAGE_BLOCK_RECURRENT_GROUP_H_
 #define KVPAGE_BLOCK_RECURRENT_GROUP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -21,7 +22,7 @@ class RecurrentGroup final : public GroupManager {
  public:
   using GroupManager::GroupManager;
 
-  void Resize(size_t slots) override;
+  void Resize(size_t slots) override { states_.resize(std::max(states_.size(), slots)); }
   int hit_rank() const override { return 2; }
   int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
   std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,

@@ -8,15 +8,11 @@
 
 #include "block/manager_impl.h"
 #include "internal/status_macros.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage {
 
-namespace {
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
-
+using internal::CeilDiv;
 
 bool KvCacheManager::Impl::CanTake(absl::Span<const int64_t> need,
                                    absl::Span<const int64_t> pinned_idle) const {
@@ -51,25 +47,16 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   // the headroom by them while this pool allocates (it still maps what it must).
   const int64_t base_headroom = budget->headroom_bytes();
   budget->set_headroom_bytes(base_headroom + reserved_bytes);
-  auto release_from_others = [&](bool allow_cache_loss) {
-    return ReleaseSpareChunk(need, allow_cache_loss, /*except=*/p);
-  };
   // Prefer fresh memory over evicting this pool's cache: free other pools' clean idle chunks.
-  const int64_t want_chunks = CeilDiv(std::max<int64_t>(0, n - pool.num_clean_blocks()),
-                                      pool.blocks_per_chunk());
+  const int64_t want_chunks = CeilDiv(n - pool.num_clean_blocks(), pool.blocks_per_chunk());
   const int64_t want_bytes = std::min<int64_t>(want_chunks, pool.num_unmapped_chunks()) *
                              pool.chunk_charge();
   while (budget->free_bytes() < want_bytes + budget->headroom_bytes() &&
-         release_from_others(/*allow_cache_loss=*/false)) {
+         ReleaseSpareChunk(need, /*allow_cache_loss=*/false, /*except=*/p)) {
   }
   // Still short even after evicting our own cache: take other pools' idle chunks with theirs.
-  auto available_to_us = [&]() {
-    const int64_t bytes = std::max<int64_t>(0, budget->free_bytes() - reserved_bytes);
-    return pool.num_free_blocks() +
-           std::min<int64_t>(pool.num_unmapped_chunks(), bytes / pool.chunk_charge()) *
-               pool.blocks_per_chunk();
-  };
-  while (available_to_us() < n && release_from_others(/*allow_cache_loss=*/true)) {
+  while (pool.AllocatableNow(reserved_bytes) < n &&
+         ReleaseSpareChunk(need, /*allow_cache_loss=*/true, /*except=*/p)) {
   }
   KVPAGE_DCHECK(pool.AllocatableNow() >= n);
   pool.Allocate(static_cast<int32_t>(n), out);

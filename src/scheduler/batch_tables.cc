@@ -1,7 +1,6 @@
 // The batch's device-ready tables: one persistent row per running request, in every attention
 // group, copied from the KV cache's tables as they change.
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
@@ -44,8 +43,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
   const int32_t row = r.row;
   const int32_t last = static_cast<int32_t>(row_owner.size()) - 1;
   const int32_t mover = row_owner[last];
-  for (size_t a = 0; a < attention.size(); ++a) {
-    GroupInfo& g = attention[a];
+  for (GroupInfo& g : attention) {
     int32_t* dst = g.table.data() + static_cast<size_t>(row) * g.stride;
     int32_t* src = g.table.data() + static_cast<size_t>(last) * g.stride;
     const int32_t freed = g.sync[row].blocks * g.ratio;
@@ -53,7 +51,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
     g.MarkChanged(row, 0, freed);
     if (row != last) {
       const int32_t used = g.sync[last].blocks * g.ratio;
-      std::memcpy(dst, src, static_cast<size_t>(used) * sizeof(int32_t));
+      std::copy_n(src, used, dst);
       std::fill(src, src + used, 0);
       g.MarkChanged(row, 0, used);
       g.MarkChanged(last, 0, used);
@@ -71,8 +69,7 @@ void Scheduler::Impl::FreeRow(int32_t q) {
 }
 
 void Scheduler::Impl::SyncRow(SchedRequest& r) {
-  for (size_t a = 0; a < attention.size(); ++a) {
-    GroupInfo& g = attention[a];
+  for (GroupInfo& g : attention) {
     const absl::StatusOr<absl::Span<const BlockId>> blocks = kv->BlockTable(r.kv, g.id);
     KVPAGE_DCHECK(blocks.ok());
     if (!blocks.ok()) continue;
@@ -118,11 +115,9 @@ void Scheduler::Impl::WriteTableRuns(GroupInfo& g, AttentionBatch& batch) {
   batch.table_values.clear();
   for (int32_t row : g.changed_rows) {
     auto& [lo, hi] = g.changed[row];
-    batch.table_runs.push_back(TableRun{.row = row,
-                                        .first = lo,
-                                        .count = hi - lo,
-                                        .value_offset =
-                                            static_cast<int32_t>(batch.table_values.size())});
+    const int32_t offset = static_cast<int32_t>(batch.table_values.size());
+    batch.table_runs.push_back(
+        TableRun{.row = row, .first = lo, .count = hi - lo, .value_offset = offset});
     const int32_t* entries = g.table.data() + static_cast<size_t>(row) * g.stride;
     batch.table_values.insert(batch.table_values.end(), entries + lo, entries + hi);
     lo = hi = 0;
@@ -158,8 +153,7 @@ absl::Status Scheduler::Impl::CheckTables() const {
       return absl::InternalError(absl::StrCat("row ", row, " belongs to request ", r.id.value,
                                               " whose row is ", r.row));
     }
-    for (size_t a = 0; a < attention.size(); ++a) {
-      const GroupInfo& g = attention[a];
+    for (const GroupInfo& g : attention) {
       KVPAGE_ASSIGN_OR_RETURN(absl::Span<const BlockId> table, kv->BlockTable(r.kv, g.id));
       const int32_t* data = g.table.data() + row * static_cast<size_t>(g.stride);
       for (int32_t i = 0; i < g.stride; ++i) {

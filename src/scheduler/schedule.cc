@@ -45,9 +45,8 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
     if (r.num_computed + 1 < r.next_event) continue;  // nothing due (see NextEvent)
-    const absl::Status released = kv->RemoveSkippedBlocks(r.kv, r.num_computed);
+    [[maybe_unused]] const absl::Status released = kv->RemoveSkippedBlocks(r.kv, r.num_computed);
     KVPAGE_DCHECK(released.ok());
-    (void)released;
     RefreshNextEvent(r);
     SyncRow(r);  // only zeroes released entries: nothing grew
   }
@@ -59,8 +58,7 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
   if (remaining > 1 && config.long_prefill_token_threshold > 0) {
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
   }
-  n = std::min(n, budget);
-  n = std::min(n, max_model_len - r.num_computed);
+  n = std::min({n, budget, max_model_len - r.num_computed});
   // A prompt chunk of a model with recurrent state ends on a block boundary when it can, so
   // the state there is snapshotted and later requests can resume from it. That holds for the
   // last chunk too: a prompt of 100 tokens runs as 96 + 4, and the next turn of the

@@ -14,48 +14,36 @@ static_assert(std::is_trivially_copyable_v<StateCopy> && sizeof(StateCopy) == 12
 
 namespace {
 
-// Hands out aligned byte offsets in order.
-class Packer {
- public:
-  template <typename T>
-  ImageArray Add(size_t count) {
-    const ImageArray a{.offset = end_, .count = static_cast<int64_t>(count)};
-    const int64_t bytes = a.count * static_cast<int64_t>(sizeof(T));
-    end_ += (bytes + kStepImageAlignment - 1) / kStepImageAlignment * kStepImageAlignment;
-    return a;
+// Calls f(layout's entry, the values it places) for every array of `out`, in image order: the
+// one list of the image's arrays that laying out and writing both follow.
+template <typename F>
+void ForEachArray(const SchedulerOutput& out, StepImageLayout& l, F&& f) {
+  l.attention.resize(out.attention.size());
+  l.states.resize(out.states.size());
+  f(l.query_start_loc, out.query_start_loc);
+  f(l.seq_lens, out.seq_lens);
+  for (size_t a = 0; a < out.attention.size(); ++a) {
+    f(l.attention[a].slot_mapping, out.attention[a].slot_mapping);
+    f(l.attention[a].table_runs, out.attention[a].table_runs);
+    f(l.attention[a].table_values, out.attention[a].table_values);
   }
-  int64_t end() const { return end_; }
-
- private:
-  int64_t end_ = 0;
-};
-
-template <typename T>
-void Put(absl::Span<std::byte> image, const ImageArray& a, const T* data) {
-  if (a.count > 0) std::memcpy(image.data() + a.offset, data, a.count * sizeof(T));
+  for (size_t s = 0; s < out.states.size(); ++s) {
+    f(l.states[s].read_slots, out.states[s].read_slots);
+    f(l.states[s].write_slots, out.states[s].write_slots);
+  }
+  f(l.slots_to_zero, out.slots_to_zero);
+  f(l.state_copies, out.state_copies);
 }
 
 }  // namespace
 
 StepImageLayout LayoutStepImage(const SchedulerOutput& out) {
-  Packer p;
   StepImageLayout l;
-  l.query_start_loc = p.Add<int32_t>(out.query_start_loc.size());
-  l.seq_lens = p.Add<int32_t>(out.seq_lens.size());
-  for (const AttentionBatch& g : out.attention) {
-    StepImageLayout::Attention a;
-    a.slot_mapping = p.Add<int64_t>(g.slot_mapping.size());
-    a.table_runs = p.Add<TableRun>(g.table_runs.size());
-    a.table_values = p.Add<int32_t>(g.table_values.size());
-    l.attention.push_back(a);
-  }
-  for (const StateBatch& s : out.states) {
-    l.states.push_back({.read_slots = p.Add<int32_t>(s.read_slots.size()),
-                        .write_slots = p.Add<int32_t>(s.write_slots.size())});
-  }
-  l.slots_to_zero = p.Add<SlotToZero>(out.slots_to_zero.size());
-  l.state_copies = p.Add<StateCopy>(out.state_copies.size());
-  l.bytes = p.end();
+  ForEachArray(out, l, [&l](ImageArray& a, const auto& values) {
+    a = ImageArray{.offset = l.bytes, .count = static_cast<int64_t>(values.size())};
+    const int64_t bytes = a.count * static_cast<int64_t>(sizeof(values[0]));
+    l.bytes += (bytes + kStepImageAlignment - 1) / kStepImageAlignment * kStepImageAlignment;
+  });
   return l;
 }
 
@@ -67,20 +55,10 @@ absl::StatusOr<StepImageLayout> WriteStepImage(const SchedulerOutput& out,
                                                    layout.bytes, " bytes does not fit in ",
                                                    image.size()));
   }
-  Put(image, layout.query_start_loc, out.query_start_loc.data());
-  Put(image, layout.seq_lens, out.seq_lens.data());
-  for (size_t a = 0; a < out.attention.size(); ++a) {
-    const AttentionBatch& g = out.attention[a];
-    Put(image, layout.attention[a].slot_mapping, g.slot_mapping.data());
-    Put(image, layout.attention[a].table_runs, g.table_runs.data());
-    Put(image, layout.attention[a].table_values, g.table_values.data());
-  }
-  for (size_t s = 0; s < out.states.size(); ++s) {
-    Put(image, layout.states[s].read_slots, out.states[s].read_slots.data());
-    Put(image, layout.states[s].write_slots, out.states[s].write_slots.data());
-  }
-  Put(image, layout.slots_to_zero, out.slots_to_zero.data());
-  Put(image, layout.state_copies, out.state_copies.data());
+  ForEachArray(out, layout, [image](ImageArray& a, const auto& values) {
+    const size_t bytes = values.size() * sizeof(values[0]);
+    if (bytes > 0) std::memcpy(image.data() + a.offset, values.data(), bytes);
+  });
   return layout;
 }
 

@@ -48,7 +48,8 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   const int64_t base_headroom = budget->headroom_bytes();
   budget->set_headroom_bytes(base_headroom + reserved_bytes);
   // Prefer fresh memory over evicting this pool's cache: free other pools' clean idle chunks.
-  const int64_t want_chunks = CeilDiv(n - pool.num_clean_blocks(), pool.blocks_per_chunk());
+  const int64_t want_chunks =
+      CeilDiv(std::max<int64_t>(0, n - pool.num_clean_blocks()), pool.blocks_per_chunk());
   const int64_t want_bytes = std::min<int64_t>(want_chunks, pool.num_unmapped_chunks()) *
                              pool.chunk_charge();
   while (budget->free_bytes() < want_bytes + budget->headroom_bytes() &&

@@ -512,9 +512,9 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
     if (keep == 1) {
       append_tokens[appended++] = DecodeToken{r.kv, sampled[0]};
     } else {
-      const absl::Status status = kv->AppendTokens(r.kv, {sampled, static_cast<size_t>(keep)});
+      [[maybe_unused]] const absl::Status status =
+          kv->AppendTokens(r.kv, {sampled, static_cast<size_t>(keep)});
       KVPAGE_DCHECK(status.ok());  // lengths were checked against max_model_len above
-      (void)status;
     }
     if (!drafts) continue;  // r.num_drafts stays 0
     const int32_t d = CsrCount(result.draft_offsets, i);
@@ -522,9 +522,9 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
     r.num_drafts = static_cast<int32_t>(std::clamp<int64_t>(
         std::min<int64_t>(d, config.num_speculative_tokens), 0, std::max<int64_t>(0, room)));
   }
-  const absl::Status status = kv->AppendDecodeTokens({append_tokens.data(), appended});
+  [[maybe_unused]] const absl::Status status =
+      kv->AppendDecodeTokens({append_tokens.data(), appended});
   KVPAGE_DCHECK(status.ok());  // every request is running, lengths were checked above
-  (void)status;
   // vLLM frees finished requests in the order it scheduled them (running order), and that
   // order sets their blocks' places in the free queue; the output's rows need not follow it.
   if (config.kv.mode == AccountingMode::kVllm) SortByRunningOrder(running, finishing);

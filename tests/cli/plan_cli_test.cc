@@ -90,6 +90,21 @@ TEST(PlanCliTest, GpuBudgetFillsMaxConcurrency) {
   }
 }
 
+TEST(PlanCliTest, TensorParallelPlansOneGpuAndSaysSo) {
+  // Qwen3-8B at tp 16: 8 KV heads, one per GPU (replicated twice): 36 x 2 x 128 x 2 B =
+  // 18,432 B per token; budget 76,968,728,985 - ceil(16,381,470,720 / 16) = 75,944,887,065.
+  const json j = RunJson("plan --model qwen3-8b --context 4K --gpu h100 --tp 16 --format json");
+  EXPECT_EQ(j["tp"], 16);
+  EXPECT_EQ(j["kv_budget_bytes"].get<int64_t>(), 75'944'887'065);
+  EXPECT_EQ(j["rows"][0]["reserved_bytes"].get<int64_t>(), 4096 * 18'432);
+  EXPECT_EQ(j["rows"][0]["max_concurrency"].get<int64_t>(), 1005);
+  // tp 1 prints what it printed before --tp existed: no "tp" key.
+  EXPECT_FALSE(RunJson("plan --model qwen3-8b --context 4K --format json").contains("tp"));
+  const CommandResult table = RunKvpage("plan --model qwen3-8b --context 4K --tp 2");
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(table.output, HasSubstr("tp 2 (per GPU)"));
+}
+
 TEST(PlanCliTest, CompareWithGpuFillsEveryPlan) {
   const json j = RunJson(std::string(kQwen) + " --compare --gpu h100 --format json");
   ASSERT_EQ(j["plans"].size(), 3u);
@@ -122,7 +137,7 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
         "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
-        "--vllm-version"}) {
+        "--vllm-version", "--tp"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }
@@ -196,6 +211,12 @@ TEST(PlanCliErrorsTest, Fp8UnderLlamaCpp) {
 
 TEST(PlanCliErrorsTest, CompareAndPolicyTogether) {
   ExpectUsageError("plan --model qwen3-8b --context 4K --compare --policy vllm", "--compare");
+}
+
+TEST(PlanCliErrorsTest, TpThatDoesNotSplitTheHeads) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --tp 5",
+                   "tp 5 does not divide qwen3-8b's attention heads (32)");
+  ExpectUsageError("plan --model qwen3-8b --context 4K --tp 0", "--tp must be in [1, 1024], got 0");
 }
 
 TEST(PlanCliErrorsTest, MissingModel) { ExpectUsageError("plan --context 4K", "--model"); }

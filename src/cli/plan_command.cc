@@ -27,6 +27,8 @@ constexpr const char* kPlanUsage =
     R"(Usage: kvpage plan --model M[,M…] --context L[,L…] [--policy kvpage|vllm|llamacpp | --compare]
                    [policy flags] [--gpu a100|h100|h200 [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
                    [--tp N] [--format table|json|csv] [--plot FILE.png]
+       kvpage plan --trace FILE --slo ttft-p99=2s,tpot-p99=100ms --model M --gpu G [flags]
+                   (the fewest GPUs that serve a trace within an SLO; `kvpage plan --slo --help`)
 
 Reports, for each context length L, the bytes one request of length L reserves for the model
 under a reservation policy (kvpage's allocator, vLLM 0.29, or llama-server), split into the
@@ -228,6 +230,7 @@ int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
+  if (IsSloPlan(args)) return RunSloPlan(args);
   PlanFlags f;
   FlagSet fs(kPlanUsage);
   RegisterPlanFlags(fs, f);

@@ -183,6 +183,22 @@ int64_t FullAttentionGroup::HitLength(absl::Span<const BlockHash> hashes,
   return n;
 }
 
+int64_t FullAttentionGroup::KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                                        absl::Span<const RequestView> in_flight) const {
+  const int64_t cached_blocks = HitLength(hashes, max_blocks);
+  int64_t known = cached_blocks;
+  // Hashes chain: equal hashes at block j mean equal prompts up to j, so one comparison per
+  // block of the other request's pending range decides.
+  for (const RequestView& other : in_flight) {
+    const int64_t end = std::min({max_blocks, NumCached(other.slot),
+                                  static_cast<int64_t>(other.hashes.size())});
+    int64_t j = cached_blocks;
+    while (j < end && other.hashes[j] == hashes[j]) ++j;
+    known = std::max(known, j);
+  }
+  return known;
+}
+
 std::vector<BlockId> FullAttentionGroup::HitBlocks(absl::Span<const BlockHash> hashes,
                                                    int64_t length) const {
   std::vector<BlockId> blocks;

@@ -122,6 +122,13 @@ class GroupManager {
                                          int64_t length) const = 0;
   // FailedPrecondition when a hit block is no longer cached under the request's hash.
   virtual absl::Status CheckHit(const RequestView& r, const StepArgs& step) const;
+  // Of hashes[0, max_blocks), how many leading blocks this group's cache knows of: cached, or
+  // to be cached when the uncompleted steps of `in_flight` run. Where a prompt diverges from
+  // every other (CacheHit::match_tokens). 0 for groups that do not cache every block.
+  virtual int64_t KnownLength(absl::Span<const BlockHash> /*hashes*/, int64_t /*max_blocks*/,
+                              absl::Span<const RequestView> /*in_flight*/) const {
+    return 0;
+  }
 
   // ---- A step ----
   // InvalidArgument when the step's computed tokens exceed what the request holds blocks for.

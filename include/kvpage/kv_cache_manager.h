@@ -137,6 +137,13 @@ struct CacheHit {
   // Per group, the hit's block-table prefix: null blocks where a sliding window does not need
   // the block; for a recurrent group, one entry: the state snapshot slot.
   std::vector<std::vector<BlockId>> blocks;
+  // Models with recurrent state (kvpage accounting, prefix caching on): the leading prompt
+  // tokens whose full-attention blocks the cache knows, cached or written by a step that has
+  // not completed yet; >= num_tokens, block-aligned. Past num_tokens no state snapshot exists
+  // (or its step is still running), so the prompt diverges from every other there. A prefill
+  // chunk that ends at match_tokens snapshots the state exactly where the next request with
+  // this prefix can resume (kvpage's Scheduler does so). Other models: num_tokens.
+  int64_t match_tokens = 0;
 };
 
 struct AllocationRequest {

@@ -113,9 +113,18 @@ void AttentionGroup::Commit(const RequestView& r) {
   // A rollback may have dropped hashes since the blocks became pending (Uncache lowers
   // num_cached with them).
   const int64_t end = std::min<int64_t>(t.num_cached, static_cast<int64_t>(r.hashes.size()));
+  const bool events = pool().records_events();
   for (int64_t i = t.num_published; i < end; ++i) {
     if (t.blocks[i] == kNullBlock) continue;  // a window released it: it holds nothing now
-    pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+    if (!events) {
+      pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+      continue;
+    }
+    // The parent is the previous block. A sliding window may have released and evicted it:
+    // the event then starts a new chain, so the group's stream never names a parent it does
+    // not hold.
+    const bool parent_held = i > 0 && pool().Lookup(r.hashes[i - 1], layout().id) != kNullBlock;
+    CacheWithEvent(r, t.blocks[i], i, parent_held ? i - 1 : -1, i);
   }
   t.num_published = std::max(t.num_published, end);
 }
@@ -172,6 +181,22 @@ int64_t FullAttentionGroup::HitLength(absl::Span<const BlockHash> hashes,
   int64_t n = 0;
   while (n < max_blocks && cached(hashes, n)) ++n;
   return n;
+}
+
+int64_t FullAttentionGroup::KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                                        absl::Span<const RequestView> in_flight) const {
+  const int64_t cached_blocks = HitLength(hashes, max_blocks);
+  int64_t known = cached_blocks;
+  // Hashes chain: equal hashes at block j mean equal prompts up to j, so one comparison per
+  // block of the other request's pending range decides.
+  for (const RequestView& other : in_flight) {
+    const int64_t end = std::min({max_blocks, NumCached(other.slot),
+                                  static_cast<int64_t>(other.hashes.size())});
+    int64_t j = cached_blocks;
+    while (j < end && other.hashes[j] == hashes[j]) ++j;
+    known = std::max(known, j);
+  }
+  return known;
 }
 
 std::vector<BlockId> FullAttentionGroup::HitBlocks(absl::Span<const BlockHash> hashes,

@@ -75,6 +75,8 @@ class FullAttentionGroup final : public AttentionGroup {
   int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
   std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
                                  int64_t length) const override;
+  int64_t KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                      absl::Span<const RequestView> in_flight) const override;
 };
 
 }  // namespace kvpage::internal

@@ -85,6 +85,9 @@ class KvCacheManager::Impl {
 
   // ---- Prefix hits (prefix_hit.cc) ----
   CacheHit FindLongestHit(const internal::RequestState& st) const;
+  // The most leading blocks of `hashes` any group knows of, counting the pending blocks of
+  // requests whose step has not completed (CacheHit::match_tokens).
+  int64_t KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const;
 
   // ---- Allocation (allocation.cc) ----
   // AllocateSlots: true at once for a quiet step (IsQuiet), else AllocateStep.

@@ -21,16 +21,30 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   int64_t length = std::min<int64_t>((NumTokens(st.slot) - 1) / block_size,
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
+  const int64_t max_blocks = length;
   for (int64_t previous = -1; length > 0 && length != previous;) {
     previous = length;
     for (const internal::GroupManager* g : hit_order) {
       length = std::min(length, g->HitLength(hashes, length));
     }
   }
+  hit.num_tokens = hit.match_tokens = std::max<int64_t>(length, 0) * block_size;
+  if (has_state_groups && config.mode == AccountingMode::kKvpage) {
+    hit.match_tokens = std::max(hit.num_tokens, KnownLength(hashes, max_blocks) * block_size);
+  }
   if (length <= 0) return hit;
-  hit.num_tokens = length * block_size;
   for (const auto& g : groups) hit.blocks[g->layout().id.value] = g->HitBlocks(hashes, length);
   return hit;
+}
+
+int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,
+                                          int64_t max_blocks) const {
+  std::vector<internal::RequestView> in_flight;
+  in_flight.reserve(pending_commits.size());
+  for (int32_t slot : pending_commits) in_flight.push_back(View(*states[slot]));
+  int64_t known = 0;
+  for (const auto& g : groups) known = std::max(known, g->KnownLength(hashes, max_blocks, in_flight));
+  return known;
 }
 
 }  // namespace kvpage

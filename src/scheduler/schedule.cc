@@ -60,10 +60,15 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
   }
   n = std::min({n, budget, max_model_len - r.num_computed});
   // A prompt chunk of a model with recurrent state ends on a block boundary when it can, so
-  // the state there is snapshotted and later requests can resume from it. That holds for the
-  // last chunk too: a prompt of 100 tokens runs as 96 + 4, and the next turn of the
+  // the state there is snapshotted and later requests can resume from it. First where the
+  // prompt diverges from everything the cache knows (chunk_stop: a later request sharing the
+  // prefix resumes exactly there), else at the last boundary the chunk reaches. That holds for
+  // the last chunk too: a prompt of 100 tokens runs as 96 + 4, and the next turn of the
   // conversation resumes from the state after 96.
   if (has_state_groups && config.kv.enable_prefix_caching && remaining > 1) {
+    if (r.num_computed < r.chunk_stop && r.chunk_stop < r.num_computed + n) {
+      n = r.chunk_stop - r.num_computed;
+    }
     const int64_t end = (r.num_computed + n) / cache_block_size * cache_block_size;
     if (end > r.num_computed) n = end - r.num_computed;
   }
@@ -244,6 +249,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     // asks for its hit again next step; nothing is scheduled ahead of it.
     if (!config.enable_chunked_prefill && remaining > budget) break;
     r.num_computed = c;
+    r.chunk_stop = hit.match_tokens;
     const int32_t n = TokensToSchedule(r, budget);
     const AllocationRequest req{
         .num_computed_tokens = c,

@@ -77,6 +77,10 @@ struct alignas(64) SchedRequest {
   int32_t max_new_tokens = 0;
   int32_t priority = 0;
   int32_t num_preemptions = 0;
+  // A prefill chunk ends here when it would cross it (CacheHit::match_tokens at admission):
+  // where the prompt diverges from what the cache knows, so recurrent state is snapshotted
+  // exactly there. 0 = none.
+  int64_t chunk_stop = 0;
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
   int64_t queue_key = 0;  // FCFS: place in the waiting queue (Scheduler::Impl::PushWaiting)

@@ -404,6 +404,31 @@ TEST(KvCacheManagerTest, RecurrentStateSnapshotsServeHits) {
   EXPECT_EQ(m->Usage().used_bytes, 0);
 }
 
+TEST(KvCacheManagerTest, RecurrentMatchTokensCountCachedAndInFlightBlocks) {
+  auto m = GdnManager();
+  // Request 1 computes a 64-token prompt (4 blocks) in one step that has not completed.
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(64)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_new_tokens = 64}));
+  // Request 2 shares 48 tokens: nothing is cached yet, but the cache knows 3 blocks of it.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(Tokens(48), Tokens(30, 500))}).ok());
+  CacheHit hit = *m->GetComputedBlocks(H(*m, 2));
+  EXPECT_EQ(hit.num_tokens, 0);
+  EXPECT_EQ(hit.match_tokens, 48);
+  // Once the step has run, the blocks are cached; the state is snapshotted only at 64, so
+  // request 2 still has no hit and still diverges at 48.
+  m->NewStep();
+  hit = *m->GetComputedBlocks(H(*m, 2));
+  EXPECT_EQ(hit.num_tokens, 0);
+  EXPECT_EQ(hit.match_tokens, 48);
+  // A request sharing all 64 resumes from the snapshot.
+  ASSERT_TRUE(m->AddRequest({RequestId(3), Concat(Tokens(64), Tokens(20, 900))}).ok());
+  hit = *m->GetComputedBlocks(H(*m, 3));
+  EXPECT_EQ(hit.num_tokens, 64);
+  EXPECT_EQ(hit.match_tokens, 64);
+  for (int64_t id : {1, 2, 3}) ASSERT_TRUE(m->Free(H(*m, id)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
 TEST(KvCacheManagerTest, RecurrentRequestHoldsOneSlotBetweenSnapshots) {
   auto m = GdnManager();
   const GroupId state_group = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;

@@ -45,6 +45,11 @@ def draw(doc, output):
     terms = doc["slo"]
     fig, axes = plt.subplots(1, len(terms), figsize=(5.5 * len(terms), 4.2), squeeze=False)
     answer = doc.get("answer")
+    # Colour names the router, line style and marker the tp; equal results stay visible.
+    routers = sorted({s["router"] for s in doc["searches"]})
+    tps = sorted({s["tp"] for s in doc["searches"]})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
     for ax, term in zip(axes[0], terms):
         metric = term["metric"]
         for s in doc["searches"]:
@@ -53,7 +58,10 @@ def draw(doc, output):
                 continue
             xs = [p["gpus"] for p in probes]
             ys = [max(p["values_ms"][metric], 1e-3) for p in probes]
-            line, = ax.plot(xs, ys, marker="o", label="tp %d, %s" % (s["tp"], s["router"]))
+            style, marker = styles[tps.index(s["tp"]) % len(styles)]
+            colour = colours[routers.index(s["router"]) % len(colours)]
+            line, = ax.plot(xs, ys, linestyle=style, marker=marker, color=colour, alpha=0.85,
+                            label="tp %d, %s" % (s["tp"], s["router"]))
             met = [(x, y) for x, y, p in zip(xs, ys, probes) if p["met"]]
             if met:
                 ax.scatter(*zip(*met), s=70, facecolors="none", edgecolors=line.get_color())

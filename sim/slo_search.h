@@ -29,6 +29,7 @@ namespace kvpage::sim {
 struct ProbeOutcome {
   bool met = false;                // every SLO term within its limit
   std::vector<double> values_ms;  // one per SLO term, in the SLO's order
+  int64_t completed = 0;          // requests the run finished (informational)
 };
 
 // Runs the system with `replicas` replicas. An error ends the search with that error.

@@ -241,6 +241,7 @@ void RunSearches(const std::vector<sim::TraceRequest>& trace,
       if (!run.ok()) return run.status();
       sim::ProbeOutcome outcome;
       outcome.met = sim::MeetsSlo(run->summary, slo);
+      outcome.completed = run->summary.completed;
       for (const sim::SloTerm& t : slo) outcome.values_ms.push_back(t.ValueMs(run->summary));
       return outcome;
     };

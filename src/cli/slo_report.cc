@@ -57,6 +57,7 @@ ordered_json SearchJson(const SloRunInfo& info, const SloSearch& s) {
   for (const sim::ReplicaProbeRecord& p : s.result.probes) {
     probes.push_back({{"replicas", p.replicas},
                       {"gpus", int64_t{p.replicas} * s.tp},
+                      {"completed", p.outcome.completed},
                       {"met", p.outcome.met},
                       {"values_ms", ValuesJson(info.slo, p.outcome.values_ms)}});
   }
@@ -88,11 +89,23 @@ std::optional<SloAnswer> PickSloAnswer(const std::vector<SloSearch>& searches,
 
 std::string SloFrontierTable(const SloRunInfo& info, const std::vector<SloSearch>& searches,
                              const std::optional<SloAnswer>& answer) {
-  std::string out = absl::StrFormat(
-      "%s on %s: %d requests of %s (%.0f s of arrivals)\nSLO: %s; per (tp, router), replicas "
-      "1..%d by doubling, then bisection\n\n",
-      info.model, info.gpu, info.requests, info.trace, info.trace_seconds,
-      sim::SloToString(info.slo), info.max_replicas);
+  std::string out = absl::StrFormat("%s on %s: %d requests of %s (%.0f s of arrivals)",
+                                    info.model, info.gpu, info.requests, info.trace,
+                                    info.trace_seconds);
+  // Prompts longer than max_model_len are dropped at every count; the SLO is over the rest.
+  for (const SloSearch& s : searches) {
+    if (s.result.probes.empty()) continue;
+    const int64_t completed = s.result.probes.front().outcome.completed;
+    if (completed < info.requests) {
+      absl::StrAppendFormat(&out, "; %d complete, %d dropped (prompt over max_model_len)",
+                            completed, info.requests - completed);
+    }
+    break;
+  }
+  absl::StrAppendFormat(&out,
+                        "\nSLO: %s; per (tp, router), replicas 1..%d by doubling, then "
+                        "bisection\n\n",
+                        sim::SloToString(info.slo), info.max_replicas);
   absl::StrAppendFormat(&out, "%4s  %-13s %8s %6s", "tp", "router", "replicas", "GPUs");
   for (const sim::SloTerm& t : info.slo) absl::StrAppendFormat(&out, " %14s", t.name + " ms");
   absl::StrAppend(&out, "  met\n");

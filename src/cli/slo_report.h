@@ -54,7 +54,8 @@ std::string SloFrontierTable(const SloRunInfo& info, const std::vector<SloSearch
 // {"model", "gpu", "trace", "requests", "trace_seconds", "max_replicas",
 //  "slo": [{"metric", "limit_ms"}],
 //  "searches": [{"tp", "router", "fewest_replicas" (null if none), "gpus" (null), "error"
-//                (null), "probes": [{"replicas", "gpus", "met", "values_ms": {metric: ms}}]}],
+//                (null), "probes": [{"replicas", "gpus", "completed", "met",
+//                "values_ms": {metric: ms}}]}],
 //  "answer": {"tp", "router", "replicas", "gpus", "values_ms"} or null}. Pretty-printed.
 std::string SloFrontierJson(const SloRunInfo& info, const std::vector<SloSearch>& searches,
                             const std::optional<SloAnswer>& answer);

@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
     std::printf("publishing KV events on %s%s%s\n", publisher->endpoint().c_str(),
                 publisher->replay_endpoint().empty() ? "" : ", replay on ",
                 publisher->replay_endpoint().c_str());
+    std::fflush(stdout);  // a router waiting on a pipe reads where to connect now
   }
   int64_t skipped = 0;
   for (const kvpage::sim::TraceRequest& t : *trace) {

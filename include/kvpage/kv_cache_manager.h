@@ -324,6 +324,12 @@ class KvCacheManager {
   std::vector<SlotToZero> TakeSlotsToZero();
 
   // ---- Accounting --------------------------------------------------------------------------
+  // The tokens a request with this prompt would be served from the prefix cache if it were
+  // added and asked GetComputedBlocks now: the longest prefix every group can serve, capped so
+  // the last token is recomputed; 0 with prefix caching off. Changes nothing (no request, no
+  // block, no statistics): for a router comparing servers. O(prompt blocks).
+  int64_t CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
+                             const BlockHashExtras& extras = {}) const;
   KvCacheUsage Usage() const;
   PrefixCacheStats prefix_cache_stats() const;
   std::vector<KvEvent> DrainEvents();

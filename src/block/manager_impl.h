@@ -85,6 +85,8 @@ class KvCacheManager::Impl {
 
   // ---- Prefix hits (prefix_hit.cc) ----
   CacheHit FindLongestHit(const internal::RequestState& st) const;
+  // The longest hit, in blocks, every group can serve among the first `length` of `hashes`.
+  int64_t LongestHitLength(absl::Span<const BlockHash> hashes, int64_t length) const;
 
   // ---- Allocation (allocation.cc) ----
   // AllocateSlots: true at once for a quiet step (IsQuiet), else AllocateStep.

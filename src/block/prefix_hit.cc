@@ -21,16 +21,34 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   int64_t length = std::min<int64_t>((NumTokens(st.slot) - 1) / block_size,
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
+  length = LongestHitLength(hashes, length);
+  if (length <= 0) return hit;
+  hit.num_tokens = length * block_size;
+  for (const auto& g : groups) hit.blocks[g->layout().id.value] = g->HitBlocks(hashes, length);
+  return hit;
+}
+
+int64_t KvCacheManager::Impl::LongestHitLength(absl::Span<const BlockHash> hashes,
+                                              int64_t length) const {
   for (int64_t previous = -1; length > 0 && length != previous;) {
     previous = length;
     for (const internal::GroupManager* g : hit_order) {
       length = std::min(length, g->HitLength(hashes, length));
     }
   }
-  if (length <= 0) return hit;
-  hit.num_tokens = length * block_size;
-  for (const auto& g : groups) hit.blocks[g->layout().id.value] = g->HitBlocks(hashes, length);
-  return hit;
+  return length;
+}
+
+int64_t KvCacheManager::CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
+                                           const BlockHashExtras& extras) const {
+  const Impl& m = *impl_;
+  if (!m.config.enable_prefix_caching || prompt_tokens.size() < 2) return 0;
+  const int64_t length = (static_cast<int64_t>(prompt_tokens.size()) - 1) / m.block_size;
+  if (length <= 0) return 0;
+  // Only the blocks a hit could cover are hashed.
+  RequestBlockHashes hashes(m.block_size, extras);
+  hashes.Update(*m.hasher, prompt_tokens.first(static_cast<size_t>(length * m.block_size)));
+  return m.LongestHitLength(hashes.hashes(), length) * m.block_size;
 }
 
 }  // namespace kvpage

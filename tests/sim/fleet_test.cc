@@ -284,6 +284,20 @@ TEST(FleetTest, InvariantsHoldAfterEveryStepWithEveryRouter) {
   }
 }
 
+// w = 0 leaves the load term only: prefix-aware then routes exactly as least-loaded.
+TEST(FleetTest, PrefixAwareWithOverlapWeightZeroIsLeastLoaded) {
+  const SimConfig c = QwenConfig(16 * kGiB);
+  const std::vector<TraceRequest> trace = Conversation(100);
+  FleetConfig f = Fleet(c, 3, RouterKind::kPrefixAware);
+  f.overlap_weight = 0;
+  absl::StatusOr<FleetResult> prefix = SimulateFleet(trace, f);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  absl::StatusOr<FleetResult> least = SimulateFleet(trace, Fleet(c, 3, RouterKind::kLeastLoaded));
+  ASSERT_TRUE(least.ok()) << least.status();
+  EXPECT_EQ(Routes(*prefix), Routes(*least));
+  EXPECT_EQ(prefix->prefix_cache.hit_tokens, least->prefix_cache.hit_tokens);
+}
+
 // With one full-attention group, the events carry every change of the cache: the router's
 // own index then answers exactly what the managers answer, and both routers agree.
 TEST(FleetTest, KvEventsAgreesWithPrefixAwareWhenEventsCarryEverything) {

@@ -5,16 +5,18 @@
 #   model <- block <- scheduler <- sim        planner -> block, model      memory -> block
 #   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
 #   device (src/device: the step's tables on the GPU) -> scheduler, kernels
+#   events (src/events: KV events on the wire, their publisher) -> block
 cmake_minimum_required(VERSION 3.25)
 
 set(allowed_model model internal)
 set(allowed_block model block internal)
 set(allowed_scheduler model block scheduler internal)
 set(allowed_planner model block planner internal)
-set(allowed_sim model block scheduler sim internal)
+set(allowed_sim model block scheduler events sim internal)
 set(allowed_memory model block memory internal)
 set(allowed_kernels model kernels internal)
 set(allowed_device model block scheduler kernels device internal)
+set(allowed_events model block events internal)
 set(allowed_internal internal)
 
 # The layer of each public header in include/kvpage/.
@@ -26,6 +28,7 @@ set(public_scheduler scheduler step_image)
 set(public_planner planner plan_format)
 set(public_kernels kernel_layout kernel_reference)
 set(public_device device_step_tables)
+set(public_events kv_event_wire kv_event_publisher)
 
 # Sets ${out} to the layer of the included path, or "" for a header outside kvpage.
 function(layer_of_include path out)
@@ -34,7 +37,7 @@ function(layer_of_include path out)
     set(layer kernels)
   elseif(path MATCHES "^kvpage/([a-z_0-9]+)\\.h$")
     set(name ${CMAKE_MATCH_1})
-    foreach(candidate model block scheduler planner kernels memory device)
+    foreach(candidate model block scheduler planner kernels memory device events)
       if(name IN_LIST public_${candidate})
         set(layer ${candidate})
       endif()
@@ -44,7 +47,7 @@ function(layer_of_include path out)
     endif()
   elseif(path MATCHES "^(src/)?(internal|profile)/")
     set(layer internal)
-  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory|device)/")
+  elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory|device|events)/")
     set(layer ${CMAKE_MATCH_1})
   endif()
   set(${out} "${layer}" PARENT_SCOPE)
@@ -66,7 +69,7 @@ function(check_files layer)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-foreach(layer model block scheduler planner memory device internal)
+foreach(layer model block scheduler planner memory device events internal)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.h ${SOURCE_DIR}/src/${layer}/*.cc)
   check_files(${layer} ${files})
 endforeach()

@@ -29,7 +29,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/
 
 set(_kvpage_export_targets
     kvpage kvpage_model kvpage_block kvpage_scheduler kvpage_planner kvpage_memory kvpage_sim
-    kvpage_kernel_ref)
+    kvpage_kernel_ref kvpage_events)
 if(TARGET kvpage_cuda)
   list(APPEND _kvpage_export_targets kvpage_cuda kvpage_memory_cuda kvpage_device)
 endif()

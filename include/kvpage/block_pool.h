@@ -69,6 +69,14 @@ struct BlockPoolConfig {
   absl::Status Validate() const;
 };
 
+// What a kStored event reports beyond the hash and its parent (KvEvent). The span must stay
+// valid for the CacheBlock call only; it is copied into the event.
+struct StoredBlockDetail {
+  bool has_parent = false;
+  int64_t lora_id = 0;
+  absl::Span<const int32_t> token_ids;
+};
+
 class BlockPool {
   struct Chunk;  // defined with the other private members below
   struct Block;
@@ -133,8 +141,12 @@ class BlockPool {
 
   // ---- Prefix cache ------------------------------------------------------------------------
   // Registers a full block under (hash, group). No-op when caching is off or the block already
-  // carries a hash. REQUIRES: the block is used.
-  void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent);
+  // carries a hash. REQUIRES: the block is used. When the key is new and events are recorded,
+  // records a kStored event carrying `detail` (null: only hash and parent).
+  void CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent,
+                  const StoredBlockDetail* detail = nullptr);
+  // Whether CacheBlock's events are recorded (the manager then computes their detail).
+  bool records_events() const { return events_ != nullptr && events_->enabled(); }
   // The block cached under (hash, group) longest ago among those still cached, or kNullBlock.
   // Does not take a reference.
   BlockId Lookup(BlockHash hash, GroupId group) const;
@@ -231,6 +243,9 @@ class BlockPool {
   void LruAppend(int32_t block, int32_t chunk);
   void LruRemove(int32_t block);
   void DropHash(int32_t block);  // removes the block's map entry and emits BlockRemoved
+  // Records the kStored event of a new key (events enabled).
+  void AddStored(BlockHash hash, GroupId group, BlockHash parent,
+                 const StoredBlockDetail* detail);
   void TakeBlock(int32_t block);  // a free block becomes used (ref 1)
 
   const int32_t pool_index_;

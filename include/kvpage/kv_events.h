@@ -7,12 +7,19 @@
 #define KVPAGE_KV_EVENTS_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kvpage/types.h"
 
 namespace kvpage {
 
+// One change to the prefix cache of one layer group.
+//
+// Each group's stream is consistent on its own: a kStored event's parent (when it has one) was
+// stored by the same group earlier and not removed since, and a kRemoved event names a hash the
+// group stored. A KvCacheManager fills every field; a bare BlockPool (no request at hand)
+// records only type, group, hash and parent.
 struct KvEvent {
   enum class Type : uint8_t {
     kStored,      // a block became reusable under `hash` (its prefix parent is `parent`)
@@ -22,7 +29,18 @@ struct KvEvent {
   Type type = Type::kStored;
   GroupId group;      // the layer group whose cache changed (unset for kAllCleared)
   BlockHash hash;
-  BlockHash parent;   // kStored only
+  // kStored: the hash this block extends. Meaningful when has_parent, or from a bare pool.
+  BlockHash parent;
+  // kStored, from a KvCacheManager: whether the block has a parent in this group's stream.
+  // An attention block's parent is the previous block; a recurrent state snapshot's is the
+  // latest earlier snapshot of the same prefix that the group still holds, if any.
+  bool has_parent = false;
+  // kStored: BlockHashExtras::lora_id of the request (0 = no adapter).
+  int64_t lora_id = 0;
+  // kStored: the token ids from the parent's end (or position 0) to this block's end. An
+  // attention block covers exactly block_size tokens; a state snapshot covers every token
+  // since its parent snapshot, a multiple of the block size.
+  std::vector<int32_t> token_ids;
 
   friend bool operator==(const KvEvent&, const KvEvent&) = default;
 };
@@ -32,8 +50,8 @@ class KvEventLog {
   explicit KvEventLog(bool enabled = false) : enabled_(enabled) {}
   bool enabled() const { return enabled_; }
   void set_enabled(bool enabled) { enabled_ = enabled; }
-  void Add(const KvEvent& event) {
-    if (enabled_) events_.push_back(event);
+  void Add(KvEvent event) {
+    if (enabled_) events_.push_back(std::move(event));
   }
   // Returns the events recorded since the last Drain, oldest first.
   std::vector<KvEvent> Drain() {

@@ -113,9 +113,18 @@ void AttentionGroup::Commit(const RequestView& r) {
   // A rollback may have dropped hashes since the blocks became pending (Uncache lowers
   // num_cached with them).
   const int64_t end = std::min<int64_t>(t.num_cached, static_cast<int64_t>(r.hashes.size()));
+  const bool events = pool().records_events();
   for (int64_t i = t.num_published; i < end; ++i) {
     if (t.blocks[i] == kNullBlock) continue;  // a window released it: it holds nothing now
-    pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+    if (!events) {
+      pool().CacheBlock(t.blocks[i], r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+      continue;
+    }
+    // The parent is the previous block. A sliding window may have released and evicted it:
+    // the event then starts a new chain, so the group's stream never names a parent it does
+    // not hold.
+    const bool parent_held = i > 0 && pool().Lookup(r.hashes[i - 1], layout().id) != kNullBlock;
+    CacheWithEvent(r, t.blocks[i], i, parent_held ? i - 1 : -1, i);
   }
   t.num_published = std::max(t.num_published, end);
 }

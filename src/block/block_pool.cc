@@ -383,7 +383,8 @@ void BlockPool::Free(absl::Span<const BlockId> blocks) {
 
 // ---- Prefix cache ----
 
-void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent) {
+void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHash parent,
+                           const StoredBlockDetail* detail) {
   const int32_t b = block.value;
   if (!enable_caching_ || blocks_[b].has_hash) return;
   KVPAGE_DCHECK(b > 0 && blocks_[b].ref > 0);
@@ -395,13 +396,25 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   const int32_t head = index_->FindOrInsert(hash, group.value, b);
   if (head == 0) {
     key.dup_last = b;
-    events_->Add(KvEvent{KvEvent::Type::kStored, group, hash, parent});
+    if (events_->enabled()) AddStored(hash, group, parent, detail);
   } else {
     // A duplicate goes to the end of the chain: lookups keep returning the oldest block
     // under the key, and after it is evicted the next oldest, as vLLM's do.
     keys_[keys_[head].dup_last].dup_next = b;
     keys_[head].dup_last = b;
   }
+}
+
+void BlockPool::AddStored(BlockHash hash, GroupId group, BlockHash parent,
+                          const StoredBlockDetail* detail) {
+  KvEvent event{KvEvent::Type::kStored, group, hash, parent};
+  if (detail != nullptr) {
+    event.has_parent = detail->has_parent;
+    if (!detail->has_parent) event.parent = BlockHash{};
+    event.lora_id = detail->lora_id;
+    event.token_ids.assign(detail->token_ids.begin(), detail->token_ids.end());
+  }
+  events_->Add(std::move(event));
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {

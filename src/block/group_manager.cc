@@ -2,6 +2,7 @@
 #include "block/group_manager.h"
 
 #include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
 #include "block/attention_group.h"
 #include "block/recurrent_group.h"
 #include "block/sliding_window_group.h"
@@ -23,6 +24,26 @@ absl::Status GroupManager::CheckHit(const RequestView& r, const StepArgs& step) 
     }
   }
   return absl::OkStatus();
+}
+
+void GroupManager::CacheWithEvent(const RequestView& r, BlockId block, int64_t i,
+                                  int64_t parent, int64_t first) const {
+  const int64_t bs = ctx().hash_block_size;
+  KVPAGE_DCHECK(parent < first && first <= i &&
+                static_cast<int64_t>(r.tokens.size()) >= (i + 1) * bs);
+  const StoredBlockDetail detail{
+      .has_parent = parent >= 0,
+      .lora_id = r.lora_id,
+      .token_ids = r.tokens.subspan(static_cast<size_t>(first * bs),
+                                    static_cast<size_t>((i + 1 - first) * bs))};
+  pool().CacheBlock(block, r.hashes[i], layout_.id, parent >= 0 ? r.hashes[parent] : r.root,
+                    &detail);
+}
+
+int64_t GroupManager::HeldParent(const RequestView& r, int64_t i) const {
+  int64_t j = i - 1;
+  while (j >= 0 && pool().Lookup(r.hashes[j], layout_.id) == kNullBlock) --j;
+  return j;
 }
 
 std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockPool* pool,

@@ -76,6 +76,10 @@ struct RequestView {
   BlockHash root;                      // the parent of the first block's hash
   int64_t prompt_len = 0;
   bool allocated = false;  // has been through AllocateSlots since it was added or freed
+  // Set only while KV events are recorded (BlockPool::records_events), for their detail: the
+  // request's tokens (every full block's at least) and its LoRA id.
+  absl::Span<const int32_t> tokens;
+  int64_t lora_id = 0;
 };
 
 // One step of one request, as every group sees it.
@@ -179,6 +183,14 @@ class GroupManager {
 
  protected:
   const GroupContext& ctx() const { return *ctx_; }
+  // Offers `block` to the prefix cache under r.hashes[i] with its kStored event's detail: the
+  // parent r.hashes[parent] (-1: none) and the tokens of hash blocks [first, i].
+  // REQUIRES: pool().records_events(); 0 <= first <= i < r.hashes.size(); parent < first.
+  void CacheWithEvent(const RequestView& r, BlockId block, int64_t i, int64_t parent,
+                      int64_t first) const;
+  // The latest hash block before i whose hash this group still holds, or -1: the parent that
+  // keeps the group's event stream consistent on its own.
+  int64_t HeldParent(const RequestView& r, int64_t i) const;
 
  private:
   const GroupLayout layout_;

@@ -80,11 +80,16 @@ absl::Status KvCacheManager::Impl::Stale(RequestHandle h) const {
 }
 
 internal::RequestView KvCacheManager::Impl::View(const RequestState& st) const {
-  return internal::RequestView{.slot = st.slot,
-                               .hashes = st.hashes.hashes(),
-                               .root = hasher->root(),
-                               .prompt_len = st.prompt_len,
-                               .allocated = st.allocated};
+  internal::RequestView r{.slot = st.slot,
+                          .hashes = st.hashes.hashes(),
+                          .root = hasher->root(),
+                          .prompt_len = st.prompt_len,
+                          .allocated = st.allocated};
+  if (events.enabled()) {  // what the events' detail reads (BlockPool::records_events)
+    r.tokens = absl::MakeConstSpan(st.tokens.data(), st.tokens.size());
+    r.lora_id = st.hashes.extras().lora_id;
+  }
+  return r;
 }
 
 namespace {

@@ -128,7 +128,15 @@ void RecurrentGroup::Commit(const RequestView& r) {
   s.cur_is_snapshot = false;
   if (s.snapshot_block >= 0 && s.snapshot_block < static_cast<int64_t>(r.hashes.size())) {
     const int64_t i = s.snapshot_block;
-    pool().CacheBlock(BlockId(s.cur), r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+    if (pool().records_events()) {
+      // The snapshot extends the latest earlier snapshot of this prefix the group still holds
+      // and covers every token since it.
+      const int64_t parent = HeldParent(r, i);
+      CacheWithEvent(r, BlockId(s.cur), i, parent, parent + 1);
+    } else {
+      pool().CacheBlock(BlockId(s.cur), r.hashes[i], layout().id,
+                        i > 0 ? r.hashes[i - 1] : r.root);
+    }
     s.cur_is_snapshot = pool().is_cached(BlockId(s.cur));
   }
   s.step_pending = false;

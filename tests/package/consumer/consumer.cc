@@ -1,10 +1,12 @@
 // Plans a bundled model, schedules one request and reads a trace line through the simulator's
-// parser: every exported library, linked from outside kvpage. Prints "consumer ok" on success.
+// parser, encodes its KV events: every exported library, linked from outside kvpage. Prints "consumer ok" on success.
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kvpage/catalog.h"
+#include "kvpage/kv_event_wire.h"
 #include "kvpage/planner.h"
 #include "kvpage/scheduler.h"
 #include "sim/trace.h"
@@ -47,6 +49,12 @@ int main() {
     std::fprintf(stderr, "consumer: scheduled %zu requests, want 1\n", out.requests.size());
     return 1;
   }
+
+  // kvpage::events: the request's events as the wire payload a router reads.
+  absl::StatusOr<std::string> payload = kvpage::EncodeKvEventBatch(
+      0.0, (*scheduler)->DrainKvEvents(), kvpage::KvEventGroupInfos((*scheduler)->kv_cache()));
+  if (!payload.ok()) return Fail("EncodeKvEventBatch", payload.status());
+  if (!kvpage::DecodeKvEventBatch(*payload).ok()) return Fail("DecodeKvEventBatch", payload.status());
 
   absl::StatusOr<std::vector<kvpage::sim::TraceRequest>> trace = kvpage::sim::ParseTrace(
       kvpage::sim::TraceFormat::kMooncake,

@@ -29,19 +29,6 @@ int32_t HashBlockSize(const KvCacheManager& kv) {
   return kv.config().block_size;
 }
 
-// What a router must know of each layer group to read the replicas' events.
-std::vector<KvEventGroupInfo> GroupInfos(const KvCacheManager& kv) {
-  std::vector<KvEventGroupInfo> groups;
-  for (int32_t g = 0; g < kv.num_groups(); ++g) {
-    KvEventGroupInfo info;
-    info.block_size = kv.group_block_size(GroupId(g));
-    info.kind = std::string(LayerKindName(kv.group_kind(GroupId(g))));
-    if (kv.group_window(GroupId(g)) > 0) info.sliding_window = kv.group_window(GroupId(g));
-    groups.push_back(std::move(info));
-  }
-  return groups;
-}
-
 // Everything after the run: per-replica results, then the fleet's sums over them.
 absl::StatusOr<FleetResult> Collect(std::vector<std::unique_ptr<Replica>>& replicas,
                                     const std::vector<int64_t>& routed) {
@@ -137,7 +124,7 @@ absl::StatusOr<FleetResult> SimulateFleet(const std::vector<TraceRequest>& trace
   KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<Router> router,
                           CreateRouter(config.router, config.replicas, config.overlap_weight,
                                        HashBlockSize(kv)));
-  const std::vector<KvEventGroupInfo> groups = GroupInfos(kv);
+  const std::vector<KvEventGroupInfo> groups = KvEventGroupInfos(kv);
   std::vector<int64_t> routed(static_cast<size_t>(config.replicas), 0);
   int64_t event_bytes = 0;
   const auto route = [&](size_t pos, absl::Span<const int32_t> prompt) {

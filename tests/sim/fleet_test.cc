@@ -237,7 +237,7 @@ TEST(FleetTest, PrefixAwareSendsASharedPrefixToTheReplicaHoldingIt) {
 TEST(FleetTest, OneReplicaReproducesSimulateWithEveryRouter) {
   SimConfig c = QwenConfig(8 * kGiB);
   c.check_invariants = true;
-  const std::vector<TraceRequest> trace = Conversation(60);
+  const std::vector<TraceRequest> trace = Conversation(40);
   absl::StatusOr<SimResult> single = Simulate(trace, c);
   ASSERT_TRUE(single.ok()) << single.status();
   ASSERT_GT(single->prefix_cache.hit_tokens, 0);
@@ -251,7 +251,7 @@ TEST(FleetTest, OneReplicaReproducesSimulateWithEveryRouter) {
     EXPECT_EQ(RequestsCsv(fleet->requests), RequestsCsv(single->requests));
     EXPECT_EQ(SummaryToJson(fleet->summary), SummaryToJson(single->summary));
     EXPECT_EQ(fleet->prefix_cache.hit_tokens, single->prefix_cache.hit_tokens);
-    EXPECT_EQ(fleet->replicas[0].routed, 60);
+    EXPECT_EQ(fleet->replicas[0].routed, 40);
     EXPECT_DOUBLE_EQ(fleet->load_imbalance, 1.0);
   }
 }
@@ -259,7 +259,7 @@ TEST(FleetTest, OneReplicaReproducesSimulateWithEveryRouter) {
 TEST(FleetTest, InvariantsHoldAfterEveryStepWithEveryRouter) {
   SimConfig c = QwenConfig(8 * kGiB);
   c.check_invariants = true;
-  const std::vector<TraceRequest> trace = Conversation(60);
+  const std::vector<TraceRequest> trace = Conversation(40);
   for (RouterKind kind : kAllRouters) {
     absl::StatusOr<FleetResult> r = SimulateFleet(trace, Fleet(c, 3, kind));
     ASSERT_TRUE(r.ok()) << RouterKindName(kind) << ": " << r.status();
@@ -273,8 +273,8 @@ TEST(FleetTest, InvariantsHoldAfterEveryStepWithEveryRouter) {
       EXPECT_GT(s.busy_s, 0);
       EXPECT_LE(s.result.kv_usage[0].peak, 1.0);
     }
-    EXPECT_EQ(routed, 60);
-    EXPECT_EQ(r->summary.completed + dropped, 60);
+    EXPECT_EQ(routed, 40);
+    EXPECT_EQ(r->summary.completed + dropped, 40);
     EXPECT_EQ(r->prefix_cache.queried_tokens, queried);
     EXPECT_EQ(r->prefix_cache.hit_tokens, hits);
     EXPECT_GE(r->load_imbalance, 1.0);

@@ -29,6 +29,17 @@ int32_t HashBlockSize(const KvCacheManager& kv) {
   return kv.config().block_size;
 }
 
+// The group a kv-events router indexes: the first that holds whole prefixes (full attention
+// or MLA), else group 0.
+int32_t IndexedGroup(const std::vector<KvEventGroupInfo>& groups) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].kind == "full_attention" || groups[g].kind == "mla_attention") {
+      return static_cast<int32_t>(g);
+    }
+  }
+  return 0;
+}
+
 // Everything after the run: per-replica results, then the fleet's sums over them.
 absl::StatusOr<FleetResult> Collect(std::vector<std::unique_ptr<Replica>>& replicas,
                                     const std::vector<int64_t>& routed) {
@@ -121,10 +132,10 @@ absl::StatusOr<FleetResult> SimulateFleet(const std::vector<TraceRequest>& trace
     replicas.push_back(*std::move(replica));
   }
   const KvCacheManager& kv = replicas[0]->kv_cache();
+  const std::vector<KvEventGroupInfo> groups = KvEventGroupInfos(kv);
   KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<Router> router,
                           CreateRouter(config.router, config.replicas, config.overlap_weight,
-                                       HashBlockSize(kv)));
-  const std::vector<KvEventGroupInfo> groups = KvEventGroupInfos(kv);
+                                       HashBlockSize(kv), IndexedGroup(groups)));
   std::vector<int64_t> routed(static_cast<size_t>(config.replicas), 0);
   int64_t event_bytes = 0;
   const auto route = [&](size_t pos, absl::Span<const int32_t> prompt) {

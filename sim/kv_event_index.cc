@@ -21,7 +21,9 @@ uint64_t ChainKey(uint64_t parent, absl::Span<const uint32_t> tokens) {
 absl::Status KvEventIndex::Apply(const WireKvEventBatch& batch) {
   for (size_t i = 0; i < batch.events.size(); ++i) {
     const WireKvEvent& e = batch.events[i];
-    if (e.group_idx.value_or(0) != 0) continue;
+    if (e.type != WireKvEvent::Type::kAllBlocksCleared && e.group_idx.value_or(0) != group_) {
+      continue;
+    }
     switch (e.type) {
       case WireKvEvent::Type::kBlockStored:
         if (absl::Status s = ApplyStored(e); !s.ok()) {

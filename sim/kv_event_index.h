@@ -11,7 +11,8 @@
 // BlockRemoved. A request's prompt is hashed the same way (PromptKeys) and matched block by
 // block from the start. A BlockStored whose parent the index never saw is ignored (counted in
 // orphan_blocks) — its chain key cannot be known; so is an event of another layer group than
-// the one indexed (group 0: full attention for the bundled dense models).
+// the one indexed (the fleet indexes the first full-attention or MLA group, whose cache holds
+// whole prefixes; a sliding-window group drops the blocks its window has left).
 //
 // Thread-compatible.
 #ifndef KVPAGE_SIM_KV_EVENT_INDEX_H_
@@ -31,8 +32,9 @@ class KvEventIndex {
  public:
   static constexpr uint64_t kRootKey = 0x6b7670616765726fULL;  // the parent of block 0
 
-  // REQUIRES: block_size >= 1.
-  explicit KvEventIndex(int32_t block_size) : block_size_(block_size) {}
+  // Indexes the events of layer group `group`. REQUIRES: block_size >= 1.
+  explicit KvEventIndex(int32_t block_size, int32_t group = 0)
+      : block_size_(block_size), group_(group) {}
 
   // Applies one decoded batch, oldest event first. InvalidArgument naming the event for a
   // BlockStored whose block size differs from the index's, or whose token ids do not fill
@@ -58,6 +60,7 @@ class KvEventIndex {
   void Remove(uint64_t engine_hash);
 
   int32_t block_size_;
+  int32_t group_;
   absl::flat_hash_map<uint64_t, Block> blocks_;   // engine hash -> block
   absl::flat_hash_map<uint64_t, int32_t> keys_;   // chain key -> blocks holding it
   int64_t orphan_blocks_ = 0;

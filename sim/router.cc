@@ -93,9 +93,9 @@ class PrefixAwareRouter final : public CostRouter {
 
 class KvEventsRouter final : public CostRouter {
  public:
-  KvEventsRouter(int32_t replicas, double overlap_weight, int32_t block_size)
+  KvEventsRouter(int32_t replicas, double overlap_weight, int32_t block_size, int32_t group)
       : CostRouter(overlap_weight, block_size),
-        indexes_(static_cast<size_t>(replicas), KvEventIndex(block_size)) {}
+        indexes_(static_cast<size_t>(replicas), KvEventIndex(block_size, group)) {}
 
   bool wants_kv_events() const override { return true; }
   absl::Status Observe(int32_t replica, std::string_view payload) override {
@@ -124,7 +124,8 @@ class KvEventsRouter final : public CostRouter {
 absl::Status Router::Observe(int32_t, std::string_view) { return absl::OkStatus(); }
 
 absl::StatusOr<std::unique_ptr<Router>> CreateRouter(RouterKind kind, int32_t replicas,
-                                                     double overlap_weight, int32_t block_size) {
+                                                     double overlap_weight, int32_t block_size,
+                                                     int32_t indexed_group) {
   if (replicas < 1) {
     return absl::InvalidArgumentError(absl::StrCat("replicas must be >= 1, got ", replicas));
   }
@@ -143,7 +144,8 @@ absl::StatusOr<std::unique_ptr<Router>> CreateRouter(RouterKind kind, int32_t re
     case RouterKind::kPrefixAware:
       return std::make_unique<PrefixAwareRouter>(overlap_weight, block_size);
     case RouterKind::kKvEvents:
-      return std::make_unique<KvEventsRouter>(replicas, overlap_weight, block_size);
+      return std::make_unique<KvEventsRouter>(replicas, overlap_weight, block_size,
+                                              indexed_group);
   }
   return absl::InvalidArgumentError("unknown router kind");
 }

@@ -13,7 +13,8 @@
 //                  where C_r is read from the replica's real KvCacheManager
 //                  (CachedPrefixTokens: the hit admission would get now, nothing allocated).
 //   kv-events      the same cost, with C_r from the router's own index of the replica's cache,
-//                  built only from the KV events the replica publishes (kv_event_index.h).
+//                  built only from the KV events the replica publishes (kv_event_index.h)
+//                  for one layer group.
 //
 // The cost is Dynamo's KV router logit (ai-dynamo/dynamo, lib/llm/src/kv_router/scheduler.rs,
 // DefaultWorkerSelector: logit = overlap_score_weight · potential_prefill_blocks +
@@ -58,10 +59,12 @@ class Router {
   virtual absl::Status Observe(int32_t replica, std::string_view payload);
 };
 
-// A router of `kind` for `replicas` replicas whose caches use `block_size` tokens per block.
+// A router of `kind` for `replicas` replicas whose caches use `block_size` tokens per block;
+// kv-events indexes the events of layer group `indexed_group`.
 // InvalidArgument for replicas < 1, block_size < 1, or a negative or non-finite weight.
 absl::StatusOr<std::unique_ptr<Router>> CreateRouter(RouterKind kind, int32_t replicas,
-                                                     double overlap_weight, int32_t block_size);
+                                                     double overlap_weight, int32_t block_size,
+                                                     int32_t indexed_group = 0);
 
 }  // namespace kvpage::sim
 

@@ -35,8 +35,11 @@ std::string SearchOutcome(const SloRunInfo& info, const SloSearch& s) {
     return absl::StrCat(who, "not met at ", info.max_replicas,
                         " replicas (the search's upper bound)\n");
   }
-  return absl::StrFormat("%s%d replicas = %d GPUs  (%d simulations)\n", who, *s.result.fewest,
-                         int64_t{*s.result.fewest} * s.tp, s.result.probes.size());
+  const int64_t gpus = int64_t{*s.result.fewest} * s.tp;
+  return absl::StrFormat("%s%d replica%s = %d GPU%s  (%d simulation%s)\n", who,
+                         *s.result.fewest, *s.result.fewest == 1 ? "" : "s", gpus,
+                         gpus == 1 ? "" : "s", s.result.probes.size(),
+                         s.result.probes.size() == 1 ? "" : "s");
 }
 
 ordered_json ValuesJson(const std::vector<sim::SloTerm>& slo, const std::vector<double>& values) {
@@ -130,8 +133,9 @@ std::string SloFrontierTable(const SloRunInfo& info, const std::vector<SloSearch
   const SloSearch& s = searches[answer->search];
   return absl::StrCat(
       out,
-      absl::StrFormat("\nAnswer: %d x %s  (tp %d, %d replicas, router %s: %s)\n", answer->gpus,
-                      info.gpu, s.tp, answer->replicas, sim::RouterKindName(s.router),
+      absl::StrFormat("\nAnswer: %d x %s  (tp %d, %d replica%s, router %s: %s)\n", answer->gpus,
+                      info.gpu, s.tp, answer->replicas, answer->replicas == 1 ? "" : "s",
+                      sim::RouterKindName(s.router),
                       Values(info.slo, ProbeAt(s, answer->replicas).outcome.values_ms)),
       "Ties on GPUs go to the most headroom (smallest worst value / limit), then the smaller "
       "tp, then the router listed first.\n");

@@ -11,18 +11,7 @@
 #include "kvpage/catalog.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
-
-// Sanitizer builds (ASan + UBSan, Debug) check invariants every step ~50x slower: not there.
-#if defined(__SANITIZE_ADDRESS__)
-#define KVPAGE_UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KVPAGE_UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef KVPAGE_UNDER_SANITIZER
-#define KVPAGE_UNDER_SANITIZER 0
-#endif
+#include "testing/sanitizer.h"
 
 namespace kvpage::sim {
 namespace {

@@ -16,18 +16,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/hardware_calibration.h"
 #include "sim/trace.h"
-
-// Sanitizer builds (ASan + UBSan, Debug) run the whole-trace test ~50x slower: skip it there.
-#if defined(__SANITIZE_ADDRESS__)
-#define KVPAGE_UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KVPAGE_UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef KVPAGE_UNDER_SANITIZER
-#define KVPAGE_UNDER_SANITIZER 0
-#endif
+#include "testing/sanitizer.h"
 
 namespace kvpage::sim {
 namespace {

@@ -20,7 +20,7 @@ set(allowed_events model block events internal)
 set(allowed_internal internal)
 
 # The layer of each public header in include/kvpage/.
-set(public_model dtype model_spec catalog vllm_version)
+set(public_model dtype model_spec catalog vllm_version tensor_parallel)
 set(public_block types block_hash block_pool memory_budget memory_layout kv_events
     kv_cache_manager)
 set(public_memory host_memory_backing cuda_vmm_backing)

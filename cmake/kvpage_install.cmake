@@ -81,6 +81,7 @@ if(TARGET kvpage_cli)
   # What the CLI reads at run time, found relative to bin/ (see src/cli/cli_util.h).
   set(_kvpage_share ${CMAKE_INSTALL_DATADIR}/kvpage)
   install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/plot_plan.py ${PROJECT_SOURCE_DIR}/scripts/plot_sim.py
+                   ${PROJECT_SOURCE_DIR}/scripts/plot_slo.py
           DESTINATION ${_kvpage_share}/scripts COMPONENT kvpage_runtime)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/data/traces/
           DESTINATION ${_kvpage_share}/traces COMPONENT kvpage_runtime)

@@ -15,6 +15,10 @@
 //   * kLlamaCpp — what `llama-server -c L --parallel N` allocates (cells padded to 256,
 //                 per-sequence streams, SWA cells = window + ubatch, f32 recurrent state).
 //
+// With tensor parallelism (PlanOptions::tp > 1) every policy plans what one of the tp GPUs
+// holds: the model as ShardForTensorParallel splits it (kvpage/tensor_parallel.h), so bytes,
+// budgets and concurrencies are per GPU.
+//
 // All functions are pure: thread-safe, no I/O, no logging.
 #ifndef KVPAGE_PLANNER_H_
 #define KVPAGE_PLANNER_H_
@@ -60,6 +64,8 @@ struct PlanOptions {
   // vllm only: the release to follow. 0.29 and 0.33 reserve the same for one max-length
   // request on the paths modelled (docs/capacity_planning.md §3.2).
   VllmVersion vllm_version = kCurrentVllmVersion;
+  // All policies: tensor-parallel degree; the plan is of one GPU's share of the model.
+  int32_t tp = 1;
 
   // llamacpp only.
   int32_t ubatch = 512;   // --ubatch-size
@@ -107,13 +113,15 @@ struct Plan {
   std::string model;
   Policy policy = Policy::kKvpage;
   DType kv_cache_dtype = DType::kBF16;
+  int32_t tp = 1;  // tensor-parallel degree; > 1: every byte count below is one GPU's
   std::optional<int64_t> kv_budget_bytes;
   std::vector<PlanRow> rows;  // one per requested context, in the order given
 };
 
 // Plans every context in `contexts` (each > 0). `kv_budget_bytes`, when set, fills
 // max_concurrency. Errors: InvalidArgument for bad options or contexts, or when the policy
-// cannot represent the model with these options (e.g. q8_0 under vllm), naming the value.
+// cannot represent the model with these options (e.g. q8_0 under vllm), naming the value,
+// or CheckTensorParallel's error when options.tp cannot split the model.
 absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options,
                               absl::Span<const int64_t> contexts,
                               std::optional<int64_t> kv_budget_bytes = std::nullopt);
@@ -123,6 +131,17 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options
 // InvalidArgument if utilization is not in (0, 1] or the weights do not fit.
 absl::StatusOr<int64_t> KvBudgetFromGpu(const ModelSpec& model, int64_t gpu_memory_bytes,
                                         double gpu_memory_utilization);
+
+// The KV budget of `tp` GPUs of `gpu_memory_bytes` each, expressed in bytes of the whole
+// model's cache (what a simulator that sizes blocks from the unsplit model needs): each GPU's
+// KvBudgetFromGpu of its shard (ShardForTensorParallel), times TensorParallelCacheFactor.
+// tp 1 is KvBudgetFromGpu(model, ...). With a replicated MLA latent the budget does not grow
+// with tp; with replicated KV heads it grows by num_kv_heads, not tp. Exact when every layer
+// group shrinks by the same factor, else conservative (the least factor).
+// Errors: CheckTensorParallel's, then KvBudgetFromGpu's for the shard.
+absl::StatusOr<int64_t> TensorParallelKvBudget(const ModelSpec& model, int32_t tp,
+                                               int64_t gpu_memory_bytes,
+                                               double gpu_memory_utilization);
 
 }  // namespace kvpage
 

@@ -13,6 +13,11 @@ int RunModels(const std::vector<std::string>& args);
 int RunSim(const std::vector<std::string>& args);
 int RunCost(const std::vector<std::string>& args);
 
+// `kvpage plan --trace FILE --slo ...` (slo_plan_command.cc): whether args ask for it (they
+// hold --slo or --trace), and the command itself.
+bool IsSloPlan(const std::vector<std::string>& args);
+int RunSloPlan(const std::vector<std::string>& args);
+
 }  // namespace kvpage::cli
 
 #endif  // KVPAGE_CLI_COMMANDS_H_

@@ -18,6 +18,7 @@
 #include "kvpage/catalog.h"
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
+#include "kvpage/tensor_parallel.h"
 
 namespace kvpage::cli {
 namespace {
@@ -25,12 +26,15 @@ namespace {
 constexpr const char* kPlanUsage =
     R"(Usage: kvpage plan --model M[,M…] --context L[,L…] [--policy kvpage|vllm|llamacpp | --compare]
                    [policy flags] [--gpu a100|h100|h200 [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
-                   [--format table|json|csv] [--plot FILE.png]
+                   [--tp N] [--format table|json|csv] [--plot FILE.png]
+       kvpage plan --trace FILE --slo ttft-p99=2s,tpot-p99=100ms --model M --gpu G [flags]
+                   (the fewest GPUs that serve a trace within an SLO; `kvpage plan --slo --help`)
 
 Reports, for each context length L, the bytes one request of length L reserves for the model
 under a reservation policy (kvpage's allocator, vLLM 0.29, or llama-server), split into the
 length-dependent KV part and the fixed recurrent state, and — given a KV budget — how many
-such requests fit. MiB = 2^20 bytes. docs/capacity_planning.md explains every policy.)";
+such requests fit. MiB = 2^20 bytes. With --tp N, everything is one GPU's share of a model
+split over N GPUs by tensor parallelism. docs/capacity_planning.md explains every policy.)";
 
 struct PlanFlags {
   std::string model;
@@ -49,6 +53,7 @@ struct PlanFlags {
   bool kv_unified = false;
   bool swa_full = false;
   std::string gpu;
+  int64_t tp = 1;
   double gpu_memory_utilization = 0.9;
   double kv_budget_gib = 0;
   std::string format = "table";
@@ -91,7 +96,13 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
                 "Budget = memory x utilization - weights (activations not modelled).");
   fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
             "Fraction of GPU memory the runtime may use (default 0.9).");
-  fs.Double("kv-budget-gib", &f.kv_budget_gib, "KV budget in GiB (2^30 bytes); overrides --gpu.");
+  fs.Int("tp", &f.tp,
+         "Tensor-parallel degree, 1 to 1024 (default 1): plan one GPU's share. It holds\n"
+         "num_kv_heads / tp KV heads (one, replicated, when fewer than tp), the whole MLA\n"
+         "latent, 1/tp of linear-attention state and weights / tp. tp must divide the query\n"
+         "heads, and divide or be a multiple of the KV heads, as vLLM requires.");
+  fs.Double("kv-budget-gib", &f.kv_budget_gib,
+            "KV budget in GiB (2^30 bytes) of each GPU; overrides --gpu.");
   fs.String("format", &f.format, "table (default), json or csv.");
   fs.String("plot", &f.plot,
             "Also draw reserved memory against context length (powers of two from 1K up to\n"
@@ -145,6 +156,11 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--vllm-version: ", version.status().message()));
   }
   o.vllm_version = *version;
+  if (f.tp < 1 || f.tp > kMaxTensorParallel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp must be in [1, ", kMaxTensorParallel, "], got ", f.tp));
+  }
+  o.tp = static_cast<int32_t>(f.tp);
   o.kv_unified = f.kv_unified;
   o.swa_full = f.swa_full;
   if (absl::Status s = o.Validate(); !s.ok()) return s;
@@ -172,7 +188,9 @@ absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet&
     return absl::InvalidArgumentError(absl::StrCat(
         "--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
   }
-  auto budget = KvBudgetFromGpu(model, gpu->memory_bytes, f.gpu_memory_utilization);
+  auto shard = ShardForTensorParallel(model, static_cast<int32_t>(f.tp));
+  if (!shard.ok()) return shard.status();
+  auto budget = KvBudgetFromGpu(*shard, gpu->memory_bytes, f.gpu_memory_utilization);
   if (!budget.ok()) {
     // The weights alone do not fit: no request fits either. Say so, and plan with nothing.
     std::cerr << "kvpage plan: warning: " << budget.status().message() << "; KV budget is 0\n";
@@ -212,6 +230,7 @@ int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
+  if (IsSloPlan(args)) return RunSloPlan(args);
   PlanFlags f;
   FlagSet fs(kPlanUsage);
   RegisterPlanFlags(fs, f);

@@ -103,8 +103,8 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
             "KV budget in GiB (2^30 bytes, all GPUs together), up to 1e9; overrides\n"
             "--gpu-memory-utilization.");
   fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
-            "KV budget = GPU memory x this x tp - weights (default 0.9; activations not\n"
-            "modelled).");
+            "KV budget of each GPU = GPU memory x this - weights / tp (default 0.9;\n"
+            "activations not modelled).");
   fs.Int("block-size", &f.block_size, "Tokens per KV block (default 16).");
   fs.Int("max-num-batched-tokens", &f.max_num_batched_tokens,
          "Token budget of one step (default 8192).");
@@ -125,8 +125,9 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.String("kv-cache-dtype", &f.kv_cache_dtype,
             "auto (default: the model dtype), f32, f16, bf16, fp8 or q8_0.");
   fs.Int("tp", &f.tp,
-         "Tensor-parallel degree, 1 to 1024: divides the cost model's FLOPs and bytes, and\n"
-         "multiplies GPU memory for the budget (default 1).");
+         "Tensor-parallel degree, 1 to 1024: divides the cost model's FLOPs and bytes; each\n"
+         "GPU holds num_kv_heads / tp KV heads (1 when fewer than tp, replicated as vLLM\n"
+         "does; an MLA latent whole) and weights / tp (default 1; docs/capacity_planning.md).");
   fs.String("allocator", &f.allocator,
             "KV accounting: kvpage (default) or vllm (what the vLLM release --vllm-version\n"
             "would allocate).");
@@ -381,7 +382,10 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
       return absl::InvalidArgumentError(absl::StrCat(
           "--gpu-memory-utilization must be in (0, 1], got ", f.gpu_memory_utilization));
     }
-    auto budget = KvBudgetFromGpu(c.model, c.gpu.memory_bytes * f.tp, f.gpu_memory_utilization);
+    // Each of the tp GPUs holds its share of the KV heads (replicated below one per GPU, the
+    // MLA latent whole) and of the weights; the budget is counted in the whole model's bytes.
+    auto budget = TensorParallelKvBudget(c.model, static_cast<int32_t>(f.tp), c.gpu.memory_bytes,
+                                         f.gpu_memory_utilization);
     if (!budget.ok()) return budget.status();
     s.kv.kv_budget_bytes = *budget;
   }

@@ -18,6 +18,7 @@ nlohmann::ordered_json PlanJson(const Plan& plan) {
   j["model"] = plan.model;
   j["policy"] = std::string(PolicyName(plan.policy));
   j["kv_cache_dtype"] = std::string(DTypeName(plan.kv_cache_dtype));
+  if (plan.tp > 1) j["tp"] = plan.tp;  // absent at tp 1, as before tensor parallelism existed
   j["kv_budget_bytes"] = plan.kv_budget_bytes.has_value()
                              ? nlohmann::ordered_json(*plan.kv_budget_bytes)
                              : nlohmann::ordered_json(nullptr);
@@ -88,6 +89,7 @@ std::string PlansToCsv(absl::Span<const Plan> plans) {
 std::string PlanToTable(const Plan& plan) {
   std::string out = absl::StrFormat("%s  policy %s  kv dtype %s", plan.model,
                                     PolicyName(plan.policy), DTypeName(plan.kv_cache_dtype));
+  if (plan.tp > 1) absl::StrAppendFormat(&out, "  tp %d (per GPU)", plan.tp);
   if (plan.kv_budget_bytes.has_value()) {
     absl::StrAppendFormat(&out, "  budget %.2f GiB", *plan.kv_budget_bytes / kGiB);
   }
@@ -110,6 +112,7 @@ std::string CompareTable(absl::Span<const Plan> plans) {
     dtypes.push_back(absl::StrCat(PolicyName(p.policy), " ", DTypeName(p.kv_cache_dtype)));
   }
   std::string out = absl::StrCat(plans[0].model, "  (", absl::StrJoin(dtypes, ", "), ")");
+  if (plans[0].tp > 1) absl::StrAppendFormat(&out, "  tp %d (per GPU)", plans[0].tp);
   if (plans[0].kv_budget_bytes.has_value()) {
     absl::StrAppendFormat(&out, "  budget %.2f GiB", *plans[0].kv_budget_bytes / kGiB);
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "kvpage/tensor_parallel.h"
 #include "planner/policies.h"
 
 namespace kvpage {
@@ -51,6 +52,10 @@ absl::Status PlanOptions::Validate() const {
   }
   if (policy == Policy::kVllm) KVPAGE_RETURN_IF_ERROR(CheckVllmBlockSize(block_size));
   KVPAGE_RETURN_IF_ERROR(ValidateVllmVersion(vllm_version));
+  if (tp < 1 || tp > kMaxTensorParallel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp must be in [1, ", kMaxTensorParallel, "], got ", tp));
+  }
   if (parallel > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("parallel ", parallel, " is too large"));
   }
@@ -62,10 +67,11 @@ DType PlanOptions::ResolvedKvDtype(DType model) const {
   return policy == Policy::kLlamaCpp ? DType::kF16 : model;
 }
 
-absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options,
+absl::StatusOr<Plan> MakePlan(const ModelSpec& whole_model, const PlanOptions& options,
                               absl::Span<const int64_t> contexts,
                               std::optional<int64_t> kv_budget_bytes) {
   KVPAGE_RETURN_IF_ERROR(options.Validate());
+  KVPAGE_ASSIGN_OR_RETURN(const ModelSpec model, ShardForTensorParallel(whole_model, options.tp));
   if (kv_budget_bytes.has_value() && *kv_budget_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV budget must be >= 0 bytes, got ", *kv_budget_bytes));
@@ -75,6 +81,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options
   plan.model = model.name;
   plan.policy = options.policy;
   plan.kv_cache_dtype = options.ResolvedKvDtype(model.dtype);
+  plan.tp = options.tp;
   plan.kv_budget_bytes = kv_budget_bytes;
   for (int64_t context : contexts) {
     // 2^40 tokens keeps every byte count below 2^63 for any real model.
@@ -111,6 +118,15 @@ absl::StatusOr<int64_t> KvBudgetFromGpu(const ModelSpec& model, int64_t gpu_memo
         " bytes (gpu memory ", gpu_memory_bytes, " x utilization ", gpu_memory_utilization, ")"));
   }
   return usable - weights;
+}
+
+absl::StatusOr<int64_t> TensorParallelKvBudget(const ModelSpec& model, int32_t tp,
+                                               int64_t gpu_memory_bytes,
+                                               double gpu_memory_utilization) {
+  KVPAGE_ASSIGN_OR_RETURN(const ModelSpec shard, ShardForTensorParallel(model, tp));
+  KVPAGE_ASSIGN_OR_RETURN(const int64_t per_gpu,
+                          KvBudgetFromGpu(shard, gpu_memory_bytes, gpu_memory_utilization));
+  return per_gpu * TensorParallelCacheFactor(model, tp);
 }
 
 }  // namespace kvpage

@@ -90,6 +90,21 @@ TEST(PlanCliTest, GpuBudgetFillsMaxConcurrency) {
   }
 }
 
+TEST(PlanCliTest, TensorParallelPlansOneGpuAndSaysSo) {
+  // Qwen3-8B at tp 16: 8 KV heads, one per GPU (replicated twice): 36 x 2 x 128 x 2 B =
+  // 18,432 B per token; budget 76,968,728,985 - ceil(16,381,470,720 / 16) = 75,944,887,065.
+  const json j = RunJson("plan --model qwen3-8b --context 4K --gpu h100 --tp 16 --format json");
+  EXPECT_EQ(j["tp"], 16);
+  EXPECT_EQ(j["kv_budget_bytes"].get<int64_t>(), 75'944'887'065);
+  EXPECT_EQ(j["rows"][0]["reserved_bytes"].get<int64_t>(), 4096 * 18'432);
+  EXPECT_EQ(j["rows"][0]["max_concurrency"].get<int64_t>(), 1005);
+  // tp 1 prints what it printed before --tp existed: no "tp" key.
+  EXPECT_FALSE(RunJson("plan --model qwen3-8b --context 4K --format json").contains("tp"));
+  const CommandResult table = RunKvpage("plan --model qwen3-8b --context 4K --tp 2");
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(table.output, HasSubstr("tp 2 (per GPU)"));
+}
+
 TEST(PlanCliTest, CompareWithGpuFillsEveryPlan) {
   const json j = RunJson(std::string(kQwen) + " --compare --gpu h100 --format json");
   ASSERT_EQ(j["plans"].size(), 3u);
@@ -122,7 +137,7 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
         "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
-        "--vllm-version"}) {
+        "--vllm-version", "--tp", "--slo"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }
@@ -196,6 +211,97 @@ TEST(PlanCliErrorsTest, Fp8UnderLlamaCpp) {
 
 TEST(PlanCliErrorsTest, CompareAndPolicyTogether) {
   ExpectUsageError("plan --model qwen3-8b --context 4K --compare --policy vllm", "--compare");
+}
+
+TEST(PlanCliErrorsTest, TpThatDoesNotSplitTheHeads) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --tp 5",
+                   "tp 5 does not divide qwen3-8b's attention heads (32)");
+  ExpectUsageError("plan --model qwen3-8b --context 4K --tp 0", "--tp must be in [1, 1024], got 0");
+}
+
+// ---- kvpage plan --trace --slo -------------------------------------------------------------
+
+constexpr char kSlo[] =
+    "plan --trace mooncake_conversation_trace.jsonl --model qwen3-8b --gpu h100 "
+    "--max-requests 50";
+
+TEST(PlanSloCliErrorsTest, MalformedSloNamesTheTerm) {
+  const std::string base = kSlo;
+  ExpectUsageError(base + " --slo ttft-p99=", "--slo term 'ttft-p99=': has no value");
+  ExpectUsageError(base + " --slo ttft=2s", "unknown metric 'ttft'");
+  ExpectUsageError(base + " --slo ttft-p99=-1s", "limit must be positive, got '-1s'");
+  ExpectUsageError(base + " --slo ttft-p99=2", "value '2' needs a unit, s or ms");
+  ExpectUsageError(base + " --slo speed-p99=2s", "unknown metric 'speed-p99'");
+  ExpectUsageError(base, "--slo is required");
+}
+
+TEST(PlanSloCliErrorsTest, BadListsAndBoundsAreNamed) {
+  const std::string base = std::string(kSlo) + " --slo ttft-p99=2s";
+  ExpectUsageError(base + " --routers round-robin,random", "random");
+  ExpectUsageError(base + " --tp 1,x", "--tp: expected degrees in [1, 1024], got 'x'");
+  ExpectUsageError(base + " --tp 3", "--tp 3: tp 3 does not divide qwen3-8b's attention heads");
+  ExpectUsageError(base + " --max-replicas 0", "--max-replicas must be in [1, 4096], got 0");
+  ExpectUsageError(base + " --jobs 0", "--jobs must be in [1, 1024], got 0");
+  ExpectUsageError(base + " --format csv", "--format must be table or json with --slo");
+  ExpectUsageError("plan --slo ttft-p99=2s --model qwen3-8b --gpu h100", "--trace is required");
+}
+
+TEST(PlanSloCliErrorsTest, ModelThatDoesNotFitATp) {
+  ExpectUsageError(
+      "plan --trace mooncake_conversation_trace.jsonl --model llama-3.1-70b --gpu h100 "
+      "--slo ttft-p99=2s --tp 2,1",
+      "--tp 1: the weights of llama-3.1-70b (141107412992 bytes) do not fit");
+}
+
+TEST(PlanSloCliTest, HelpListsEveryFlag) {
+  const CommandResult r = RunKvpage("plan --slo --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* flag : {"--trace", "--slo", "--model", "--gpu", "--max-requests", "--routers",
+                           "--tp", "--jobs", "--max-replicas", "--gpu-memory-utilization",
+                           "--seed", "--format", "--plot", "--progress"}) {
+    EXPECT_THAT(r.output, HasSubstr(flag));
+  }
+}
+
+TEST(PlanSloCliTest, SearchesEveryPairAndPicksTheFewestGpus) {
+  const json j = RunJson(std::string(kSlo) +
+                         " --slo ttft-p99=5s,tpot-p99=100ms --tp 1,2 --routers "
+                         "round-robin,least-loaded --jobs 2 --format json");
+  ASSERT_EQ(j["searches"].size(), 4u);
+  EXPECT_EQ(j["requests"], 50);
+  EXPECT_EQ(j["slo"][1]["metric"], "tpot-p99");
+  EXPECT_EQ(j["slo"][1]["limit_ms"], 100.0);
+  int64_t fewest_gpus = INT64_MAX;
+  for (const json& s : j["searches"]) {
+    SCOPED_TRACE(s.dump());
+    ASSERT_FALSE(s["probes"].empty());
+    EXPECT_EQ(s["probes"][0]["replicas"], 1);  // the search starts at one replica
+    if (s["fewest_replicas"].is_null()) continue;
+    const int64_t fewest = s["fewest_replicas"];
+    EXPECT_EQ(s["gpus"].get<int64_t>(), fewest * s["tp"].get<int64_t>());
+    for (const json& p : s["probes"]) {
+      // Monotone verdicts around the answer: the answer met, the count below it did not.
+      if (p["replicas"] == fewest) {
+        EXPECT_TRUE(p["met"].get<bool>());
+      }
+      if (p["replicas"] == fewest - 1) {
+        EXPECT_FALSE(p["met"].get<bool>());
+      }
+      EXPECT_EQ(p["met"].get<bool>(), p["values_ms"]["ttft-p99"].get<double>() <= 5000 &&
+                                           p["values_ms"]["tpot-p99"].get<double>() <= 100);
+    }
+    fewest_gpus = std::min(fewest_gpus, s["gpus"].get<int64_t>());
+  }
+  ASSERT_TRUE(j["answer"].is_object()) << j.dump();
+  EXPECT_EQ(j["answer"]["gpus"].get<int64_t>(), fewest_gpus);
+}
+
+TEST(PlanSloCliTest, UnreachableSloReportsTheBoundAndExitsOne) {
+  const CommandResult r = RunKvpage(std::string(kSlo) +
+                                    " --slo ttft-p99=1ms --routers round-robin --max-replicas 4");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not met at 4 replicas (the search's upper bound)"));
+  EXPECT_THAT(r.output, HasSubstr("Answer: no (tp, router) met the SLO within 4 replicas"));
 }
 
 TEST(PlanCliErrorsTest, MissingModel) { ExpectUsageError("plan --context 4K", "--model"); }

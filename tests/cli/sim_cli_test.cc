@@ -116,6 +116,35 @@ TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
   ExpectUsageError("sim --model qwen3-8b --gpu h100", "--trace");
 }
 
+// The budget of tp GPUs in whole-model bytes: each GPU's (memory x 0.9 - weights / tp) times
+// what its share of the KV heads shrinks by (docs/capacity_planning.md §7).
+TEST(SimCliTest, TensorParallelBudgetSplitsKvHeads) {
+  const struct {
+    const char* model;
+    int tp;
+    int64_t budget;
+  } cases[] = {
+      // 76,968,728,985 - 16,381,470,720 (weights) at tp 1.
+      {"qwen3-8b", 1, 60'587'258'265},
+      // Gemma 3 4B's 4 KV heads over 8 GPUs: one each (replicated twice), so x4, not x8:
+      // (76,968,728,985 - 970,022,272) x 4.
+      {"gemma-3-4b-it", 8, 303'994'826'852},
+      // Llama-3.1-70B at tp 8: (76,968,728,985 - 17,638,426,624) x 8.
+      {"llama-3.1-70b", 8, 474'642'418'888},
+  };
+  for (const auto& c : cases) {
+    const std::string out = TempPath(std::string(c.model) + "_tp.json");
+    const CommandResult r =
+        RunKvpage(std::string("sim --model ") + c.model + " --gpu h100 --tp " +
+                  std::to_string(c.tp) + " --synthetic 4 --prompt-len 64 --output-len 4 " +
+                  "--arrival burst --output-json " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(json::parse(ReadFile(out))["kv_budget_bytes"].get<int64_t>(), c.budget)
+        << c.model << " tp " << c.tp;
+  }
+  ExpectUsageError(kBase + " --tp 3", "tp 3 does not divide qwen3-8b's attention heads (32)");
+}
+
 TEST(SimCliTest, JsonHasTheBenchServeFieldsAndIsDeterministic) {
   const std::string a = TempPath("a.json"), b = TempPath("b.json");
   const CommandResult r1 = RunKvpage(kBase + " --output-json " + a);

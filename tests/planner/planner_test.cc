@@ -1,6 +1,7 @@
 // MakePlan's contract: validation, dtype resolution, budgets, invariants on every model.
 #include <gtest/gtest.h>
 
+#include "kvpage/tensor_parallel.h"
 #include "testing/plan_checks.h"
 
 namespace kvpage {
@@ -95,6 +96,53 @@ TEST(PlannerTest, GpuBudgetIsUtilizationMinusWeights) {
   auto too_small = KvBudgetFromGpu(*model, 16 * kGiB, 0.9);
   EXPECT_TRUE(absl::IsInvalidArgument(too_small.status()));
   EXPECT_NE(too_small.status().message().find("llama-3.1-8b"), absl::string_view::npos);
+}
+
+// --tp plans one GPU's share: Llama-3.1-70B's 8 KV heads split 4/2/1 ways, then stay at one
+// (replicated) at tp 16; every policy reserves 4096 tokens x 80 layers x K+V x heads x 128 x 2 B.
+TEST(PlannerTest, TensorParallelPlansOneGpusShare) {
+  auto model = LoadModel("llama-3.1-70b");
+  ASSERT_TRUE(model.ok());
+  const int64_t h100 = 85'520'809'984;
+  const struct {
+    int32_t tp;
+    int64_t reserved;     // one 4K request, per GPU
+    int64_t concurrency;  // on one H100 at 0.9: (76,968,728,985 - weights / tp) / reserved
+  } cases[] = {{2, 671'088'640, 9},
+               {4, 335'544'320, 124},
+               {8, 167'772'160, 353},
+               {16, 167'772'160, 406}};
+  for (Policy policy : {Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(::testing::Message() << PolicyName(policy) << " tp " << c.tp);
+      PlanOptions o = testing::WithPolicy(policy);
+      o.tp = c.tp;
+      auto shard = ShardForTensorParallel(*model, c.tp);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      auto budget = KvBudgetFromGpu(*shard, h100, 0.9);
+      ASSERT_TRUE(budget.ok()) << budget.status();
+      EXPECT_EQ(*budget, 76'968'728'985 - (model->WeightBytes() + c.tp - 1) / c.tp);
+      auto plan = MakePlan(*model, o, {4096}, *budget);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->tp, c.tp);
+      EXPECT_EQ(plan->rows[0].reserved_bytes, c.reserved);
+      EXPECT_EQ(plan->rows[0].max_concurrency, c.concurrency);
+    }
+  }
+}
+
+TEST(PlannerTest, TensorParallelErrorsNameTheDegree) {
+  auto model = LoadModel("qwen3-8b");
+  ASSERT_TRUE(model.ok());
+  PlanOptions o;
+  o.tp = 12;  // 32 query heads
+  auto plan = MakePlan(*model, o, {4096});
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
+  EXPECT_EQ(plan.status().message(), "tp 12 does not divide qwen3-8b's attention heads (32)");
+  o.tp = 0;
+  plan = MakePlan(*model, o, {4096});
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
+  EXPECT_EQ(plan.status().message(), "tp must be in [1, 1024], got 0");
 }
 
 TEST(PlannerTest, PlanCarriesModelPolicyDtypeAndBudget) {

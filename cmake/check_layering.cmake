@@ -5,7 +5,7 @@
 #   model <- block <- scheduler <- sim        planner -> block, model      memory -> block
 #   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
 #   device (src/device: the step's tables on the GPU) -> scheduler, kernels
-#   events (src/events: KV events on the wire, their publisher) -> block
+#   events (src/events: KV events on the wire, their publisher) -> block; sim may use it
 cmake_minimum_required(VERSION 3.25)
 
 set(allowed_model model internal)

@@ -11,17 +11,30 @@
 //   * recurrent-state write slots are distinct across the batch.
 // It prints one line per 100 steps and a summary: steps, tokens per step, KV usage.
 //
+// With --kv-events-endpoint it publishes the cache's KV events after every step, as vLLM's
+// --kv-events-config does (kvpage/kv_event_publisher.h), so a KV-aware router can be pointed
+// at it; --kv-events-linger-s keeps it (and its replay socket) up that long after the run.
+//
 //   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
 //                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
+//                         [--block-size 16] [--hash-seed SEED (default: --seed)]
+//                         [--kv-events-endpoint tcp://*:5557]
+//                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
+//                         [--kv-events-linger-s 0]
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvpage/catalog.h"
+#include "kvpage/kv_event_publisher.h"
 #include "kvpage/scheduler.h"
 #include "sim/trace.h"
 
@@ -34,6 +47,12 @@ struct Options {
   int64_t kv_budget_mib = 2048;
   int32_t max_num_seqs = 64;
   uint32_t seed = 1;
+  int32_t block_size = 16;
+  std::optional<uint64_t> hash_seed;  // unset: --seed
+  std::string kv_events_endpoint;     // empty: no events
+  std::optional<std::string> kv_events_replay_endpoint;
+  std::string kv_events_topic;
+  double kv_events_linger_s = 0;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -54,6 +73,19 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->max_num_seqs = static_cast<int32_t>(number);
     } else if (flag == "--seed" && numeric) {
       o->seed = static_cast<uint32_t>(number);
+    } else if (flag == "--block-size" && numeric) {
+      o->block_size = static_cast<int32_t>(number);
+    } else if (flag == "--hash-seed" && end != value.c_str() && *end == '\0' && number >= 0) {
+      o->hash_seed = static_cast<uint64_t>(number);
+    } else if (flag == "--kv-events-endpoint") {
+      o->kv_events_endpoint = value;
+    } else if (flag == "--kv-events-replay-endpoint") {
+      o->kv_events_replay_endpoint = value;
+    } else if (flag == "--kv-events-topic") {
+      o->kv_events_topic = value;
+    } else if (flag == "--kv-events-linger-s" && std::strtod(value.c_str(), &end) >= 0 &&
+               end != value.c_str() && *end == '\0') {
+      o->kv_events_linger_s = std::strtod(value.c_str(), nullptr);
     } else {
       std::fprintf(stderr, "server_loop: bad flag or value: %s %s\n", flag.c_str(), value.c_str());
       return false;
@@ -136,7 +168,9 @@ int main(int argc, char** argv) {
 
   kvpage::SchedulerConfig config;
   config.kv.kv_budget_bytes = opt.kv_budget_mib << 20;
-  config.kv.hash_seed = opt.seed;
+  config.kv.hash_seed = opt.hash_seed.value_or(opt.seed);
+  config.kv.block_size = opt.block_size;
+  config.kv.enable_kv_events = !opt.kv_events_endpoint.empty();
   config.max_num_seqs = opt.max_num_seqs;
   config.max_num_batched_tokens = 8192;
   auto created = kvpage::Scheduler::Create(*model, config);
@@ -145,6 +179,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   kvpage::Scheduler& scheduler = **created;
+  std::unique_ptr<kvpage::KvEventPublisher> publisher;
+  if (config.kv.enable_kv_events) {
+    auto made = kvpage::KvEventPublisher::Create(
+        {.endpoint = opt.kv_events_endpoint,
+         .replay_endpoint = opt.kv_events_replay_endpoint,
+         .topic = opt.kv_events_topic},
+        kvpage::KvEventGroupInfos(scheduler.kv_cache()));
+    if (!made.ok()) {
+      std::fprintf(stderr, "server_loop: %s\n", std::string(made.status().message()).c_str());
+      return 2;
+    }
+    publisher = *std::move(made);
+    std::printf("publishing KV events on %s%s%s\n", publisher->endpoint().c_str(),
+                publisher->replay_endpoint().empty() ? "" : ", replay on ",
+                publisher->replay_endpoint().c_str());
+    std::fflush(stdout);  // a router waiting on a pipe reads where to connect now
+  }
   int64_t skipped = 0;
   for (const kvpage::sim::TraceRequest& t : *trace) {
     kvpage::RequestSpec spec;
@@ -178,6 +229,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
       return 1;
     }
+    if (publisher != nullptr) {  // never blocks: a slow router drops, the loop goes on
+      const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
+      publisher->Publish(now.count(), scheduler.DrainKvEvents());
+    }
     ++steps;
     tokens += out.total_num_scheduled_tokens;
     finished += static_cast<int64_t>(update->finished.size());
@@ -204,6 +259,17 @@ int main(int argc, char** argv) {
               static_cast<long long>(stats.preemptions), static_cast<long long>(stats.prefix_hit_tokens),
               static_cast<long long>(stats.admitted_prompt_tokens));
   std::printf("invalid table rows or slots: %lld\n", static_cast<long long>(errors));
+  if (publisher != nullptr) {
+    publisher->Flush(absl::Seconds(10));
+    const kvpage::KvEventPublisherStats ev = publisher->stats();
+    std::printf("KV events: %lld batches (%lld bytes) published, %lld dropped\n",
+                static_cast<long long>(ev.published_batches),
+                static_cast<long long>(ev.published_bytes),
+                static_cast<long long>(ev.dropped_batches));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_linger_s));
+    publisher->Shutdown();
+  }
   if (scheduler.kv_cache().Usage().used_bytes != 0) {
     std::printf("blocks still held after every request finished\n");
     return 1;

@@ -279,6 +279,12 @@ class KvCacheManager {
   // The longest prefix every group can serve, capped so the last token is recomputed.
   // FailedPrecondition once the request holds blocks.
   absl::StatusOr<CacheHit> GetComputedBlocks(RequestHandle request);
+  // Tokens of the longest run of full blocks of `tokens`, from the first, that `group` holds
+  // in its prefix cache (block-aligned): what a router mirroring that group's KV events can
+  // match. Changes nothing (no LRU touch, no stats). 0 for a group outside the manager or
+  // with prefix caching off. REQUIRES: extras.mm_items sorted by offset.
+  int64_t CachedPrefixTokens(absl::Span<const int32_t> tokens, GroupId group,
+                             const BlockHashExtras& extras = {}) const;
   // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
   // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
   absl::StatusOr<bool> AllocateSlots(RequestHandle request, const AllocationRequest& step);

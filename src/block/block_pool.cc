@@ -428,7 +428,9 @@ void BlockPool::DropHash(int32_t b) {
   if (head == b) {
     index_->Replace(key.hash, key.group, std::max(key.dup_next, 0));  // 0: the key goes
     if (key.dup_next < 0) {
-      events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(key.group), key.hash, BlockHash{}});
+      if (events_->enabled()) {  // an event holds a vector: not even built when off
+        events_->Add(KvEvent{KvEvent::Type::kRemoved, GroupId(key.group), key.hash, BlockHash{}});
+      }
     } else {
       keys_[key.dup_next].dup_last = key.dup_last;  // the next oldest heads the chain
     }

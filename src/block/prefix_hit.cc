@@ -53,4 +53,21 @@ int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,
   return known;
 }
 
+int64_t KvCacheManager::CachedPrefixTokens(absl::Span<const int32_t> tokens, GroupId group,
+                                           const BlockHashExtras& extras) const {
+  const Impl& m = *impl_;
+  if (group.value < 0 || group.value >= static_cast<int32_t>(m.groups.size())) return 0;
+  const BlockPool& pool = m.groups[group.value]->pool();
+  const int64_t bs = m.block_size;
+  BlockHash hash = m.hasher->root();
+  int64_t n = 0;
+  for (; (n + 1) * bs <= static_cast<int64_t>(tokens.size()); ++n) {
+    hash = m.hasher->HashBlock(hash, tokens.subspan(static_cast<size_t>(n * bs),
+                                                    static_cast<size_t>(bs)),
+                               extras, n * bs);
+    if (pool.Lookup(hash, group) == kNullBlock) break;
+  }
+  return n * bs;
+}
+
 }  // namespace kvpage

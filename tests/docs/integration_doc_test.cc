@@ -313,4 +313,30 @@ TEST(IntegrationDocTest, ServesWhileAnotherThreadAborts) {
   EXPECT_TRUE(scheduler.CheckInvariants().ok()) << scheduler.CheckInvariants();
 }
 
+// §6.1: the doc's publisher runs a step's events out to a subscriber that replays them.
+TEST(IntegrationDocTest, PublishesTheStepsEvents) {
+  const kvpage::ModelSpec model = TinyModel(kvpage::testing::kTinyHybridSwa);
+  auto created = kvpage::Scheduler::Create(model, Config(1 << 20));
+  ASSERT_TRUE(created.ok()) << created.status();
+  kvpage::Scheduler& scheduler = **created;
+  auto publisher = StartKvEvents(scheduler, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  ASSERT_TRUE(scheduler.AddRequest({.id = RequestId(1), .prompt_token_ids = Tokens(100),
+                                    .max_new_tokens = 2}).ok());
+  while (scheduler.HasUnfinishedRequests()) {
+    const kvpage::SchedulerOutput& out = scheduler.Schedule();
+    kvpage::ModelOutput sampled;
+    sampled.sampled_offsets.push_back(0);
+    for (const kvpage::ScheduledRequest& r : out.requests) {
+      if (r.samples) sampled.sampled_token_ids.push_back(3);
+      sampled.sampled_offsets.push_back(static_cast<int32_t>(sampled.sampled_token_ids.size()));
+    }
+    ASSERT_TRUE(scheduler.Update(out, sampled).ok());
+    PublishStepEvents(scheduler, **publisher);
+  }
+  ASSERT_TRUE((*publisher)->Flush(absl::Seconds(10)));
+  EXPECT_GE((*publisher)->stats().published_batches, 1);
+  EXPECT_EQ((*publisher)->stats().dropped_batches, 0);
+}
+
 }  // namespace

@@ -352,8 +352,10 @@ class KvCacheManager {
   // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.
   absl::Status EvictCachedBlock(GroupId group, BlockId block);
   // The order in which the pool behind `group` would hand out its free blocks: clean blocks
-  // first (fullest chunk first), then cached blocks least recently freed first. For tests and
-  // debugging; O(pool size).
+  // first (fullest chunk first), the blocks of chunks the budget could still map, then cached
+  // blocks least recently freed first (BlockPool::FreeOrder). Before the first allocation under
+  // vllm accounting: every block id, 1 up, as in vLLM's free queue. For tests and debugging;
+  // O(pool size).
   std::vector<BlockId> FreeBlockOrder(GroupId group) const;
   // Checks every pool and every request's tables against the pools' reference counts.
   absl::Status CheckInvariants() const;

@@ -69,6 +69,15 @@ struct FleetResult {
 absl::StatusOr<FleetResult> SimulateFleet(const std::vector<TraceRequest>& trace,
                                           const FleetConfig& config);
 
+// What `kvpage sim --replicas N --output-json` writes: SummaryToJson's fields (over every
+// request), then "router", "replicas", "overlap_weight", "prefix_cache" {queried_tokens,
+// hit_tokens, hit_rate}, "load_imbalance", "event_bytes", "event_bytes_per_s", "preemptions",
+// "dropped_requests", "truncated_requests", "simulated_seconds", "wall_seconds", and
+// "per_replica": one object per replica {"routed", "completed", "busy_s", "hit_rate",
+// "kv_usage_peak", "preemptions", "num_steps"}. Pretty-printed with 2 spaces; keys in that
+// fixed order.
+std::string FleetResultToJson(const FleetResult& result, const FleetConfig& config);
+
 }  // namespace kvpage::sim
 
 #endif  // KVPAGE_SIM_FLEET_H_

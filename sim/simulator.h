@@ -7,7 +7,8 @@
 // tokens, and feeds the step back to the scheduler. When nothing is running or waiting the
 // clock jumps to the next arrival. Every output token of a step is stamped with the clock at
 // the step's end. Nothing reads wall time except `wall_seconds`, so a run is bit-reproducible
-// for a given trace, configuration and seed.
+// for a given trace, configuration and seed. The loop is one Replica (replica.h) on the clock
+// of RunOnOneClock, the loop SimulateFleet (fleet.h) runs with many.
 //
 // Request admission rules (docs/simulator.md, "Event loop"):
 //   * a prompt the scheduler refuses because it leaves no room for one output token under

@@ -279,12 +279,6 @@ class KvCacheManager {
   // The longest prefix every group can serve, capped so the last token is recomputed.
   // FailedPrecondition once the request holds blocks.
   absl::StatusOr<CacheHit> GetComputedBlocks(RequestHandle request);
-  // Tokens of the longest run of full blocks of `tokens`, from the first, that `group` holds
-  // in its prefix cache (block-aligned): what a router mirroring that group's KV events can
-  // match. Changes nothing (no LRU touch, no stats). 0 for a group outside the manager or
-  // with prefix caching off. REQUIRES: extras.mm_items sorted by offset.
-  int64_t CachedPrefixTokens(absl::Span<const int32_t> tokens, GroupId group,
-                             const BlockHashExtras& extras = {}) const;
   // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
   // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
   absl::StatusOr<bool> AllocateSlots(RequestHandle request, const AllocationRequest& step);
@@ -339,6 +333,12 @@ class KvCacheManager {
   std::vector<SlotToZero> TakeSlotsToZero();
 
   // ---- Accounting --------------------------------------------------------------------------
+  // The tokens a request with this prompt would be served from the prefix cache if it were
+  // added and asked GetComputedBlocks now: the longest prefix every group can serve, capped so
+  // the last token is recomputed; 0 with prefix caching off. Changes nothing (no request, no
+  // block, no statistics): for a router comparing servers. O(prompt blocks).
+  int64_t CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
+                             const BlockHashExtras& extras = {}) const;
   KvCacheUsage Usage() const;
   PrefixCacheStats prefix_cache_stats() const;
   std::vector<KvEvent> DrainEvents();

@@ -23,14 +23,8 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
   const int64_t max_blocks = length;
-  int64_t longest = 0;  // the longest prefix one group serves alone (its first answer)
-  for (int64_t previous = -1; length > 0 && length != previous;) {
-    previous = length;
-    for (const internal::GroupManager* g : hit_order) {
-      length = std::min(length, g->HitLength(hashes, length));
-      longest = std::max(longest, length);
-    }
-  }
+  int64_t longest = 0;  // the longest prefix one group serves alone
+  length = LongestHitLength(hashes, length, &longest);
   hit.num_tokens = hit.match_tokens = std::max<int64_t>(length, 0) * block_size;
   if (has_state_groups) {
     // vllm mode: vLLM's shared-prefix junction, where full attention's hit ends.
@@ -53,21 +47,30 @@ int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,
   return known;
 }
 
-int64_t KvCacheManager::CachedPrefixTokens(absl::Span<const int32_t> tokens, GroupId group,
+int64_t KvCacheManager::Impl::LongestHitLength(absl::Span<const BlockHash> hashes,
+                                              int64_t length, int64_t* longest_alone) const {
+  int64_t longest = 0;  // answers only shrink: this is the first group's first answer
+  for (int64_t previous = -1; length > 0 && length != previous;) {
+    previous = length;
+    for (const internal::GroupManager* g : hit_order) {
+      length = std::min(length, g->HitLength(hashes, length));
+      longest = std::max(longest, length);
+    }
+  }
+  if (longest_alone != nullptr) *longest_alone = longest;
+  return length;
+}
+
+int64_t KvCacheManager::CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
                                            const BlockHashExtras& extras) const {
   const Impl& m = *impl_;
-  if (group.value < 0 || group.value >= static_cast<int32_t>(m.groups.size())) return 0;
-  const BlockPool& pool = m.groups[group.value]->pool();
-  const int64_t bs = m.block_size;
-  BlockHash hash = m.hasher->root();
-  int64_t n = 0;
-  for (; (n + 1) * bs <= static_cast<int64_t>(tokens.size()); ++n) {
-    hash = m.hasher->HashBlock(hash, tokens.subspan(static_cast<size_t>(n * bs),
-                                                    static_cast<size_t>(bs)),
-                               extras, n * bs);
-    if (pool.Lookup(hash, group) == kNullBlock) break;
-  }
-  return n * bs;
+  if (!m.config.enable_prefix_caching || prompt_tokens.size() < 2) return 0;
+  const int64_t length = (static_cast<int64_t>(prompt_tokens.size()) - 1) / m.block_size;
+  if (length <= 0) return 0;
+  // Only the blocks a hit could cover are hashed.
+  RequestBlockHashes hashes(m.block_size, extras);
+  hashes.Update(*m.hasher, prompt_tokens.first(static_cast<size_t>(length * m.block_size)));
+  return m.LongestHitLength(hashes.hashes(), length) * m.block_size;
 }
 
 }  // namespace kvpage

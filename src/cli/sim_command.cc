@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
+#include "sim/fleet.h"
 #include "sim/hardware_calibration.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
@@ -38,7 +40,9 @@ Replays a request trace through kvpage's scheduler and block manager on a virtua
 a GPU cost model advances (the calibration in the --gpu file, else a roofline), and reports the metrics `vllm bench serve` reports (TTFT,
 TPOT, ITL, end-to-end latency, throughput) plus preemptions, prefix-cache hits, KV usage and
 the most requests that ran at once. The same command gives the same JSON, byte for byte,
-except `wall_seconds`. docs/simulator.md describes the loop, the cost model and every output.)";
+except `wall_seconds`. docs/simulator.md describes the loop, the cost model and every output.
+With --replicas N, N copies of the server sit behind a --router on one virtual clock and the
+report covers the fleet, then each replica (docs/simulator.md, "Fleet").)";
 
 struct SimFlags {
   std::string model;
@@ -75,6 +79,9 @@ struct SimFlags {
   std::string output_dir;
   int64_t seed = 0;
   bool no_progress = false;
+  int64_t replicas = 1;
+  std::string router = "round-robin";
+  double overlap_weight = 1.0;
 };
 
 void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
@@ -154,6 +161,16 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
             "allocator.");
   fs.Int("seed", &f.seed, "Seed of prompt tokens, sampled tokens and arrivals (default 0).");
   fs.Bool("no-progress", &f.no_progress, "No progress bar on stderr.");
+  fs.Int("replicas", &f.replicas,
+         "Data-parallel replicas behind a router, 1 to 4096, each a full copy of the GPU\n"
+         "(--tp GPUs) with its own KV budget; they share one virtual clock (default 1).");
+  fs.String("router", &f.router,
+            "With --replicas: round-robin (default), least-loaded (fewest outstanding\n"
+            "tokens), prefix-aware (longest cached prefix plus load, from the replicas' caches)\n"
+            "or kv-events (the same, from the KV events the replicas publish).");
+  fs.Double("overlap-weight", &f.overlap_weight,
+            "prefix-aware and kv-events: weight of prefill blocks against load blocks in the\n"
+            "router cost, as Dynamo's --kv-overlap-score-weight (default 1; 0 = load only).");
 }
 
 int Fail(const absl::Status& s) { return FailUsage("sim", s); }
@@ -522,6 +539,114 @@ std::string ResultsJson(const std::vector<std::string>& allocators,
   return json + "}\n";
 }
 
+// --replicas, --router and --overlap-weight; InvalidArgument naming a bad value.
+absl::StatusOr<sim::FleetConfig> MakeFleetConfig(const SimFlags& f, const sim::SimConfig& base) {
+  sim::FleetConfig c;
+  if (absl::Status s = Positive("replicas", f.replicas, sim::FleetConfig::kMaxReplicas); !s.ok()) {
+    return s;
+  }
+  auto router = sim::ParseRouterKind(f.router);
+  if (!router.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--router: ", router.status().message()));
+  }
+  if (!std::isfinite(f.overlap_weight) || f.overlap_weight < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--overlap-weight must be finite and >= 0, got ", f.overlap_weight));
+  }
+  c.replica = base;
+  c.replicas = static_cast<int32_t>(f.replicas);
+  c.router = *router;
+  c.overlap_weight = f.overlap_weight;
+  return c;
+}
+
+// The fleet's numbers, then one row per replica.
+std::string FleetTable(const sim::FleetResult& r) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  const sim::MetricsSummary& m = r.summary;
+  int64_t preemptions = 0, dropped = 0;
+  for (const sim::ReplicaStats& s : r.replicas) {
+    preemptions += s.result.preemptions;
+    dropped += s.result.dropped_requests;
+  }
+  rows.emplace_back("Completed requests", absl::StrCat(m.completed));
+  rows.emplace_back("Dropped (> max_model_len)", absl::StrCat(dropped));
+  rows.emplace_back("Duration (s)", Fmt(m.duration_s));
+  rows.emplace_back("Request throughput (req/s)", Fmt(m.request_throughput, 3));
+  rows.emplace_back("Output throughput (tok/s)", Fmt(m.output_throughput, 1));
+  const std::pair<const char*, const sim::LatencyStats*> latencies[] = {
+      {"TTFT", &m.ttft_ms}, {"TPOT", &m.tpot_ms}, {"ITL", &m.itl_ms}, {"E2E latency", &m.e2el_ms}};
+  for (const auto& [name, s] : latencies) {
+    rows.emplace_back(absl::StrCat(name, " mean / p50 / p99 (ms)"),
+                      absl::StrCat(Fmt(s->mean), " / ", Fmt(s->median), " / ", Fmt(s->p99)));
+  }
+  rows.emplace_back("Preemptions", absl::StrCat(preemptions));
+  rows.emplace_back("Prefix-cache hit tokens",
+                    absl::StrFormat("%d / %d (%.2f%%)", r.prefix_cache.hit_tokens,
+                                    r.prefix_cache.queried_tokens, 100 * r.prefix_cache.hit_rate));
+  rows.emplace_back("Load imbalance (max/mean busy)", Fmt(r.load_imbalance, 3));
+  rows.emplace_back("KV event bytes (B/s)",
+                    absl::StrCat(r.event_bytes, " (", Fmt(r.event_bytes_per_s, 0), ")"));
+  rows.emplace_back("Simulated time (s)", Fmt(r.simulated_seconds));
+  rows.emplace_back("Wall time (s)", Fmt(r.wall_seconds));
+  size_t name_w = 0;
+  for (const auto& row : rows) name_w = std::max(name_w, row.first.size());
+  std::string out;
+  for (const auto& [name, value] : rows) absl::StrAppendFormat(&out, "%-*s  %s\n", name_w, name, value);
+  absl::StrAppendFormat(&out, "\n%7s %8s %9s %10s %9s %11s %11s %8s\n", "replica", "routed",
+                        "completed", "busy (s)", "hit (%)", "KV peak (%)", "preemptions",
+                        "steps");
+  for (size_t i = 0; i < r.replicas.size(); ++i) {
+    const sim::ReplicaStats& s = r.replicas[i];
+    absl::StrAppendFormat(&out, "%7d %8d %9d %10.2f %9.2f %11.1f %11d %8d\n", i, s.routed,
+                          s.result.summary.completed, s.busy_s,
+                          100 * s.result.prefix_cache.hit_rate, 100 * s.result.kv_usage[0].peak,
+                          s.result.preemptions, s.result.num_steps);
+  }
+  return out;
+}
+
+// `kvpage sim --replicas N --router R`: the fleet run, its table or JSON.
+int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
+  if (f.compare_allocators || !f.output_dir.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--compare-allocators and --output-dir are not supported with --replicas / --router"));
+  }
+  auto config = MakeFleetConfig(f, base);
+  if (!config.ok()) return Fail(config.status());
+  auto trace = LoadTrace(f, fs, base.vocab_size);
+  if (!trace.ok()) return Fail(trace.status());
+  config->replica.scheduler.kv.mode =
+      f.allocator == "vllm" ? AccountingMode::kVllm : AccountingMode::kKvpage;
+  config->replica.record_steps = false;
+  ProgressBar bar(absl::StrCat(f.replicas, " x ", f.router));
+  if (!f.no_progress) config->replica.progress = [&bar](const sim::SimProgress& p) { bar.Update(p); };
+  auto result = sim::SimulateFleet(*trace, *config);
+  bar.Clear();
+  if (!result.ok()) {
+    std::cerr << "kvpage sim: " << result.status().message() << "\n";
+    return absl::IsInvalidArgument(result.status()) ? 2 : 1;
+  }
+  const std::string json = sim::FleetResultToJson(*result, *config);
+  if (f.output_json == "-") {
+    std::cout << json;
+  } else {
+    std::cout << absl::StrFormat("%s on %d x %s%s, router %s, %d requests\n", base.model.name,
+                                 f.replicas, base.gpu.name,
+                                 f.tp > 1 ? absl::StrCat(" (tp ", f.tp, ")") : "", f.router,
+                                 trace->size())
+              << FleetTable(*result);
+    if (!f.output_json.empty()) {
+      if (absl::Status s = sim::WriteTextFile(f.output_json, json); !s.ok()) {
+        std::cerr << "kvpage sim: " << s.message() << "\n";
+        return 1;
+      }
+    }
+  }
+  std::cout.flush();
+  return 0;
+}
+
 }  // namespace
 
 int RunSim(const std::vector<std::string>& args) {
@@ -542,6 +667,9 @@ int RunSim(const std::vector<std::string>& args) {
     if (absl::Status s = CheckVllmBlockSize(f.block_size); !s.ok()) {
       return Fail(absl::InvalidArgumentError(absl::StrCat("--block-size: ", s.message())));
     }
+  }
+  if (fs.WasSet("replicas") || fs.WasSet("router") || fs.WasSet("overlap-weight")) {
+    return RunFleet(f, fs, *base);
   }
   auto trace = LoadTrace(f, fs, base->vocab_size);
   if (!trace.ok()) return Fail(trace.status());

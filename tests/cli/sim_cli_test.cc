@@ -75,7 +75,8 @@ TEST(SimCliTest, HelpListsEveryFlag) {
         "--long-prefill-token-threshold", "--scheduling-policy", "--enable-prefix-caching",
         "--no-enable-prefix-caching", "--kv-cache-dtype", "--tp", "--allocator",
         "--kv-chunk-mib", "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
-        "--output-json", "--output-dir", "--seed"}) {
+        "--output-json", "--output-dir", "--seed", "--replicas", "--router",
+        "--overlap-weight"}) {
     EXPECT_THAT(r.output, HasSubstr(flag)) << flag;
   }
 }
@@ -141,6 +142,39 @@ TEST(SimCliTest, JsonHasTheBenchServeFieldsAndIsDeterministic) {
   EXPECT_EQ(ja.dump(), jb.dump());
   std::filesystem::remove(a);
   std::filesystem::remove(b);
+}
+
+TEST(SimCliTest, FleetFlagsRejectBadValuesNamingThem) {
+  ExpectUsageError(kBase + " --replicas 0", "--replicas must be in [1, 4096], got 0");
+  ExpectUsageError(kBase + " --replicas -3", "--replicas must be in [1, 4096], got -3");
+  ExpectUsageError(kBase + " --replicas 100000", "--replicas must be in [1, 4096], got 100000");
+  ExpectUsageError(kBase + " --replicas 2 --router random", "unknown router 'random'");
+  ExpectUsageError(kBase + " --router Prefix-Aware", "'Prefix-Aware'");
+  ExpectUsageError(kBase + " --replicas 2 --overlap-weight -1", "--overlap-weight");
+  ExpectUsageError(kBase + " --replicas 2 --output-dir /tmp/x", "--output-dir");
+  ExpectUsageError(kBase + " --replicas 2 --compare-allocators", "--compare-allocators");
+}
+
+TEST(SimCliTest, FleetPrintsTheFleetAndEachReplica) {
+  CommandResult r = RunKvpage(kBase + " --replicas 3 --router least-loaded");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("qwen3-8b on 3 x H100-SXM5-80GB, router least-loaded"));
+  EXPECT_THAT(r.output, HasSubstr("Load imbalance"));
+  EXPECT_THAT(r.output, HasSubstr("replica   routed"));
+  r = RunKvpage(kBase + " --replicas 3 --router prefix-aware --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  EXPECT_EQ(j["router"], "prefix-aware");
+  EXPECT_EQ(j["replicas"], 3);
+  ASSERT_EQ(j["per_replica"].size(), 3u);
+  int64_t routed = 0;
+  for (const json& replica : j["per_replica"]) routed += replica["routed"].get<int64_t>();
+  EXPECT_EQ(routed, 40);
+  EXPECT_EQ(j["completed"].get<int64_t>() + j["dropped_requests"].get<int64_t>(), 40);
+  for (const char* key : {"prefix_cache", "load_imbalance", "event_bytes", "event_bytes_per_s",
+                          "median_ttft_ms", "p99_tpot_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
 }
 
 TEST(SimCliTest, CompareAllocatorsPrintsBothColumns) {

@@ -11,7 +11,7 @@
 //              publisher has sent them, and prints {"queries": [{"tokens": [...],
 //              "expected": N}, ...], "stats": {...}}: every prompt so far (and a few prefixes
 //              of them) with the tokens of its longest prefix the cache holds
-//              (KvCacheManager::CachedPrefixTokens of the full-attention group).
+//              (KvCacheManager::CachedPrefixTokens of the query plus one token).
 //   "quit"     shuts the publisher down and exits 0.
 #include <cstdio>
 #include <cstdlib>
@@ -85,9 +85,11 @@ class Driver {
     const kvpage::KvCacheManager& kv = scheduler_->kv_cache();
     std::vector<std::string> queries;
     auto add = [&](const std::vector<int32_t>& tokens) {
-      queries.push_back(absl::StrCat(
-          "{\"tokens\":[", absl::StrJoin(tokens, ","),
-          "],\"expected\":", kv.CachedPrefixTokens(tokens, kvpage::GroupId(0)), "}"));
+      // One more token: every full block of the query may hit (admission recomputes the last).
+      std::vector<int32_t> longer = tokens;
+      longer.push_back(0);
+      queries.push_back(absl::StrCat("{\"tokens\":[", absl::StrJoin(tokens, ","),
+                                     "],\"expected\":", kv.CachedPrefixTokens(longer), "}"));
     };
     for (const std::vector<int32_t>& p : prompts_) {
       add(p);

@@ -179,8 +179,11 @@ class BlockPool {
   int32_t num_block_records() const { return static_cast<int32_t>(blocks_.size()); }
   BlockHash block_hash(BlockId block) const;
   bool is_mapped(BlockId block) const;
-  // Clean blocks in the order Allocate would hand them out, then cached-free blocks in
-  // eviction order. For tests; O(capacity).
+  // Every block Allocate could hand out now, in the order it would: clean blocks, the blocks
+  // of the chunks the budget's free bytes could map (lowest chunk first, ids in order; those
+  // that would eat into the budget's headroom only after the cached ones), cached-free blocks
+  // in eviction order. Before the first allocation: ids 1..capacity() as the budget allows,
+  // like vLLM's free queue. For tests; O(capacity).
   std::vector<BlockId> FreeOrder() const;
   // free + used = mapped, states disjoint, LRU and clean stacks consistent with ref counts and
   // hashes, hash map entries point at hashed blocks, chunk counters add up.

@@ -137,12 +137,14 @@ struct CacheHit {
   // Per group, the hit's block-table prefix: null blocks where a sliding window does not need
   // the block; for a recurrent group, one entry: the state snapshot slot.
   std::vector<std::vector<BlockId>> blocks;
-  // Models with recurrent state (kvpage accounting, prefix caching on): the leading prompt
+  // Models with recurrent state, prefix caching on. kvpage accounting: the leading prompt
   // tokens whose full-attention blocks the cache knows, cached or written by a step that has
   // not completed yet; >= num_tokens, block-aligned. Past num_tokens no state snapshot exists
   // (or its step is still running), so the prompt diverges from every other there. A prefill
   // chunk that ends at match_tokens snapshots the state exactly where the next request with
-  // this prefix can resume (kvpage's Scheduler does so). Other models: num_tokens.
+  // this prefix can resume (kvpage's Scheduler does so). Under vllm accounting: the longest
+  // prefix one group serves alone, i.e. full attention's hit (vLLM's shared-prefix junction,
+  // where its scheduler ends a chunk). Other models: num_tokens.
   int64_t match_tokens = 0;
 };
 
@@ -350,8 +352,10 @@ class KvCacheManager {
   // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.
   absl::Status EvictCachedBlock(GroupId group, BlockId block);
   // The order in which the pool behind `group` would hand out its free blocks: clean blocks
-  // first (fullest chunk first), then cached blocks least recently freed first. For tests and
-  // debugging; O(pool size).
+  // first (fullest chunk first), the blocks of chunks the budget could still map, then cached
+  // blocks least recently freed first (BlockPool::FreeOrder). Before the first allocation under
+  // vllm accounting: every block id, 1 up, as in vLLM's free queue. For tests and debugging;
+  // O(pool size).
   std::vector<BlockId> FreeBlockOrder(GroupId group) const;
   // Checks every pool and every request's tables against the pools' reference counts.
   absl::Status CheckInvariants() const;

@@ -546,7 +546,28 @@ std::vector<BlockId> BlockPool::FreeOrder() const {
       for (int32_t b = end - ch.fresh; b < end; ++b) order.push_back(BlockId(b));
     }
   }
+  // Then the chunks Allocate would map, lowest first, their ids in order: while cached blocks
+  // remain only those that leave the budget's headroom free, the rest once they are evicted.
+  const int64_t free_bytes = budget_->free_bytes();
+  const int64_t mappable = std::min<int64_t>(num_unmapped_chunks(), free_bytes / chunk_charge_);
+  const int64_t before_eviction =
+      num_cached_free_ == 0
+          ? mappable
+          : std::clamp<int64_t>((free_bytes - budget_->headroom_bytes()) / chunk_charge_, 0,
+                                mappable);
+  int32_t next_chunk = first_unmapped_hint_;
+  auto append_unmapped = [&](int64_t chunks) {
+    for (int64_t k = 0; k < chunks; ++k, ++next_chunk) {
+      while (static_cast<size_t>(next_chunk) < chunks_.size() && chunks_[next_chunk].mapped) {
+        ++next_chunk;
+      }
+      const int32_t first = 1 + next_chunk * bpc_;
+      for (int32_t b = first; b < first + bpc_; ++b) order.push_back(BlockId(b));
+    }
+  };
+  append_unmapped(before_eviction);
   for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) order.push_back(BlockId(b));
+  append_unmapped(mappable - before_eviction);
   return order;
 }
 

@@ -88,8 +88,10 @@ class KvCacheManager::Impl {
   // The most leading blocks of `hashes` any group knows of, counting the pending blocks of
   // requests whose step has not completed (CacheHit::match_tokens).
   int64_t KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const;
-  // The longest hit, in blocks, every group can serve among the first `length` of `hashes`.
-  int64_t LongestHitLength(absl::Span<const BlockHash> hashes, int64_t length) const;
+  // The longest hit, in blocks, every group can serve among the first `length` of `hashes`;
+  // `longest_alone` (if given) gets the longest one group serves on its own.
+  int64_t LongestHitLength(absl::Span<const BlockHash> hashes, int64_t length,
+                           int64_t* longest_alone = nullptr) const;
 
   // ---- Allocation (allocation.cc) ----
   // AllocateSlots: true at once for a quiet step (IsQuiet), else AllocateStep.

@@ -4,7 +4,8 @@
 // attention: every block from the start; a sliding window: the blocks its window reaches from
 // the hit's end; a recurrent group: a state snapshot taken exactly at the hit's end). The
 // answers shrink one another, so they are applied in turn until none shrinks: a fixed point.
-// Full attention only gets trimmed after its first answer, so it is asked first.
+// Full attention only gets trimmed after its first answer, so it is asked first; its first
+// answer is also the longest prefix any one group serves (vLLM's shared-prefix junction).
 #include <algorithm>
 
 #include "block/manager_impl.h"
@@ -22,10 +23,14 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
                                      static_cast<int64_t>(hashes.size()));
   if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
   const int64_t max_blocks = length;
-  length = LongestHitLength(hashes, length);
+  int64_t longest = 0;  // the longest prefix one group serves alone
+  length = LongestHitLength(hashes, length, &longest);
   hit.num_tokens = hit.match_tokens = std::max<int64_t>(length, 0) * block_size;
-  if (has_state_groups && config.mode == AccountingMode::kKvpage) {
-    hit.match_tokens = std::max(hit.num_tokens, KnownLength(hashes, max_blocks) * block_size);
+  if (has_state_groups) {
+    // vllm mode: vLLM's shared-prefix junction, where full attention's hit ends.
+    hit.match_tokens = config.mode == AccountingMode::kKvpage
+                           ? std::max(hit.num_tokens, KnownLength(hashes, max_blocks) * block_size)
+                           : longest * block_size;
   }
   if (length <= 0) return hit;
   for (const auto& g : groups) hit.blocks[g->layout().id.value] = g->HitBlocks(hashes, length);
@@ -43,13 +48,16 @@ int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,
 }
 
 int64_t KvCacheManager::Impl::LongestHitLength(absl::Span<const BlockHash> hashes,
-                                              int64_t length) const {
+                                              int64_t length, int64_t* longest_alone) const {
+  int64_t longest = 0;  // answers only shrink: this is the first group's first answer
   for (int64_t previous = -1; length > 0 && length != previous;) {
     previous = length;
     for (const internal::GroupManager* g : hit_order) {
       length = std::min(length, g->HitLength(hashes, length));
+      longest = std::max(longest, length);
     }
   }
+  if (longest_alone != nullptr) *longest_alone = longest;
   return length;
 }
 

@@ -59,20 +59,55 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
   }
   n = std::min({n, budget, max_model_len - r.num_computed});
-  // A prompt chunk of a model with recurrent state ends on a block boundary when it can, so
-  // the state there is snapshotted and later requests can resume from it. First where the
-  // prompt diverges from everything the cache knows (chunk_stop: a later request sharing the
-  // prefix resumes exactly there), else at the last boundary the chunk reaches. That holds for
-  // the last chunk too: a prompt of 100 tokens runs as 96 + 4, and the next turn of the
-  // conversation resumes from the state after 96.
-  if (has_state_groups && config.kv.enable_prefix_caching && remaining > 1) {
-    if (r.num_computed < r.chunk_stop && r.chunk_stop < r.num_computed + n) {
-      n = r.chunk_stop - r.num_computed;
-    }
-    const int64_t end = (r.num_computed + n) / cache_block_size * cache_block_size;
-    if (end > r.num_computed) n = end - r.num_computed;
-  }
+  if (has_state_groups && config.kv.enable_prefix_caching) n = StateAlignedChunk(r, n);
   return static_cast<int32_t>(n);
+}
+
+int64_t Scheduler::Impl::StateAlignedChunk(const SchedRequest& r, int64_t n) const {
+  const int64_t bs = cache_block_size;
+  const int64_t start = r.num_computed;
+  if (config.kv.mode == AccountingMode::kKvpage) {
+    // A prompt chunk ends on a block boundary when it can, so the state there is snapshotted
+    // and later requests can resume from it. First where the prompt diverges from everything
+    // the cache knows (chunk_stop: a later request sharing the prefix resumes exactly there),
+    // else at the last boundary the chunk reaches. That holds for the last chunk too: a prompt
+    // of 100 tokens runs as 96 + 4, and the next turn resumes from the state after 96.
+    if (r.num_tokens - start <= 1) return n;
+    if (start < r.chunk_stop && r.chunk_stop < start + n) n = r.chunk_stop - start;
+    const int64_t end = (start + n) / bs * bs;
+    return end > start ? end - start : n;
+  }
+  // vLLM 0.33's Scheduler._mamba_block_aligned_split in align mode, as it runs for a model
+  // without EAGLE, lookahead hashes or in-kernel prefill checkpoints. It splits the prefill: the
+  // prompt, and after a preemption every token but the last.
+  const int64_t prefill_end = std::max(r.prompt_len, r.num_tokens - 1);
+  if (start >= prefill_end) return n;
+  int64_t end = start + n;
+  if (end < prefill_end) {
+    // Not the last chunk: it ends on a block boundary even when that leaves no tokens (the
+    // request is held back until a step has budget for a block), unless a block is wider than
+    // any chunk can be.
+    int64_t max_chunk = config.max_num_batched_tokens;
+    if (config.long_prefill_token_threshold > 0) {
+      max_chunk = std::min<int64_t>(max_chunk, config.long_prefill_token_threshold);
+    }
+    const int64_t aligned = end / bs * bs;
+    if (aligned > start || bs <= max_chunk) end = aligned;
+  }
+  // Then it stops at the first of these strictly inside the chunk.
+  const int64_t stops[] = {
+      // A chunk that starts mid-block (a block wider than a chunk): that block's end.
+      start % bs != 0 ? (start / bs + 1) * bs : 0,
+      // The last boundary whose state can be cached: before the last token, always computed.
+      std::max<int64_t>(r.num_tokens - 1, 0) / bs * bs,
+      // Where full attention's prefix hit ended at admission (chunk_stop), whole blocks from
+      // the start: a later request with that prefix resumes there.
+      start < r.chunk_stop && r.chunk_stop < end ? start + (r.chunk_stop - start) / bs * bs : 0,
+  };
+  for (const int64_t stop : stops) {
+    if (start < stop && stop < end) end = stop;
+  }
+  return std::max<int64_t>(end - start, 0);
 }
 
 void Scheduler::Impl::MarkScheduled(SchedRequest& r, int32_t n, int32_t drafts) {
@@ -229,9 +264,12 @@ CacheHit Scheduler::Impl::Admit(SchedRequest& r) {
 void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
   // Prompt tokens that running requests still have to compute after this step: a new request
   // is admitted only if those fit as well (else admitting it would preempt one of them, or
-  // itself, a few steps later).
+  // itself, a few steps later). vLLM's gate (scheduler_reserve_full_isl) counts the admitted
+  // request's own prompt alone, and so does vllm accounting.
+  const bool reserve_others =
+      config.reserve_full_prompt && config.kv.mode == AccountingMode::kKvpage;
   int64_t outstanding = 0;
-  if (config.reserve_full_prompt) {
+  if (reserve_others) {
     for (int32_t q : running) {
       const SchedRequest& r = reqs[q];
       outstanding += std::max<int64_t>(0, r.num_tokens - r.num_computed - 1);
@@ -269,7 +307,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
       break;  // waiting requests never preempt running ones
     }
     waiting.erase(waiting.begin());
-    if (config.reserve_full_prompt) outstanding += remaining - n;
+    if (reserve_others) outstanding += remaining - n;
     if (!r.resumed) {
       stats.admitted_prompt_tokens += r.num_tokens;
       stats.prefix_hit_tokens += c;

@@ -78,8 +78,8 @@ struct alignas(64) SchedRequest {
   int32_t priority = 0;
   int32_t num_preemptions = 0;
   // A prefill chunk ends here when it would cross it (CacheHit::match_tokens at admission):
-  // where the prompt diverges from what the cache knows, so recurrent state is snapshotted
-  // exactly there. 0 = none.
+  // where the prompt diverges from what the cache knows (vllm accounting: where full
+  // attention's hit ends), so recurrent state is snapshotted there. 0 = none.
   int64_t chunk_stop = 0;
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
@@ -164,6 +164,11 @@ class Scheduler::Impl {
   void RefreshNextEvent(internal::SchedRequest& r);
   // Tokens request r would compute this step within the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
+  // A model with recurrent state and prefix caching: how much of an n-token prefill chunk to
+  // run so that the state is snapshotted where later requests can resume. kvpage accounting
+  // ends it at chunk_stop or the last block boundary it reaches; vllm accounting follows
+  // vLLM's block-aligned split, which may leave 0 tokens (the request waits for more budget).
+  int64_t StateAlignedChunk(const internal::SchedRequest& r, int64_t n) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
   // Writes request r's entry `sr` of the output and its row's sequence length (after its row

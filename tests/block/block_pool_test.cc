@@ -135,7 +135,8 @@ TEST(BlockPoolTest, AllocatesIdsInOrderAndMapsOnFirstUse) {
   EXPECT_EQ(pool.num_free_blocks(), 0);
   EXPECT_EQ(pool.AllocatableNow(), 10);
   EXPECT_EQ(f.budget.used_bytes(), 0);
-  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
+  // Nothing is mapped yet, but every block can be handed out, in id order (vLLM's free queue).
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
   EXPECT_FALSE(pool.is_mapped(BlockId(1)));
   EXPECT_FALSE(pool.is_mapped(kNullBlock));
   ASSERT_POOL_OK(pool);
@@ -547,7 +548,8 @@ TEST(BlockPoolChunkTest, ChunksAreMappedLazilyAndFullestChunkFirst) {
   ASSERT_POOL_OK(pool);
   EXPECT_EQ(pool.num_idle_chunks(), 0);
   EXPECT_EQ(pool.AllocatableNow(), 9);
-  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(3, 2, 8, 7, 6));
+  // Clean blocks of the fullest chunk first, then the chunk the budget can still map.
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(3, 2, 8, 7, 6, 9, 10, 11, 12));
   EXPECT_THAT(Take(pool, 1), ElementsAre(3));  // from the fuller chunk 0
   ASSERT_POOL_OK(pool);
   EXPECT_THAT(Take(pool, 1), ElementsAre(2));
@@ -597,7 +599,8 @@ TEST(BlockPoolChunkTest, MapsANewChunkBeforeEvictingCachedBlocks) {
   EXPECT_EQ(pool.num_mapped_chunks(), 2);
   EXPECT_EQ(pool.Lookup(H(4), kG0), BlockId(4));
   EXPECT_EQ(pool.AllocatableNow(), 11);
-  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(6, 7, 8, 4, 3, 2, 1));
+  // The chunk the budget can still map comes before the cached blocks, as Allocate takes them.
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(6, 7, 8, 9, 10, 11, 12, 4, 3, 2, 1));
   EXPECT_THAT(Take(pool, 7), ElementsAre(6, 7, 8, 9, 10, 11, 12));
   ASSERT_POOL_OK(pool);
   EXPECT_EQ(f.events.size(), 0u);
@@ -608,6 +611,25 @@ TEST(BlockPoolChunkTest, MapsANewChunkBeforeEvictingCachedBlocks) {
   EXPECT_THAT(f.events.Drain(), ElementsAre(Removed(kG0, H(4)), Removed(kG0, H(3))));
   EXPECT_EQ(pool.AllocatableNow(), 2);
   EXPECT_EQ(pool.num_mapped_chunks(), 3);
+}
+
+// FreeOrder is the order Allocate hands blocks out in, unmapped chunks included: with one
+// chunk of headroom the pool maps one chunk, then evicts its cached blocks rather than eat into
+// the headroom, and maps the last chunk the budget holds only when no cached block is left.
+TEST(BlockPoolChunkTest, FreeOrderIsTheOrderAllocateTakes) {
+  FourChunks f;
+  BlockPool& pool = f.pool;
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+  EXPECT_THAT(Take(pool, 4), ElementsAre(1, 2, 3, 4));
+  for (int32_t i = 1; i <= 4; ++i) pool.CacheBlock(BlockId(i), H(i), kG0, i > 1 ? H(i - 1) : kRoot);
+  pool.Free(Blocks({4, 3, 2, 1}));
+  f.budget.set_headroom_bytes(400);
+  const std::vector<int32_t> order = Ids(pool.FreeOrder());
+  EXPECT_THAT(order, ElementsAre(5, 6, 7, 8, 4, 3, 2, 1, 9, 10, 11, 12));
+  EXPECT_EQ(static_cast<int64_t>(order.size()), pool.AllocatableNow());
+  EXPECT_EQ(Take(pool, 12), order);
+  ASSERT_POOL_OK(pool);
+  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
 }
 
 TEST(BlockPoolChunkTest, ReleaseIdleChunk) {
@@ -644,7 +666,8 @@ TEST(BlockPoolChunkTest, ReleaseIdleChunk) {
   EXPECT_EQ(f.budget.used_bytes(), 400);
   EXPECT_FALSE(pool.is_mapped(BlockId(5)));
   EXPECT_EQ(f.events.size(), 0u);
-  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(4, 3, 2, 1));
+  // Chunks 1 and 2 would be mapped again before a cached block is evicted.
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(5, 6, 7, 8, 9, 10, 11, 12, 4, 3, 2, 1));
 
   EXPECT_FALSE(pool.ReleaseIdleChunk(false));
   EXPECT_TRUE(pool.ReleaseIdleChunk(true));  // chunk 0 with its cache
@@ -656,7 +679,7 @@ TEST(BlockPoolChunkTest, ReleaseIdleChunk) {
   EXPECT_EQ(pool.num_idle_chunks(), 0);
   EXPECT_EQ(pool.num_free_blocks(), 0);
   EXPECT_EQ(f.budget.used_bytes(), 0);
-  EXPECT_THAT(Ids(pool.FreeOrder()), IsEmpty());
+  EXPECT_THAT(Ids(pool.FreeOrder()), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
   EXPECT_FALSE(pool.ReleaseIdleChunk(true));
   EXPECT_THAT(backing.calls,
               ElementsAre(RecordingBacking::Call{+1, 0, 0}, RecordingBacking::Call{+1, 0, 1},

@@ -331,9 +331,11 @@ TEST(KvCacheManagerTest, SlidingWindowFreesOutOfWindowBlocks) {
   EXPECT_THAT(Table(*m, 1, kG1), ElementsAre(0, 0, 0, 0, 5, 6, 7));
   EXPECT_THAT(Table(*m, 1, kG0), ElementsAre(1, 2, 3, 4, 5, 6, 7));
   // Freed last-to-first: block 4 is evicted before 3, 2, 1.
-  const std::vector<int32_t> order = Ids(m->FreeBlockOrder(kG1));
-  ASSERT_GE(order.size(), 4u);
-  EXPECT_THAT(std::vector<int32_t>(order.end() - 4, order.end()), ElementsAre(4, 3, 2, 1));
+  std::vector<int32_t> freed;
+  for (int32_t id : Ids(m->FreeBlockOrder(kG1))) {
+    if (id <= 4) freed.push_back(id);
+  }
+  EXPECT_THAT(freed, ElementsAre(4, 3, 2, 1));
   KVPAGE_EXPECT_INVARIANTS(*m);
   // A decode step frees on the processed basis too.
   ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), {5}).ok());

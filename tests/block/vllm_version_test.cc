@@ -93,6 +93,22 @@ TEST(VllmVersionTest, NullBlockLeavesOneFewerUsableBlock) {
   EXPECT_NE(one.status().message().find("null block"), std::string::npos) << one.status();
 }
 
+// vLLM's free queue holds every block from the start (block 0 taken as its null block), so
+// before anything is allocated it lists ids 1..num_gpu_blocks - 1 in order, and the first
+// allocation takes from its front.
+TEST(VllmVersionTest, FreeQueueListsEveryBlockBeforeTheFirstAllocation) {
+  constexpr int64_t kBlockId = int64_t{2} << 20;  // llama-3.1-8b (see above)
+  auto m = Manager("llama-3.1-8b", VllmVersion::kV0_33, 10 * kBlockId);
+  EXPECT_THAT(Ids(m->FreeBlockOrder(GroupId(0))),
+              ::testing::ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9));
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(40)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(*m->Find(RequestId(1)), {.num_new_tokens = 40}));
+  EXPECT_THAT(Ids(*m->BlockTable(*m->Find(RequestId(1)), GroupId(0))),
+              ::testing::ElementsAre(1, 2, 3));
+  EXPECT_THAT(Ids(m->FreeBlockOrder(GroupId(0))), ::testing::ElementsAre(4, 5, 6, 7, 8, 9));
+  EXPECT_TRUE(m->CheckInvariants().ok());
+}
+
 // qwen3.5-0.8b under vllm accounting: 6 full + 18 Gated DeltaNet layers → group size 6, one
 // full-attention group and three linear-attention groups sharing 544-token block ids.
 // A 512-token first chunk: vLLM 0.33's MambaManager takes one block per linear group

@@ -28,9 +28,10 @@ struct VllmRun {
 };
 
 // `blocks` block ids of vLLM's num_gpu_blocks (block 0 its null block), a 2,048-token budget.
-VllmRun Make(const char* model, int64_t block_id_bytes, int64_t blocks, int64_t max_model_len) {
+VllmRun Make(const char* model, int64_t block_id_bytes, int64_t blocks, int64_t max_model_len,
+             AccountingMode mode = AccountingMode::kVllm) {
   SchedulerConfig c;
-  c.kv.mode = AccountingMode::kVllm;
+  c.kv.mode = mode;
   c.kv.kv_budget_bytes = blocks * block_id_bytes;
   c.max_num_batched_tokens = 2048;
   c.max_model_len = max_model_len;
@@ -60,6 +61,14 @@ std::map<int64_t, int32_t> Scheduled(const SchedulerOutput& out) {
   return m;
 }
 
+
+// A prompt of `len` tokens: `shared` tokens from `first`, then tokens from `tail`.
+std::vector<int32_t> Prompt(int32_t first, int32_t shared, int32_t tail, int32_t len) {
+  std::vector<int32_t> t;
+  for (int32_t i = 0; i < len; ++i) t.push_back(i < shared ? first + i : tail + i);
+  return t;
+}
+
 // Schedules a step and runs it with token 5 sampled wherever a request samples.
 const SchedulerOutput& Step(Scheduler& s) {
   const SchedulerOutput& out = s.Schedule();
@@ -77,6 +86,32 @@ std::vector<int32_t> VllmFreeOrder(const VllmRun& run) {
   std::vector<int32_t> ids;
   for (BlockId b : run.s->kv_cache().FreeBlockOrder(GroupId(0))) ids.push_back(run.to_vllm.at(b.value));
   return ids;
+}
+
+// One step as vllm_sched_replay.py records it: tokens per request, where each started (its
+// computed count before the step), and the free block ids after scheduling.
+struct Observed {
+  std::map<int64_t, int32_t> scheduled;
+  std::map<int64_t, int64_t> computed;
+  size_t free = 0;
+};
+
+Observed Observe(Scheduler& s) {
+  Observed o;
+  const SchedulerOutput& out = s.Schedule();
+  for (const ScheduledRequest& r : out.requests) {
+    o.scheduled[r.id.value] = r.num_scheduled_tokens;
+    o.computed[r.id.value] = r.num_computed_tokens;
+  }
+  o.free = s.kv_cache().FreeBlockOrder(GroupId(0)).size();
+  ModelOutput m;
+  m.sampled_offsets.push_back(0);
+  for (const ScheduledRequest& r : out.requests) {
+    if (r.samples) m.sampled_token_ids.push_back(5);
+    m.sampled_offsets.push_back(static_cast<int32_t>(m.sampled_token_ids.size()));
+  }
+  EXPECT_TRUE(s.Update(out, m).ok());
+  return o;
 }
 
 // gemma-3-4b-it: six sliding-window groups (1,024 tokens) and one full-attention group, 16-token
@@ -131,6 +166,109 @@ TEST(VllmScheduleTest, FinishedRequestsFreeInSchedulingOrder) {
   EXPECT_THAT(std::vector<int32_t>(order.end() - 8, order.end()),
               ElementsAre(95, 96, 97, 98, 99, 1, 2, 3));
   EXPECT_SCHED_INVARIANTS(s);
+}
+
+// qwen3.5-0.8b: three Gated DeltaNet groups and one full-attention group sharing 544-token
+// blocks (6,528 KiB per block id); 100 ids. vLLM runs such a model in mamba_cache_mode
+// "align" and ends every prefill chunk but a prompt's last on a block boundary
+// (Scheduler._mamba_block_aligned_split). Step 1: A's 2,000 tokens fit the 2,048-token budget,
+// but the chunk stops at 1,632, the last boundary before its last token; the 416 tokens left
+// cannot take B (600 tokens) to a boundary, so B is held back, and nothing after it runs.
+// Step 2: A's last 368 tokens, B up to 544 (the last boundary of its prompt); step 3: B's
+// last 56 tokens. Each new request takes one state block per group and its attention blocks.
+constexpr int64_t kQwen35BlockId = 6684672;
+
+TEST(VllmScheduleTest, HybridChunksEndOnBlockBoundariesOrWait) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 100, 4096);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 2000, 2)).ok());  // A
+  ASSERT_TRUE(s.AddRequest(Req(1, 5000, 600, 2)).ok());   // B
+  const std::vector<std::map<int64_t, int32_t>> steps = {
+      {{0, 1632}}, {{0, 368}, {1, 544}}, {{0, 1}, {1, 56}}, {{1, 1}}};
+  const std::vector<size_t> free = {93, 85, 84, 94};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(i + 1);
+    const Observed o = Observe(s);
+    EXPECT_EQ(o.scheduled, steps[i]);
+    EXPECT_EQ(o.free, free[i]);
+    EXPECT_SCHED_INVARIANTS(s);
+  }
+  EXPECT_FALSE(s.HasUnfinishedRequests());
+}
+
+// kvpage accounting keeps its own rule on the same requests (its blocks for this model are 16
+// tokens): a chunk ends on the last block boundary it reaches, a prompt's last chunk included.
+// A's 2,000 tokens end on one (125 blocks) and run whole; B starts at once with the 48 tokens
+// left (3 blocks), then runs to 592, its last boundary, and its last 8 tokens after that.
+TEST(VllmScheduleTest, KvpageAccountingKeepsItsOwnHybridChunks) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 100, 4096, AccountingMode::kKvpage);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 2000, 2)).ok());
+  ASSERT_TRUE(s.AddRequest(Req(1, 5000, 600, 2)).ok());
+  EXPECT_EQ(Observe(s).scheduled, (std::map<int64_t, int32_t>{{0, 2000}, {1, 48}}));
+  EXPECT_EQ(Observe(s).scheduled, (std::map<int64_t, int32_t>{{0, 1}, {1, 544}}));
+  EXPECT_EQ(Observe(s).scheduled, (std::map<int64_t, int32_t>{{1, 8}}));
+  EXPECT_SCHED_INVARIANTS(s);
+}
+
+// The junction: A (2,000 tokens) runs as 1,632 + 368, so the state is cached after 1,632
+// tokens only, while its attention blocks are cached from the start. B shares A's first 1,200
+// tokens: attention hits 1,088 of them, the state nothing, so vLLM ends B's first chunk at
+// 1,088 (its shared-prefix boundary), where B's state is then cached; C, sharing the same
+// 1,200 tokens, resumes from it.
+TEST(VllmScheduleTest, HybridChunkEndsWhereFullAttentionsHitEnds) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 100, 4096);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 2000, 1)).ok());
+  Observed o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 1632}}));
+  EXPECT_EQ(o.free, 93u);
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 368}}));
+  EXPECT_EQ(o.free, 89u);
+  ASSERT_TRUE(s.AddRequest({.id = RequestId(1), .prompt_token_ids = Prompt(1000, 1200, 8000, 2000),
+                            .max_new_tokens = 1}).ok());
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{1, 1088}}));
+  EXPECT_EQ(o.computed, (std::map<int64_t, int64_t>{{1, 0}}));
+  EXPECT_EQ(o.free, 94u);
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{1, 544}}));
+  EXPECT_EQ(o.free, 90u);
+  ASSERT_TRUE(s.AddRequest({.id = RequestId(2), .prompt_token_ids = Prompt(1000, 1200, 9000, 1500),
+                            .max_new_tokens = 1}).ok());
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{1, 368}, {2, 412}}));
+  EXPECT_EQ(o.computed, (std::map<int64_t, int64_t>{{1, 1632}, {2, 1088}}));
+  EXPECT_EQ(o.free, 80u);
+  EXPECT_SCHED_INVARIANTS(s);
+}
+
+// vLLM admits a request when its own whole prompt fits (scheduler_reserve_full_isl), whatever
+// the running requests' prompts still need; kvpage accounting also reserves those. 13 ids:
+// A (3,000 tokens) takes 3 attention blocks and 3 state blocks for its first 1,632 tokens,
+// which leaves 6; B (400 tokens) needs 1 attention block and 3 state blocks, and is admitted
+// in the same step, though with A's remaining 1,367 tokens it would need 3 blocks more.
+TEST(VllmScheduleTest, AdmissionReservesTheRequestsOwnPromptOnly) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 13, 3072);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 3000, 1)).ok());  // A
+  ASSERT_TRUE(s.AddRequest(Req(1, 5000, 400, 1)).ok());   // B
+  const std::vector<std::map<int64_t, int32_t>> steps = {
+      {{0, 1632}, {1, 400}}, {{0, 1088}}, {{0, 280}}};
+  const std::vector<size_t> free = {2, 1, 0};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(i + 1);
+    const Observed o = Observe(s);
+    EXPECT_EQ(o.scheduled, steps[i]);
+    EXPECT_EQ(o.free, free[i]);
+    EXPECT_SCHED_INVARIANTS(s);
+  }
+  EXPECT_FALSE(s.HasUnfinishedRequests());
 }
 
 }  // namespace

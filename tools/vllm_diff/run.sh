@@ -50,6 +50,8 @@ sched_workloads=(
   "sched_llama_8192 llama-3.1-8b 3000 8192"
   "sched_gemma_2048 gemma-3-4b-it 4000 2048"
   "sched_gemma_8192 gemma-3-4b-it 8000 8192"
+  "sched_qwen35_2048 qwen3.5-0.8b 100 2048"
+  "sched_qwen35_8192 qwen3.5-0.8b 100 8192"
 )
 for w in "${sched_workloads[@]}"; do
   read -r name model blocks budget <<<"$w"

@@ -58,15 +58,21 @@ def make_spec(group):
     raise ValueError(f"unknown group kind {kind}")
 
 
-def make_manager(layout, num_blocks):
-    bs = layout["block_size"]
+def make_kv_cache_config(layout, num_blocks):
+    """One group per kvpage group, one-head specs, no tensors."""
     groups = []
     for i, g in enumerate(layout["groups"]):
         g = dict(g)
         if g["block_size"] == 0:
-            g["block_size"] = bs  # align mode: a state block per `bs` tokens
+            g["block_size"] = layout["block_size"]  # align mode: a state block per `bs` tokens
         groups.append(KVCacheGroupSpec([f"layer{i}"], make_spec(g)))
-    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+
+
+def make_manager(layout, num_blocks):
+    bs = layout["block_size"]
+    config = make_kv_cache_config(layout, num_blocks)
+    groups = config.kv_cache_groups
     return KVCacheManager(
         config,
         max_model_len=layout["max_model_len"],

@@ -55,14 +55,17 @@ def make_scheduler(args, layout):
     model_config = ModelConfig(model=model_dir(args.model_config), trust_remote_code=True,
                                dtype="bfloat16", seed=42, skip_tokenizer_init=True,
                                max_model_len=layout["max_model_len"])
+    # A model with linear attention (Mamba / Gated DeltaNet) runs in align mode, as vLLM sets it
+    # for such a model when prefix caching is on (MambaModelConfig): a state block per `bs`
+    # tokens, and the scheduler ends prompt chunks on block boundaries.
+    hybrid = any(g["kind"] == "linear_attention" for g in layout["groups"])
     cache_config = CacheConfig(block_size=bs, gpu_memory_utilization=0.9, cache_dtype="auto",
-                               enable_prefix_caching=True)
+                               enable_prefix_caching=True,
+                               mamba_cache_mode="align" if hybrid else "none",
+                               mamba_block_size=bs if hybrid else None)
     vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"))
-    groups = [KVCacheGroupSpec([f"layer{i}"], vllm_replay.make_spec(g))
-              for i, g in enumerate(layout["groups"])]
-    kv_cache_config = KVCacheConfig(num_blocks=args.num_blocks, kv_cache_tensors=[],
-                                    kv_cache_groups=groups)
+    kv_cache_config = vllm_replay.make_kv_cache_config(layout, args.num_blocks)
     cache_config.num_gpu_blocks = args.num_blocks
     return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config, log_stats=True,
                      structured_output_manager=StructuredOutputManager(vllm_config),

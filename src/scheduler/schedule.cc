@@ -261,6 +261,20 @@ CacheHit Scheduler::Impl::Admit(SchedRequest& r) {
   return hit.ok() ? *std::move(hit) : CacheHit{};
 }
 
+int64_t Scheduler::Impl::RunningPromptTokensLeft() const {
+  int64_t left = 0;
+  for (int32_t q : running) {
+    const SchedRequest& r = reqs[q];
+    left += std::max<int64_t>(0, r.num_tokens - r.num_computed - 1);
+  }
+  return left;
+}
+
+bool Scheduler::Impl::OverWatermark() const {
+  const KvCacheUsage usage = kv->Usage();
+  return usage.used_bytes > (1.0 - config.watermark) * usage.budget_bytes;
+}
+
 void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
   // Prompt tokens that running requests still have to compute after this step: a new request
   // is admitted only if those fit as well (else admitting it would preempt one of them, or
@@ -268,13 +282,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
   // request's own prompt alone, and so does vllm accounting.
   const bool reserve_others =
       config.reserve_full_prompt && config.kv.mode == AccountingMode::kKvpage;
-  int64_t outstanding = 0;
-  if (reserve_others) {
-    for (int32_t q : running) {
-      const SchedRequest& r = reqs[q];
-      outstanding += std::max<int64_t>(0, r.num_tokens - r.num_computed - 1);
-    }
-  }
+  int64_t outstanding = reserve_others ? RunningPromptTokensLeft() : 0;
   while (budget > 0 && static_cast<int32_t>(running.size()) < config.max_num_seqs) {
     const int32_t q = PeekWaiting();
     if (q < 0) break;
@@ -297,10 +305,9 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     const absl::StatusOr<bool> ok = n > 0 ? kv->AllocateSlots(r.kv, req) : false;
     KVPAGE_DCHECK(ok.ok());
     bool admitted = ok.ok() && *ok;
-    if (admitted && config.watermark > 0 && !running.empty()) {
-      const KvCacheUsage usage = kv->Usage();
-      admitted = usage.used_bytes <= (1.0 - config.watermark) * usage.budget_bytes;
-      if (!admitted) FreeKeepingTokens(q);  // over the watermark: give the blocks back
+    if (admitted && config.watermark > 0 && !running.empty() && OverWatermark()) {
+      admitted = false;
+      FreeKeepingTokens(q);  // give the blocks back
     }
     if (!admitted) {
       r.num_computed = 0;

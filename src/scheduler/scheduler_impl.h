@@ -144,6 +144,10 @@ class Scheduler::Impl {
   // reach their next event to one AllocateDecodeStep call; returns the index of the first
   // request it did not take.
   size_t ScheduleDecodeRun(size_t i, int64_t& budget);
+  // Prompt tokens (after this step) that running requests still have to compute.
+  int64_t RunningPromptTokensLeft() const;
+  // The cache's usage is above 1 − watermark.
+  bool OverWatermark() const;
   void ScheduleWaiting(int64_t& budget);
   // Adds waiting request q to the KV cache (if it is not there) and asks for its prefix hit.
   CacheHit Admit(internal::SchedRequest& r);

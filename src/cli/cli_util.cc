@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,27 @@ bool RunPlotScript(const char* command, const std::string& script, const std::st
     return false;
   }
   return true;
+}
+
+int PlotJson(const char* command, const std::string& script, const std::string& json,
+             const std::string& png) {
+  const std::string json_path = png + ".json";
+  {
+    std::ofstream out(json_path);
+    out << json;
+    if (!out) {
+      std::cerr << "kvpage " << command << ": cannot write " << json_path << "\n";
+      return 1;
+    }
+  }
+  const bool plotted = RunPlotScript(
+      command, script,
+      absl::StrCat("--input ", ShellQuote(json_path), " --output ", ShellQuote(png)));
+  std::error_code ec;
+  std::filesystem::remove(json_path, ec);
+  if (!plotted) return 1;
+  std::cerr << "kvpage " << command << ": wrote " << png << "\n";
+  return 0;
 }
 
 }  // namespace kvpage::cli

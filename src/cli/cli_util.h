@@ -33,6 +33,12 @@ std::string ShellQuote(const std::string& text);
 // Prints "kvpage <command>: plotting failed (...)" and returns false if it fails.
 bool RunPlotScript(const char* command, const std::string& script, const std::string& quoted_args);
 
+// Writes `json` next to `png` (png + ".json"), runs `script --input JSON --output PNG` and
+// removes the JSON. Returns the exit code: 0 after "kvpage <command>: wrote PNG" on stderr,
+// 1 after a message when the file cannot be written or the script fails.
+int PlotJson(const char* command, const std::string& script, const std::string& json,
+             const std::string& png);
+
 }  // namespace kvpage::cli
 
 #endif  // KVPAGE_CLI_CLI_UTIL_H_

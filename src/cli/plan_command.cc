@@ -208,23 +208,7 @@ std::string PlotScript() {
 
 // Runs the planner over a power-of-two sweep and hands its JSON to the plotting script.
 int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
-  const std::string json_path = png + ".json";
-  {
-    std::ofstream out(json_path);
-    out << PlansToJson(plans);
-    if (!out) {
-      std::cerr << "kvpage plan: cannot write " << json_path << "\n";
-      return 1;
-    }
-  }
-  const bool plotted = RunPlotScript(
-      "plan", PlotScript(),
-      absl::StrCat("--input ", ShellQuote(json_path), " --output ", ShellQuote(png)));
-  std::error_code ec;
-  std::filesystem::remove(json_path, ec);
-  if (!plotted) return 1;
-  std::cerr << "kvpage plan: wrote " << png << "\n";
-  return 0;
+  return PlotJson("plan", PlotScript(), PlansToJson(plans), png);
 }
 
 }  // namespace

@@ -269,21 +269,6 @@ std::string PlotScript() {
   return DataDir() + "/scripts/plot_slo.py";
 }
 
-int DrawSloPlot(const std::string& json, const std::string& png) {
-  const std::string json_path = png + ".json";
-  if (absl::Status s = sim::WriteTextFile(json_path, json); !s.ok()) {
-    std::cerr << "kvpage plan: " << s.message() << "\n";
-    return 1;
-  }
-  const bool plotted = RunPlotScript(
-      "plan", PlotScript(),
-      absl::StrCat("--input ", ShellQuote(json_path), " --output ", ShellQuote(png)));
-  std::error_code ec;
-  std::filesystem::remove(json_path, ec);
-  if (!plotted) return 1;
-  std::cerr << "kvpage plan: wrote " << png << "\n";
-  return 0;
-}
 
 // Checks the flags that need no file; fills the parsed lists.
 absl::Status CheckFlags(const SloFlags& f, const FlagSet& fs, std::vector<sim::SloTerm>* slo,
@@ -402,7 +387,7 @@ int RunSloPlan(const std::vector<std::string>& args) {
   std::cout << (f.format == "json" ? json : SloFrontierTable(info, searches, answer));
   std::cout.flush();
   if (!f.plot.empty()) {
-    if (int rc = DrawSloPlot(json, f.plot); rc != 0) return rc;
+    if (int rc = PlotJson("plan", PlotScript(), json, f.plot); rc != 0) return rc;
   }
   return answer.has_value() ? 0 : 1;
 }

@@ -52,6 +52,7 @@
 namespace kvpage {
 
 namespace internal {
+class HostTier;
 class PrefixIndex;
 struct PrefixKey;
 }  // namespace internal
@@ -157,6 +158,17 @@ class BlockPool {
   // Drops every hash. FailedPrecondition if any block is used.
   absl::Status ResetPrefixCache();
 
+  // ---- Host tier ------------------------------------------------------------------------------
+  // Puts `tier` (it must outlive the pool; null = none) behind this pool's prefix cache.
+  // Write-through: a key cached for the first time is offered for saving, its block holding
+  // one more reference (a pin) until the manager completes the save. Write-back: a cached block
+  // this pool evicts to reuse it is offered, unpinned (its data is read before the step that
+  // reuses it runs). Queued saves of a chunk given back are dropped.
+  void set_host_tier(internal::HostTier* tier) { tier_ = tier; }
+  internal::HostTier* host_tier() const { return tier_; }
+  // Whether the host tier has a ready copy of (hash, group).
+  bool HostHolds(BlockHash hash, GroupId group) const;
+
   // ---- Chunks ------------------------------------------------------------------------------
   // Gives back one idle chunk (evicting its cached blocks), preferring the idle chunk with the
   // fewest cached blocks. Returns false if there is none. `allow_cache_loss` = false only
@@ -260,6 +272,7 @@ class BlockPool {
   int32_t chunk_shift_ = -1;  // log2(bpc) when bpc is a power of two (or one chunk): no divide
   MemoryBudget* const budget_;
   KvEventLog* const events_;
+  internal::HostTier* tier_ = nullptr;
 
   // What taking, touching or freeing a block reads and writes, in one 16-byte record (one
   // cache line to fetch, not one per field).

@@ -75,6 +75,24 @@ namespace kvpage {
 
 enum class AccountingMode : uint8_t { kKvpage, kVllm };
 
+// When a block reaches the host tier.
+enum class HostTierPolicy : uint8_t {
+  kWriteThrough,  // every full block, once per hash, when the step that wrote it completes
+  kWriteBack,     // a cached block when device memory evicts it
+};
+
+// A prefix cache in host memory behind the device's (kvpage accounting): blocks the device
+// cache evicts stay reachable through a load over PCIe instead of a recompute. Each pool gets
+// a share of the budget in proportion to its device capacity, as slots of its block size.
+struct HostCacheConfig {
+  int64_t budget_bytes = 0;  // 0 = no host tier
+  HostTierPolicy policy = HostTierPolicy::kWriteThrough;
+  // Host memory behind the slots (a HostMemoryBacking, or the server's pinned memory). It is
+  // reserved with the device's MemoryLayout, each pool's max_chunks set to the tier's, and
+  // slot s of a pool is block id s in it. Null = accounting only. Must outlive the manager.
+  MemoryBacking* backing = nullptr;
+};
+
 struct KvCacheConfig {
   AccountingMode mode = AccountingMode::kKvpage;
   VllmVersion vllm_version = kCurrentVllmVersion;  // the release vllm mode follows
@@ -101,6 +119,7 @@ struct KvCacheConfig {
   int32_t decode_snapshot_interval_blocks = 32;
   bool enable_kv_events = false;
   MemoryBacking* backing = nullptr;  // GPU backing; null = CPU accounting only
+  HostCacheConfig host_cache;
 
   absl::Status Validate() const;
 };
@@ -194,6 +213,44 @@ struct StateCopy {
 struct SlotToZero {
   GroupId group;
   int32_t slot = -1;
+};
+
+// One block copied between device memory and the host tier: in every tensor of the group's
+// pool (MemoryLayout), device block `device` and host slot `host` (block id `host` of the host
+// backing's layout).
+struct TierCopy {
+  GroupId group;
+  BlockId device;
+  int32_t host = 0;
+};
+
+// Copies for the server to run (KvCacheManager::TakeTransfers), then report with
+// CompleteTransfers(id).
+//   * saves: device -> host. Write-through saves read blocks that stay held until the
+//     transfer completes: run them any time (a copy stream beside the forward pass).
+//     Write-back saves read blocks that were evicted to be reused: run them before the next
+//     forward pass writes the cache.
+//   * loads: host -> device, into blocks nobody reads until the transfer completes; the
+//     requests waiting for them stay out of the batch until then.
+struct TierTransfers {
+  uint64_t id = 0;  // 0 when there is nothing to run
+  std::vector<TierCopy> saves;
+  std::vector<TierCopy> loads;
+  bool empty() const { return saves.empty() && loads.empty(); }
+};
+
+struct HostCacheStats {
+  int64_t budget_bytes = 0;
+  int64_t mapped_bytes = 0;      // host memory the tier has mapped (slots it touched)
+  int64_t ready_blocks = 0;      // loadable slots
+  int64_t saving_blocks = 0;     // saves not yet completed
+  int64_t saves = 0;             // blocks saved (completed)
+  int64_t loads = 0;             // blocks loaded (completed)
+  int64_t failed_transfers = 0;  // blocks of transfers completed as failed
+  int64_t evictions = 0;         // ready slots evicted for room
+  int64_t loaded_tokens = 0;     // prompt tokens served by loads (LoadFromHost)
+  int64_t saved_bytes = 0;
+  int64_t loaded_bytes = 0;
 };
 
 struct PoolUsage {
@@ -331,6 +388,27 @@ class KvCacheManager {
   // State copies to run before the next forward pass, and newly allocated slots to zero.
   std::vector<StateCopy> TakeStateCopies();
   std::vector<SlotToZero> TakeSlotsToZero();
+
+  // ---- Host tier (KvCacheConfig::host_cache) --------------------------------------------------
+  // Before a request's first allocation, after GetComputedBlocks: when the host tier extends
+  // the prefix the device serves, starts bringing it back. Holds the device blocks of the
+  // longest prefix both tiers serve together, takes device blocks for its host blocks, queues
+  // their loads (TakeTransfers) and returns the tokens they add; 0 when the host adds nothing,
+  // device memory is short, or there is no tier. Until the loads complete, IsLoading is true
+  // and AllocateSlots refuses the request (FailedPrecondition); then GetComputedBlocks serves
+  // the whole prefix from device memory, held for the request until its first allocation or
+  // Free. FailedPrecondition once the request holds blocks or while its loads are in flight.
+  absl::StatusOr<int64_t> LoadFromHost(RequestHandle request);
+  absl::StatusOr<bool> IsLoading(RequestHandle request) const;
+  // The copies queued since the last call, under a new id (0 and empty when none).
+  TierTransfers TakeTransfers();
+  // The server has run transfers `id`. Saved slots become loadable (kStored events with
+  // medium kHost) and loaded blocks join the device prefix cache. `succeeded` = false: the
+  // copies did not happen (and never will): saved slots are dropped, loaded blocks freed
+  // uncached, their requests compute the prefix instead. Either way every block the transfer
+  // held is given back. NotFound for an id not taken or already completed.
+  absl::Status CompleteTransfers(uint64_t id, bool succeeded = true);
+  HostCacheStats host_cache_stats() const;
 
   // ---- Accounting --------------------------------------------------------------------------
   // The tokens a request with this prompt would be served from the prefix cache if it were

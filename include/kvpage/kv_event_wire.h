@@ -73,7 +73,7 @@ std::string KvCacheSpecKindName(LayerKind kind);
 std::vector<KvEventGroupInfo> KvEventGroupInfos(const KvCacheManager& manager);
 
 struct KvEventWireOptions {
-  std::string medium = "GPU";          // "GPU" for HBM, "CPU" for a host tier
+  std::string medium = "GPU";          // device events; host-tier events are always "CPU"
   // The batch's third element; nullopt omits it, as msgspec omits a None default.
   std::optional<int32_t> data_parallel_rank = 0;
   // lora_name of a Stored event by its LoRA id. Routers hash a LoRA block's tokens with the

@@ -14,6 +14,10 @@
 
 namespace kvpage {
 
+// Where a cached block lives: device memory (HBM), or the manager's host-memory tier
+// (KvCacheConfig::host_cache), which vLLM's offloading connector names medium "CPU".
+enum class KvMedium : uint8_t { kDevice, kHost };
+
 // One change to the prefix cache of one layer group.
 //
 // Each group's stream is consistent on its own: a kStored event's parent (when it has one) was
@@ -41,6 +45,10 @@ struct KvEvent {
   // attention block covers exactly block_size tokens; a state snapshot covers every token
   // since its parent snapshot, a multiple of the block size.
   std::vector<int32_t> token_ids;
+  // kStored / kRemoved: the tier whose cache changed. Host-tier events carry the hash alone
+  // (no parent, no token ids), as vLLM's offloading connector publishes its CPU tier; each
+  // tier's stream is consistent on its own.
+  KvMedium medium = KvMedium::kDevice;
 
   friend bool operator==(const KvEvent&, const KvEvent&) = default;
 };

@@ -166,6 +166,10 @@ struct SchedulerOutput {
   // Run before the forward pass: zero these state slots, then copy src -> dst.
   std::vector<SlotToZero> slots_to_zero;
   std::vector<StateCopy> state_copies;
+  // Copies between device memory and the host tier (config.kv.host_cache; TierTransfers says
+  // when each kind runs), to report with Scheduler::CompleteTransfers(transfers.id). Requests
+  // waiting for their loads are not in this batch.
+  TierTransfers transfers;
   // Rows that moved since the last step (a request left and the last row filled its place).
   std::vector<std::pair<int32_t, int32_t>> row_moves;  // (from, to)
   std::vector<RequestId> finished_ids;    // finished or aborted since the last step
@@ -221,6 +225,8 @@ struct SchedulerStats {
   // including those of a request that then had to wait).
   int64_t admitted_prompt_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  // Of prefix_hit_tokens, those loaded back from the host tier first.
+  int64_t host_hit_tokens = 0;
 };
 
 class Scheduler {
@@ -259,8 +265,15 @@ class Scheduler {
   // FailedPrecondition when `output` is not the latest Schedule() output or was applied.
   absl::StatusOr<UpdateResult> Update(const SchedulerOutput& output, const ModelOutput& result);
 
+  // Host tier: the transfers of an output (SchedulerOutput::transfers.id) have run, or
+  // failed (`succeeded` = false: their requests compute the prefix instead). Requests whose
+  // loads they finish return to the waiting queue in their place. NotFound for an unknown
+  // or completed id. A request whose loads never complete waits until this call or Abort.
+  absl::Status CompleteTransfers(uint64_t id, bool succeeded = true);
+
   bool HasUnfinishedRequests() const;
   int32_t num_running() const;
+  // Waiting requests, those loading from the host tier included.
   int32_t num_waiting() const;
   const SchedulerStats& stats() const;
   // The KV cache, for reading (usage, tables, statistics). Its events are drained through

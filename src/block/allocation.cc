@@ -181,6 +181,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
       pending_commits.push_back(st.slot);
     }
     st.allocated = r.allocated = true;
+    if (has_host_tier()) ReleaseHeld(st.slot);  // the hit holds its own references now
   }
   RefreshNextEvent(r);  // a failed step may still have released window blocks
   return ok;

@@ -176,16 +176,16 @@ absl::Status AttentionGroup::CountRefs(int32_t slot, RequestId id,
 
 // ---- Full attention and MLA: every block from the first ----
 
-int64_t FullAttentionGroup::HitLength(absl::Span<const BlockHash> hashes,
-                                      int64_t max_blocks) const {
+int64_t FullAttentionGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                                      HitScope scope) const {
   int64_t n = 0;
-  while (n < max_blocks && cached(hashes, n)) ++n;
+  while (n < max_blocks && cached(hashes, n, scope)) ++n;
   return n;
 }
 
 int64_t FullAttentionGroup::KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
                                         absl::Span<const RequestView> in_flight) const {
-  const int64_t cached_blocks = HitLength(hashes, max_blocks);
+  const int64_t cached_blocks = HitLength(hashes, max_blocks, HitScope::kDevice);
   int64_t known = cached_blocks;
   // Hashes chain: equal hashes at block j mean equal prompts up to j, so one comparison per
   // block of the other request's pending range decides.
@@ -199,12 +199,10 @@ int64_t FullAttentionGroup::KnownLength(absl::Span<const BlockHash> hashes, int6
   return known;
 }
 
-std::vector<BlockId> FullAttentionGroup::HitBlocks(absl::Span<const BlockHash> hashes,
-                                                   int64_t length) const {
-  std::vector<BlockId> blocks;
-  blocks.reserve(static_cast<size_t>(length));
-  for (int64_t i = 0; i < length; ++i) blocks.push_back(pool().Lookup(hashes[i], layout().id));
-  return blocks;
+std::vector<int64_t> FullAttentionGroup::HitKeys(int64_t length) const {
+  std::vector<int64_t> keys(static_cast<size_t>(length));
+  for (int64_t i = 0; i < length; ++i) keys[i] = i;
+  return keys;
 }
 
 }  // namespace kvpage::internal

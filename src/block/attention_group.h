@@ -58,8 +58,9 @@ class AttentionGroup : public GroupManager {
   }
   // The table's length once the step has its blocks.
   int64_t LengthAfter(const RequestView& r, const StepArgs& step) const;
-  bool cached(absl::Span<const BlockHash> hashes, int64_t i) const {
-    return pool().Lookup(hashes[i], layout().id) != kNullBlock;
+  bool cached(absl::Span<const BlockHash> hashes, int64_t i,
+              HitScope scope = HitScope::kDevice) const {
+    return Holds(hashes[i], scope);
   }
 
  private:
@@ -72,9 +73,9 @@ class FullAttentionGroup final : public AttentionGroup {
   using AttentionGroup::AttentionGroup;
 
   int hit_rank() const override { return 0; }
-  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
-  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
-                                 int64_t length) const override;
+  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                    HitScope scope) const override;
+  std::vector<int64_t> HitKeys(int64_t length) const override;
   int64_t KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
                       absl::Span<const RequestView> in_flight) const override;
 };

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "block/host_tier.h"
 #include "block/prefix_index.h"
 #include "internal/prefetch.h"
 #include "internal/status_macros.h"
@@ -301,6 +302,9 @@ void BlockPool::EvictOldest(std::vector<BlockId>* out) {
   KVPAGE_DCHECK(lru_head_ >= 0);
   const int32_t b = lru_head_;
   LruRemove(b);
+  if (tier_ != nullptr && tier_->policy() == HostTierPolicy::kWriteBack) {
+    tier_->OfferSave(b, keys_[b].hash, keys_[b].group, /*pinned=*/false);
+  }
   DropHash(b);
   TakeBlock(b);
   out->push_back(BlockId(b));
@@ -397,6 +401,10 @@ void BlockPool::CacheBlock(BlockId block, BlockHash hash, GroupId group, BlockHa
   if (head == 0) {
     key.dup_last = b;
     if (events_->enabled()) AddStored(hash, group, parent, detail);
+    if (tier_ != nullptr && tier_->policy() == HostTierPolicy::kWriteThrough &&
+        tier_->OfferSave(b, hash, group.value, /*pinned=*/true)) {
+      ++blocks_[b].ref;  // held until the save completes
+    }
   } else {
     // A duplicate goes to the end of the chain: lookups keep returning the oldest block
     // under the key, and after it is evicted the next oldest, as vLLM's do.
@@ -415,6 +423,10 @@ void BlockPool::AddStored(BlockHash hash, GroupId group, BlockHash parent,
     event.token_ids.assign(detail->token_ids.begin(), detail->token_ids.end());
   }
   events_->Add(std::move(event));
+}
+
+bool BlockPool::HostHolds(BlockHash hash, GroupId group) const {
+  return tier_ != nullptr && tier_->Find(hash, group.value) != 0;
 }
 
 BlockId BlockPool::Lookup(BlockHash hash, GroupId group) const {
@@ -516,6 +528,7 @@ int32_t BlockPool::ReleaseIdleChunks() {
 void BlockPool::ReleaseChunk(int32_t c) {
   const int32_t first = 1 + c * bpc_;
   const int32_t end = std::min(first + bpc_, num_block_records());
+  if (tier_ != nullptr) tier_->CancelSaves(first, first + bpc_ - 1);
   for (int32_t b = first; b < end; ++b) {
     // A cached block's page goes with its chunk: counted clean until the chunk is dropped.
     Uncache(BlockId(b));

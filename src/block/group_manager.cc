@@ -26,6 +26,26 @@ absl::Status GroupManager::CheckHit(const RequestView& r, const StepArgs& step) 
   return absl::OkStatus();
 }
 
+std::vector<BlockId> GroupManager::HitBlocks(absl::Span<const BlockHash> hashes,
+                                             int64_t length) const {
+  std::vector<BlockId> blocks;
+  for (int64_t i : HitKeys(length)) {
+    blocks.push_back(i < 0 ? kNullBlock : pool().Lookup(hashes[i], layout_.id));
+  }
+  return blocks;
+}
+
+void GroupManager::CacheLoaded(const RequestView& r, BlockId block, int64_t i) const {
+  // An attention block's own tokens, after the previous block when the group holds it (loads
+  // run first block first, so it does).
+  if (!pool().records_events()) {
+    pool().CacheBlock(block, r.hashes[i], layout_.id, i > 0 ? r.hashes[i - 1] : r.root);
+    return;
+  }
+  const bool parent_held = i > 0 && pool().Lookup(r.hashes[i - 1], layout_.id) != kNullBlock;
+  CacheWithEvent(r, block, i, parent_held ? i - 1 : -1, i);
+}
+
 void GroupManager::CacheWithEvent(const RequestView& r, BlockId block, int64_t i,
                                   int64_t parent, int64_t first) const {
   const int64_t bs = ctx().hash_block_size;

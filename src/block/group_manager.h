@@ -36,6 +36,10 @@ namespace kvpage::internal {
 
 inline constexpr int64_t kNoEvent = std::numeric_limits<int64_t>::max();
 
+// Which caches a prefix hit may come from: device memory alone (blocks a step can use now), or
+// the host tier too (blocks a load would bring back first).
+enum class HitScope : uint8_t { kDevice, kDeviceAndHost };
+
 // How one layer group is laid out in the manager.
 struct GroupLayout {
   GroupId id;
@@ -115,11 +119,19 @@ class GroupManager {
   // Order in which the coordinator asks the groups (lower first): kinds whose answer only
   // shrinks go first, so the fixed point is reached in few rounds.
   virtual int hit_rank() const = 0;
-  // Of hashes[0, max_blocks), how many leading blocks this group can serve.
-  virtual int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const = 0;
-  // The hit's blocks for a hit of `length` blocks (HitLength(…) >= length).
-  virtual std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
-                                         int64_t length) const = 0;
+  // Of hashes[0, max_blocks), how many leading blocks this group can serve from `scope`.
+  virtual int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                            HitScope scope) const = 0;
+  // Which of a hit's `length` blocks the group reads: per table entry, the index of the hash
+  // it is cached under, or -1 where the group needs no block (a sliding window's past);
+  // one entry for a recurrent group (the snapshot).
+  virtual std::vector<int64_t> HitKeys(int64_t length) const = 0;
+  // The hit's blocks for a hit of `length` blocks from device memory (HitLength(…, kDevice)
+  // >= length): HitKeys looked up, null where -1.
+  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes, int64_t length) const;
+  // A block loaded from the host tier under r.hashes[i] joins the device prefix cache (with
+  // its kStored event while events are recorded). REQUIRES: the block is used.
+  virtual void CacheLoaded(const RequestView& r, BlockId block, int64_t i) const;
   // FailedPrecondition when a hit block is no longer cached under the request's hash.
   virtual absl::Status CheckHit(const RequestView& r, const StepArgs& step) const;
   // Of hashes[0, max_blocks), how many leading blocks this group's cache knows of: cached, or
@@ -198,6 +210,11 @@ class GroupManager {
   // The latest hash block before i whose hash this group still holds, or -1: the parent that
   // keeps the group's event stream consistent on its own.
   int64_t HeldParent(const RequestView& r, int64_t i) const;
+  // Whether `scope` holds a block cached under (hash, this group).
+  bool Holds(BlockHash hash, HitScope scope) const {
+    return pool().Lookup(hash, layout_.id) != kNullBlock ||
+           (scope == HitScope::kDeviceAndHost && pool().HostHolds(hash, layout_.id));
+  }
 
  private:
   const GroupLayout layout_;

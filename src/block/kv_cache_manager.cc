@@ -148,6 +148,7 @@ absl::StatusOr<RequestHandle> KvCacheManager::AddRequest(KvRequestSpec spec) {
     m.summaries.emplace_back();
     m.tails.resize(m.tails.size() + static_cast<size_t>(m.block_size));
     m.append_counts.push_back(0);
+    m.held.emplace_back();
     for (const auto& g : m.groups) g->Resize(m.states.size());
   }
   const int32_t slot = m.free_slots.back();
@@ -282,6 +283,10 @@ absl::Status KvCacheManager::Free(RequestHandle request) {
   RequestState* st = m.Get(request);
   if (st == nullptr) return m.Stale(request);
   const int32_t slot = st->slot;
+  if (m.has_host_tier()) {
+    m.ReleaseHeld(slot);
+    m.held[slot].loads_in_flight = 0;  // the loads give their blocks back when they complete
+  }
   m.FreeRequestBlocks(*st);
   std::erase(m.pending_commits, slot);
   m.slot_of.erase(st->id);
@@ -323,6 +328,11 @@ absl::StatusOr<bool> KvCacheManager::AllocateSlots(RequestHandle request,
                                                    const AllocationRequest& step) {
   RequestState* st = impl_->Get(request);
   if (st == nullptr) return impl_->Stale(request);
+  if (impl_->has_host_tier() && impl_->held[st->slot].loads_in_flight > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request ", st->id.value, " is loading its prefix from the host tier; complete the "
+        "transfer first"));
+  }
   return impl_->Allocate(*st, step);
 }
 

@@ -6,6 +6,7 @@
 //   prefix_hit.cc        the longest prefix every group can serve (fixed point)
 //   allocation.cc        AllocateSlots and the decode batch, phase by phase over the groups
 //   shared_budget.cc     moving chunks between pools through the shared budget
+//   host_cache.cc        the host tier: loads, transfers and their completion
 //
 // What each layer kind does lives in its GroupManager (group_manager.h); nothing here branches
 // on the kind.
@@ -18,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "block/group_manager.h"
+#include "block/host_tier.h"
 #include "internal/huge_page_arena.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/block_pool.h"
@@ -91,7 +93,8 @@ class KvCacheManager::Impl {
   // The longest hit, in blocks, every group can serve among the first `length` of `hashes`;
   // `longest_alone` (if given) gets the longest one group serves on its own.
   int64_t LongestHitLength(absl::Span<const BlockHash> hashes, int64_t length,
-                           int64_t* longest_alone = nullptr) const;
+                           int64_t* longest_alone = nullptr,
+                           internal::HitScope scope = internal::HitScope::kDevice) const;
 
   // ---- Allocation (allocation.cc) ----
   // AllocateSlots: true at once for a quiet step (IsQuiet), else AllocateStep.
@@ -149,6 +152,51 @@ class KvCacheManager::Impl {
     return n <= pools[p]->num_free_blocks() ||
            (pools.size() == 1 && pools[p]->CanAllocateNow(n));
   }
+
+  // ---- Host tier (host_cache.cc) ----
+  // One tier per pool with a share of the host budget (null for a pool whose share holds no
+  // chunk); empty without a host tier.
+  absl::Status BuildHostTiers(const ModelSpec& model, DType dtype,
+                              const std::vector<internal::GroupLayout>& layouts);
+  bool has_host_tier() const { return !tiers.empty(); }
+  // Gives back the blocks LoadFromHost holds for the request (its first allocation has taken
+  // its own references, or it leaves).
+  void ReleaseHeld(int32_t slot);
+  // Adds the references transfers and loads hold to refs (CheckInvariants).
+  void CountTierRefs(std::vector<std::vector<int32_t>>& refs) const;
+  absl::Status CheckTiers() const;
+
+  // A load in flight: host slot -> device block of a pool, for the request in `slot` (of
+  // `generation`), whose hash `hash_index` the block is cached under once loaded.
+  struct Load {
+    int32_t pool = 0;
+    int32_t group = 0;
+    int32_t device = 0;
+    int32_t host = 0;
+    int32_t slot = -1;
+    uint32_t generation = 0;
+    int64_t hash_index = 0;
+  };
+  struct Save {
+    int32_t pool = 0;
+    internal::PendingSave save;
+  };
+  struct Transfer {
+    std::vector<Save> saves;
+    std::vector<Load> loads;
+  };
+  // What LoadFromHost holds for a request until its first allocation (pool, block), and how
+  // many of its loads are in flight.
+  struct Held {
+    std::vector<std::pair<int32_t, BlockId>> blocks;
+    int32_t loads_in_flight = 0;
+  };
+  std::vector<std::unique_ptr<internal::HostTier>> tiers;
+  std::vector<Load> queued_loads;
+  absl::flat_hash_map<uint64_t, Transfer> transfers;  // taken, not completed
+  uint64_t next_transfer_id = 1;
+  std::vector<Held> held;  // by request slot
+  HostCacheStats host_stats;
 
   // ---- State ----
   uint32_t id = 0;  // this manager's number, in every handle it issues (never 0)

@@ -67,6 +67,8 @@ absl::Status KvCacheManager::CheckInvariants() const {
                                               m.summaries[slot].next_event, ", not ", next));
     }
   }
+  m.CountTierRefs(refs);
+  KVPAGE_RETURN_IF_ERROR(m.CheckTiers());
   for (size_t p = 0; p < m.pools.size(); ++p) {
     for (int32_t b = 1; b < static_cast<int32_t>(refs[p].size()); ++b) {
       if (refs[p][b] != m.pools[p]->ref_count(BlockId(b))) {

@@ -219,6 +219,19 @@ absl::Status KvCacheConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "decode_snapshot_interval_blocks must be >= 0, got ", decode_snapshot_interval_blocks));
   }
+  if (host_cache.budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_cache.budget_bytes must be >= 0, got ", host_cache.budget_bytes));
+  }
+  if (host_cache.policy != HostTierPolicy::kWriteThrough &&
+      host_cache.policy != HostTierPolicy::kWriteBack) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_cache.policy ", static_cast<int>(host_cache.policy), " is not a HostTierPolicy"));
+  }
+  if (host_cache.budget_bytes > 0 && mode != AccountingMode::kKvpage) {
+    return absl::InvalidArgumentError(
+        "host_cache needs kvpage accounting (vllm accounting models vLLM without offloading)");
+  }
   return absl::OkStatus();
 }
 
@@ -252,6 +265,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
                             internal::DescribeMemory(model, config, dtype, layouts, m->pools));
     KVPAGE_RETURN_IF_ERROR(config.backing->Reserve(memory));
   }
+  KVPAGE_RETURN_IF_ERROR(m->BuildHostTiers(model, dtype, layouts));
   if ((m->block_size & (m->block_size - 1)) == 0) m->block_mask = m->block_size - 1;
   const internal::VllmRules rules = internal::RulesFor(config.vllm_version);
   m->context = internal::GroupContext{

@@ -48,12 +48,13 @@ int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,
 }
 
 int64_t KvCacheManager::Impl::LongestHitLength(absl::Span<const BlockHash> hashes,
-                                              int64_t length, int64_t* longest_alone) const {
+                                              int64_t length, int64_t* longest_alone,
+                                              internal::HitScope scope) const {
   int64_t longest = 0;  // answers only shrink: this is the first group's first answer
   for (int64_t previous = -1; length > 0 && length != previous;) {
     previous = length;
     for (const internal::GroupManager* g : hit_order) {
-      length = std::min(length, g->HitLength(hashes, length));
+      length = std::min(length, g->HitLength(hashes, length, scope));
       longest = std::max(longest, length);
     }
   }

@@ -6,17 +6,23 @@
 
 namespace kvpage::internal {
 
-int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const {
+int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                                  HitScope scope) const {
   // A snapshot taken exactly at the hit's end.
   for (int64_t i = max_blocks; i > 0; --i) {
-    if (pool().Lookup(hashes[i - 1], layout().id) != kNullBlock) return i;
+    if (Holds(hashes[i - 1], scope)) return i;
   }
   return 0;
 }
 
-std::vector<BlockId> RecurrentGroup::HitBlocks(absl::Span<const BlockHash> hashes,
-                                               int64_t length) const {
-  return {pool().Lookup(hashes[length - 1], layout().id)};
+void RecurrentGroup::CacheLoaded(const RequestView& r, BlockId block, int64_t i) const {
+  // As Commit registers a snapshot: after the latest earlier snapshot the group holds.
+  if (!pool().records_events()) {
+    pool().CacheBlock(block, r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+    return;
+  }
+  const int64_t parent = HeldParent(r, i);
+  CacheWithEvent(r, block, i, parent, parent + 1);
 }
 
 absl::Status RecurrentGroup::CheckHit(const RequestView& r, const StepArgs& step) const {

@@ -24,9 +24,10 @@ class RecurrentGroup final : public GroupManager {
 
   void Resize(size_t slots) override { states_.resize(std::max(states_.size(), slots)); }
   int hit_rank() const override { return 2; }
-  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
-  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
-                                 int64_t length) const override;
+  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                    HitScope scope) const override;
+  std::vector<int64_t> HitKeys(int64_t length) const override { return {length - 1}; }
+  void CacheLoaded(const RequestView& r, BlockId block, int64_t i) const override;
   absl::Status CheckHit(const RequestView& r, const StepArgs& step) const override;
   int64_t Plan(const RequestView& r, const StepArgs& step) override;
   void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) override;

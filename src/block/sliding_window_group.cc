@@ -11,26 +11,25 @@ int64_t SlidingWindowGroup::WindowBlocks() const {
   return (layout().window - 1 + layout().block_size - 1) / layout().block_size;
 }
 
-int64_t SlidingWindowGroup::HitLength(absl::Span<const BlockHash> hashes,
-                                      int64_t max_blocks) const {
+int64_t SlidingWindowGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                                      HitScope scope) const {
   // Scanned right to left: a run of WindowBlocks() cached blocks ending the hit, or a shorter
   // run that starts at block 0 (it then serves a shorter prefix on its own).
   const int64_t needed = WindowBlocks();
   if (needed == 0) return max_blocks;
   int64_t run = 0;
   for (int64_t i = max_blocks - 1; i >= 0; --i) {
-    run = cached(hashes, i) ? run + 1 : 0;
+    run = cached(hashes, i, scope) ? run + 1 : 0;
     if (run >= needed) return i + run;
   }
   return run;
 }
 
-std::vector<BlockId> SlidingWindowGroup::HitBlocks(absl::Span<const BlockHash> hashes,
-                                                   int64_t length) const {
+std::vector<int64_t> SlidingWindowGroup::HitKeys(int64_t length) const {
   const int64_t first = std::max<int64_t>(0, length - WindowBlocks());
-  std::vector<BlockId> blocks(static_cast<size_t>(first), kNullBlock);
-  for (int64_t i = first; i < length; ++i) blocks.push_back(pool().Lookup(hashes[i], layout().id));
-  return blocks;
+  std::vector<int64_t> keys(static_cast<size_t>(length), -1);
+  for (int64_t i = first; i < length; ++i) keys[i] = i;
+  return keys;
 }
 
 int64_t SlidingWindowGroup::Reserve(const RequestView& r, const StepArgs& step) const {

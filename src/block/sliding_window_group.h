@@ -16,9 +16,9 @@ class SlidingWindowGroup final : public AttentionGroup {
   using AttentionGroup::AttentionGroup;
 
   int hit_rank() const override { return 1; }
-  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const override;
-  std::vector<BlockId> HitBlocks(absl::Span<const BlockHash> hashes,
-                                 int64_t length) const override;
+  int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
+                    HitScope scope) const override;
+  std::vector<int64_t> HitKeys(int64_t length) const override;
   int64_t Reserve(const RequestView& r, const StepArgs& step) const override;
   void Release(const RequestView& r, int64_t processed) override;
   int64_t NextEvent(const RequestView& r) const override;

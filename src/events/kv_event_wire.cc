@@ -21,7 +21,9 @@ void PackString(Packer& pk, absl::string_view s) {
 // group that it extends (same adapter, same tokens per hash); a Removed event joins a Removed
 // run of its group.
 bool JoinsRun(const KvEvent& prev, const KvEvent& next) {
-  if (prev.type != next.type || prev.group != next.group) return false;
+  if (prev.type != next.type || prev.group != next.group || prev.medium != next.medium) {
+    return false;
+  }
   switch (next.type) {
     case KvEvent::Type::kStored:
       return next.has_parent && next.parent == prev.hash && next.lora_id == prev.lora_id &&
@@ -30,6 +32,11 @@ bool JoinsRun(const KvEvent& prev, const KvEvent& next) {
     case KvEvent::Type::kAllCleared: return false;
   }
   return false;
+}
+
+// The wire's medium of a run: the host tier is "CPU", the device the options' name.
+absl::string_view Medium(const KvEvent& e, const KvEventWireOptions& options) {
+  return e.medium == KvMedium::kHost ? absl::string_view("CPU") : options.medium;
 }
 
 void PackHashes(Packer& pk, absl::Span<const KvEvent> run) {
@@ -68,7 +75,7 @@ void PackStored(Packer& pk, absl::Span<const KvEvent> run, const KvEventGroupInf
     pk.pack_nil();
   }
   PackString(pk, "medium");
-  PackString(pk, options.medium);
+  PackString(pk, Medium(first, options));
   PackString(pk, "lora_name");
   const auto name = options.lora_names.find(first.lora_id);
   if (first.lora_id != 0 && name != options.lora_names.end()) {
@@ -94,7 +101,7 @@ void PackRemoved(Packer& pk, absl::Span<const KvEvent> run, const KvEventWireOpt
   PackString(pk, "block_hashes");
   PackHashes(pk, run);
   PackString(pk, "medium");
-  PackString(pk, options.medium);
+  PackString(pk, Medium(run.front(), options));
   PackString(pk, "group_idx");
   pk.pack_int32(run.front().group.value);
 }

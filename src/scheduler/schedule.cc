@@ -261,6 +261,19 @@ CacheHit Scheduler::Impl::Admit(SchedRequest& r) {
   return hit.ok() ? *std::move(hit) : CacheHit{};
 }
 
+bool Scheduler::Impl::StartLoad(int32_t q) {
+  SchedRequest& r = reqs[q];
+  if (r.host_load_failed) return false;
+  const absl::StatusOr<int64_t> loaded = kv->LoadFromHost(r.kv);
+  KVPAGE_DCHECK(loaded.ok());
+  if (!loaded.ok() || *loaded == 0) return false;
+  r.loaded_tokens = *loaded;
+  waiting.erase(q);
+  r.status = RequestStatus::kLoading;
+  loading.push_back(q);
+  return true;
+}
+
 int64_t Scheduler::Impl::RunningPromptTokensLeft() const {
   int64_t left = 0;
   for (int32_t q : running) {
@@ -289,6 +302,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     SchedRequest& r = reqs[q];
     const CacheHit hit = Admit(r);
     if (!r.in_manager) break;
+    if (StartLoad(q)) continue;  // it waits for its loads outside the queue
     const int64_t c = hit.num_tokens;
     const int64_t remaining = r.num_tokens - c;
     // A request that cannot start stays in the cache without blocks (its hashes are kept) and
@@ -318,7 +332,9 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     if (!r.resumed) {
       stats.admitted_prompt_tokens += r.num_tokens;
       stats.prefix_hit_tokens += c;
+      stats.host_hit_tokens += std::min(r.loaded_tokens, c);
     }
+    r.loaded_tokens = 0;
     r.status = RequestStatus::kRunning;
     r.fresh = true;
     running.push_back(q);
@@ -338,6 +354,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   pending_finished.clear();
   o.slots_to_zero = kv->TakeSlotsToZero();
   o.state_copies = kv->TakeStateCopies();
+  o.transfers = kv->TakeTransfers();
   const size_t rows = static_cast<size_t>(o.num_rows);
   o.requests.resize(scheduled.size());
   o.query_start_loc.resize(rows + 1);

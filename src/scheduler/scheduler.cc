@@ -304,8 +304,10 @@ absl::Status Scheduler::Abort(RequestId id) {
     return absl::NotFoundError(absl::StrCat("request ", id.value, " is not queued or running"));
   }
   const int32_t q = it->second;
-  if (s.reqs[q].status == RequestStatus::kWaiting) {
+  if (s.reqs[q].status == RequestStatus::kWaiting || s.reqs[q].status == RequestStatus::kLoading) {
     s.waiting.erase(q);
+    std::erase(s.loading, q);
+    // A load in flight keeps its blocks until its transfer completes.
     if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
   } else {
     if (!s.applied) {
@@ -555,8 +557,25 @@ absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
 
 bool Scheduler::HasUnfinishedRequests() const { return !impl_->index_of.empty(); }
 int32_t Scheduler::num_running() const { return static_cast<int32_t>(impl_->running.size()); }
+absl::Status Scheduler::CompleteTransfers(uint64_t id, bool succeeded) {
+  Impl& s = *impl_;
+  KVPAGE_RETURN_IF_ERROR(s.kv->CompleteTransfers(id, succeeded));
+  // Loaded requests go back to the queue under their old key: their place in it.
+  std::erase_if(s.loading, [&s, succeeded](int32_t q) {
+    SchedRequest& r = s.reqs[q];
+    const absl::StatusOr<bool> loading = s.kv->IsLoading(r.kv);
+    if (loading.ok() && *loading) return false;
+    r.host_load_failed |= !succeeded;
+    if (!succeeded) r.loaded_tokens = 0;
+    r.status = RequestStatus::kWaiting;
+    s.waiting.insert(q);
+    return true;
+  });
+  return absl::OkStatus();
+}
+
 int32_t Scheduler::num_waiting() const {
-  return static_cast<int32_t>(impl_->waiting.size());
+  return static_cast<int32_t>(impl_->waiting.size() + impl_->loading.size());
 }
 const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
 const KvCacheManager& Scheduler::kv_cache() const { return *impl_->kv; }
@@ -579,7 +598,9 @@ absl::Status Scheduler::CheckInvariants() const {
     if (it == s.index_of.end() || it->second != static_cast<int32_t>(q)) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " is not indexed"));
     }
-    const int64_t in_waiting = std::count(waiting.begin(), waiting.end(), static_cast<int32_t>(q));
+    const int64_t in_waiting =
+        std::count(waiting.begin(), waiting.end(), static_cast<int32_t>(q)) +
+        std::count(s.loading.begin(), s.loading.end(), static_cast<int32_t>(q));
     const int64_t in_running = std::count(s.running.begin(), s.running.end(), static_cast<int32_t>(q));
     const bool is_running = r.status == RequestStatus::kRunning;
     if (in_waiting != (is_running ? 0 : 1) || in_running != (is_running ? 1 : 0)) {

@@ -26,7 +26,8 @@ namespace kvpage {
 
 namespace internal {
 
-enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning };
+// kLoading: out of the waiting queue while its prefix loads from the host tier.
+enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning, kLoading };
 
 // How far a request's row copies the manager's table in one attention group.
 struct RowSync {
@@ -81,6 +82,8 @@ struct alignas(64) SchedRequest {
   // where the prompt diverges from what the cache knows (vllm accounting: where full
   // attention's hit ends), so recurrent state is snapshotted there. 0 = none.
   int64_t chunk_stop = 0;
+  int64_t loaded_tokens = 0;  // prompt tokens its last host-tier load brought back
+  bool host_load_failed = false;  // a load failed: it computes its prefix instead
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
   int64_t queue_key = 0;  // FCFS: place in the waiting queue (Scheduler::Impl::PushWaiting)
@@ -151,6 +154,9 @@ class Scheduler::Impl {
   void ScheduleWaiting(int64_t& budget);
   // Adds waiting request q to the KV cache (if it is not there) and asks for its prefix hit.
   CacheHit Admit(internal::SchedRequest& r);
+  // Starts loading waiting request q's prefix from the host tier if that extends its hit;
+  // it then leaves the queue for `loading`. Returns whether it did.
+  bool StartLoad(int32_t q);
   // Allocates a running request's step through AllocateSlots, preempting others when memory
   // is short. False when the request itself was preempted.
   bool AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget);
@@ -233,6 +239,7 @@ class Scheduler::Impl {
   std::vector<int32_t> free_indices;
   absl::flat_hash_map<RequestId, int32_t> index_of;
   std::vector<int32_t> running;  // queue order
+  std::vector<int32_t> loading;  // waiting for host-tier loads (kLoading)
   std::set<int32_t, internal::WaitingOrder> waiting{internal::WaitingOrder{&reqs, true}};
   int64_t front_key = 0, back_key = 0;  // the lowest and highest queue_key given so far
   std::vector<int32_t> row_owner;         // row -> request index

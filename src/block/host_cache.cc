@@ -154,6 +154,8 @@ absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
   for (const auto& [pool, chunk] : idle) ++pinned[pool];
   for (const Impl::Load& l : hit.loads) ++need[l.pool];
   if (!m.CanTake(need, pinned)) return 0;
+  // Pinned first: taking device blocks may evict (write-back: save) and so claim host slots.
+  for (const Impl::Load& l : hit.loads) m.tiers[l.pool]->Pin(l.host);
   Impl::Held& h = m.held[st->slot];
   for (const auto& [pool, b] : hit.device) {
     m.pools[pool]->Touch({b});
@@ -169,7 +171,6 @@ absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
     l.device = m.scratch_blocks[0].value;
     l.slot = st->slot;
     l.generation = m.generations[st->slot];
-    m.tiers[l.pool]->Pin(l.host);
     m.queued_loads.push_back(l);
   }
   h.loads_in_flight = static_cast<int32_t>(hit.loads.size());

@@ -10,7 +10,10 @@
 //     it holds, so a prefix hit, a recurrent-state read or a request's own earlier tokens must
 //     find exactly their own prefix there (catches stale hashes and overwritten shared pages);
 //   * a router's mirror of the KV events stays consistent and covers every hit;
-//   * a preempted request re-added with the same tokens hits what it had computed.
+//   * a preempted request re-added with the same tokens hits what it had computed;
+//   * with a host tier, saves and loads move the shadow memory as a server's copies would, so a
+//     prefix loaded back must hold exactly its own fingerprints too; transfers complete late,
+//     fail, or outlive their requests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,8 +109,12 @@ struct Stats {
   int64_t finished = 0;
   int64_t max_live = 0;
   int64_t block_size = 0;
+  int64_t host_loads = 0;  // LoadFromHost calls that started a load
+  int64_t host_hits = 0;   // first allocations whose hit a load extended
 
   void Add(const Stats& o) {
+    host_loads += o.host_loads;
+    host_hits += o.host_hits;
     ops += o.ops;
     adds += o.adds;
     allocations += o.allocations;
@@ -147,6 +154,8 @@ struct Options {
   // Pass an empty hit (a miss) as nullptr in models with linear-attention groups, instead of
   // the CacheHit itself (both are valid; EmptyHitCrashesLinearAttentionModels covers the latter).
   bool avoid_empty_hits_with_state = false;
+  // A host tier about as large as the device budget (kvpage accounting only).
+  std::optional<HostTierPolicy> host_tier;
 };
 
 struct Req {
@@ -160,6 +169,8 @@ struct Req {
   // time. Drafts accepted after a step are offered by the next allocation only (as in vLLM).
   int64_t offered = 0;
   bool allocated = false;
+  bool loading = false;    // LoadFromHost started a load that has not completed
+  bool host_held = false;  // LoadFromHost holds blocks for it until its first allocation
   // Linear-attention groups: the current state is a prefix-cache snapshot (shared), so the next
   // step writes a fresh slot instead of updating in place.
   bool state_shared = false;
@@ -248,6 +259,9 @@ class Fuzzer {
     }
     KvCacheConfig config = BaseConfig();
     config.kv_budget_bytes = per_request * 7 / 2;
+    if (opt_.host_tier.has_value()) {
+      config.host_cache = {.budget_bytes = per_request * 4, .policy = *opt_.host_tier};
+    }
     // kvpage mode: about a dozen chunks per pool, so chunks are mapped, idle and moved.
     config.chunk_bytes = std::max<int64_t>(1, config.kv_budget_bytes / 12);
     auto m = KvCacheManager::Create(spec_, config);
@@ -370,6 +384,7 @@ class Fuzzer {
   // ---- One random operation ----
 
   void Step() {
+    if (opt_.host_tier.has_value() && Chance(0.12)) return OpCompleteTransfer();
     const int64_t r = Uniform(0, 99);
     if (r < 14) return OpAdd();
     if (r < 60) return OpSchedule();
@@ -384,6 +399,7 @@ class Fuzzer {
   }
 
   void AfterOp() {
+    ASSERT_NO_FATAL_FAILURE(PumpTransfers());
     AssertOk(m_->CheckInvariants());
     ASSERT_NO_FATAL_FAILURE(ConsumeEvents());
     stats_.max_live = std::max<int64_t>(stats_.max_live, static_cast<int64_t>(live_.size()));
@@ -577,6 +593,11 @@ class Fuzzer {
   void OpReset() {
     bool held = false;
     for (auto& r : live_) held |= r->allocated;
+    if (opt_.host_tier.has_value()) {
+      // Saves pin their blocks and loads hold theirs for the request until it is allocated.
+      ASSERT_NO_FATAL_FAILURE(CompleteAllTransfers());
+      held |= m_->Usage().used_bytes > 0;
+    }
     const KvCacheUsage before = m_->Usage();
     const absl::Status s = m_->ResetPrefixCache();
     Log(absl::StrCat("ResetPrefixCache (blocks held: ", held, ") -> ", s.ToString()));
@@ -602,6 +623,7 @@ class Fuzzer {
       Remember(*r);
       RemoveLive(r);
     }
+    ASSERT_NO_FATAL_FAILURE(CompleteAllTransfers());
     const KvCacheUsage u = m_->Usage();
     ASSERT_EQ(u.used_bytes, 0);
     for (const PoolUsage& p : u.pools) ASSERT_EQ(p.used_blocks, 0);
@@ -670,7 +692,15 @@ class Fuzzer {
     int64_t c = r->computed;
     // Whether nothing but this step's blocks can change the pools' used counts (no window
     // release inside AllocateSlots).
-    bool exact_count = !r->allocated || !(has_sliding_ || releases_state_);
+    // (A host load's blocks are held until the first allocation, which gives back any that
+    // a duplicate computed meanwhile serves instead.)
+    bool exact_count = (!r->allocated && !r->host_held) || !(has_sliding_ || releases_state_);
+    if (r->host_held) exact_count = false;
+    if (!r->allocated && opt_.host_tier.has_value()) {
+      bool wait = false;
+      ASSERT_NO_FATAL_FAILURE(MaybeLoad(*r, &wait));
+      if (wait) return;
+    }
     if (!r->allocated) {
       auto h = m_->GetComputedBlocks(H(*m_, r->id));
       ASSERT_TRUE(h.ok()) << h.status();
@@ -747,6 +777,10 @@ class Fuzzer {
     auto ok = m_->AllocateSlots(H(*m_, r->id), req);
     ASSERT_TRUE(ok.ok()) << ok.status();
     AssertOk(m_->CheckInvariants());
+    // Write-back saves read blocks this step is about to overwrite: copy them first.
+    if (*ok) {
+      ASSERT_NO_FATAL_FAILURE(PumpTransfers());
+    }
     if (!*ok) {
       ++stats_.failed_allocations;
       Log("  -> false");
@@ -776,7 +810,9 @@ class Fuzzer {
     if (hit.has_value() && hit->num_tokens > 0) {
       ++stats_.hits;
       stats_.hit_tokens += hit->num_tokens;
+      if (r->host_held) ++stats_.host_hits;
     }
+    r->host_held = false;
     int32_t chunks_released = 0;
     const KvCacheUsage after_usage = m_->Usage();
     for (size_t i = 0; i < after_usage.pools.size(); ++i) {
@@ -1132,6 +1168,10 @@ class Fuzzer {
 
   void ConsumeEvents() {
     for (const KvEvent& e : m_->DrainEvents()) {
+      if (e.medium == KvMedium::kHost) {
+        ASSERT_NO_FATAL_FAILURE(MirrorHostEvent(e));
+        continue;
+      }
       switch (e.type) {
         case KvEvent::Type::kStored:
           ASSERT_TRUE(mirror_.insert({e.group.value, e.hash}).second)
@@ -1149,6 +1189,83 @@ class Fuzzer {
       }
     }
     expect_all_cleared_ = false;
+  }
+
+  // ---- Host tier ----
+
+  // Starts loading r's prefix from the host tier, or waits for the load in flight; *wait =
+  // true while r must not be allocated.
+  void MaybeLoad(Req& r, bool* wait) {
+    if (r.loading) {
+      auto loading = m_->IsLoading(H(*m_, r.id));
+      ASSERT_TRUE(loading.ok()) << loading.status();
+      r.loading = *loading;
+      *wait = r.loading;
+      return;
+    }
+    auto loaded = m_->LoadFromHost(H(*m_, r.id));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    if (*loaded == 0) return;
+    Log(absl::StrCat("LoadFromHost r", r.id.value, " -> ", *loaded, " tokens"));
+    ++stats_.host_loads;
+    r.loading = r.host_held = true;
+    *wait = true;
+  }
+
+  // Takes the queued copies and runs them on the shadow memory, as a server would on the
+  // device: a save copies a device block's contents to its host slot, a load the reverse.
+  void PumpTransfers() {
+    if (!opt_.host_tier.has_value()) return;
+    const TierTransfers t = m_->TakeTransfers();
+    if (t.id == 0) return;
+    Log(absl::StrCat("transfer ", t.id, ": ", t.saves.size(), " saves, ", t.loads.size(),
+                     " loads"));
+    for (const TierCopy& c : t.saves) Copy(c.group, c.device.value, c.host, /*to_host=*/true);
+    for (const TierCopy& c : t.loads) Copy(c.group, c.host, c.device.value, /*to_host=*/false);
+    open_transfers_.push_back(t.id);
+  }
+
+  void Copy(GroupId group, int64_t from, int64_t to, bool to_host) {
+    const int32_t pk = PoolKey(group.value);
+    if (IsLinear(group.value)) {
+      ShadowMemory& src = to_host ? shadow_state_ : host_state_;
+      (to_host ? host_state_ : shadow_state_).Write(pk, to, src.Read(pk, from));
+      return;
+    }
+    ShadowMemory& src = to_host ? shadow_kv_ : host_kv_;
+    ShadowMemory& dst = to_host ? host_kv_ : shadow_kv_;
+    for (int64_t i = 0; i < bs_; ++i) dst.Write(pk, to * bs_ + i, src.Read(pk, from * bs_ + i));
+  }
+
+  void OpCompleteTransfer() {
+    if (open_transfers_.empty()) return OpSchedule();
+    const size_t i = static_cast<size_t>(Uniform(0, static_cast<int64_t>(open_transfers_.size()) - 1));
+    const uint64_t id = open_transfers_[i];
+    const bool succeeded = !Chance(0.1);
+    open_transfers_.erase(open_transfers_.begin() + static_cast<std::ptrdiff_t>(i));
+    Log(absl::StrCat("CompleteTransfers ", id, succeeded ? "" : " (failed)"));
+    AssertOk(m_->CompleteTransfers(id, succeeded));
+  }
+
+  void CompleteAllTransfers() {
+    ASSERT_NO_FATAL_FAILURE(PumpTransfers());
+    for (uint64_t id : open_transfers_) AssertOk(m_->CompleteTransfers(id));
+    open_transfers_.clear();
+    // Completing a load can free nothing new, but completed saves queue no more copies.
+    ASSERT_NO_FATAL_FAILURE(PumpTransfers());
+    for (uint64_t id : open_transfers_) AssertOk(m_->CompleteTransfers(id));
+    open_transfers_.clear();
+    ASSERT_NO_FATAL_FAILURE(ConsumeEvents());
+  }
+
+  void MirrorHostEvent(const KvEvent& e) {
+    const std::pair<int32_t, BlockHash> key{e.group.value, e.hash};
+    if (e.type == KvEvent::Type::kStored) {
+      ASSERT_TRUE(host_mirror_.insert(key).second) << "host tier stored a hash twice";
+    } else {
+      ASSERT_EQ(e.type, KvEvent::Type::kRemoved);
+      ASSERT_EQ(host_mirror_.erase(key), 1u) << "host tier removed a hash it never stored";
+    }
   }
 
   // ---- Bookkeeping ----
@@ -1172,6 +1289,7 @@ class Fuzzer {
       live_.pop_back();
       AssertOk(m_->CheckInvariants());
     }
+    ASSERT_NO_FATAL_FAILURE(CompleteAllTransfers());
     ASSERT_NO_FATAL_FAILURE(ConsumeEvents());
     const KvCacheUsage u = m_->Usage();
     ASSERT_EQ(u.used_bytes, 0);
@@ -1213,8 +1331,12 @@ class Fuzzer {
   absl::flat_hash_map<uint64_t, int64_t> step_state_readers_;  // (pool, state slot) -> request
   ShadowMemory shadow_kv_;     // (pool, token slot) -> prefix fingerprint
   ShadowMemory shadow_state_;  // (pool, state slot) -> prefix fingerprint
+  ShadowMemory host_kv_;       // (pool, host slot · block size + offset) -> fingerprint
+  ShadowMemory host_state_;    // (pool, host slot) -> fingerprint
+  std::vector<uint64_t> open_transfers_;  // taken, not completed
   std::vector<std::pair<int32_t, int32_t>> zero_expected_;
   absl::flat_hash_set<std::pair<int32_t, BlockHash>, PairHash> mirror_;
+  absl::flat_hash_set<std::pair<int32_t, BlockHash>, PairHash> host_mirror_;  // medium kHost
   bool expect_all_cleared_ = false;
   PrefixCacheStats expected_stats_;
   struct Geometry {
@@ -1486,15 +1608,19 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
       "[ fuzz     ] %-18s %-6s bs %" PRId64 " ops %" PRId64 " adds %" PRId64 " allocs %" PRId64
       " failed %" PRId64 " hits %" PRId64 " (%" PRId64 " tokens) preempts %" PRId64 " (hit %" PRId64
       ") spec %" PRId64 " rollbacks %" PRId64 " evictions %" PRId64 " chunk-moves %" PRId64
-      " resets %" PRId64 " max-live %" PRId64 "\n",
+      " resets %" PRId64 " max-live %" PRId64 " host-loads %" PRId64 " (hits %" PRId64 ")\n",
       fc.model.c_str(), fc.mode == AccountingMode::kVllm ? "vllm" : "kvpage", total.block_size,
       total.ops, total.adds, total.allocations, total.failed_allocations, total.hits,
       total.hit_tokens, total.preempts, total.preempt_hits, total.spec_steps, total.rollbacks,
-      total.evictions, total.chunk_moves, total.resets, total.max_live);
+      total.evictions, total.chunk_moves, total.resets, total.max_live, total.host_loads,
+      total.host_hits);
   // The run must have exercised the interesting paths.
   EXPECT_GT(total.failed_allocations, 0) << "no memory pressure";
   EXPECT_GT(total.hits, 0) << "no prefix hits";
   EXPECT_GT(total.evictions, 0) << "no evictions";
+  if (options.host_tier.has_value()) {
+    EXPECT_GT(total.host_hits, 0) << "no hit came from the host";
+  }
 }
 
 // Run length from the environment, so anyone can run a long campaign without rebuilding:
@@ -1541,6 +1667,16 @@ TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithAppendedDrafts) {
   Options o;
   o.draft_flow = DraftFlow::kAppended;  // rejected drafts are rolled back: the same stale hashes
   RunCase(GetParam(), WithEnv(o), EnvSeeds());
+}
+
+TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithAHostTier) {
+  if (GetParam().mode != AccountingMode::kKvpage) GTEST_SKIP() << "kvpage accounting only";
+  for (HostTierPolicy policy : {HostTierPolicy::kWriteThrough, HostTierPolicy::kWriteBack}) {
+    SCOPED_TRACE(policy == HostTierPolicy::kWriteBack ? "write-back" : "write-through");
+    Options o;
+    o.host_tier = policy;
+    RunCase(GetParam(), WithEnv(o), EnvSeeds());
+  }
 }
 
 std::vector<FuzzCase> AllCases() {

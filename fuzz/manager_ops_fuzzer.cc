@@ -1,14 +1,15 @@
 // Fuzzes KvCacheManager with operation sequences the fuzzer's bytes choose: add (shared
 // prefixes, salts, bad token ids), first allocation with a prefix hit, chunked prefill,
 // decode steps one request at a time and in batches (duplicates included), appends, rollbacks,
-// window releases, frees, step boundaries, prefix-cache resets and raw calls with arbitrary
-// numbers. Properties:
+// window releases, frees, step boundaries, prefix-cache resets, host-tier loads and transfers
+// completed (or failed) in any order, and raw calls with arbitrary numbers. Properties:
 //   * every error is a Status with a message, and a refused call changes no usage;
 //   * CheckInvariants holds after every operation, and num_requests() matches;
-//   * at the end, with every request freed, no block is in use, and after a prefix-cache
-//     reset every block of every pool is clean (free count == total).
+//   * at the end, with every request freed and every transfer completed, no block is in use,
+//     and after a prefix-cache reset every block of every pool is clean (free count == total).
 // The first bytes choose the model (full, sliding-window or linear-attention), the accounting
-// mode, the budget (a handful of blocks, so memory runs short) and the chunk size.
+// mode, the budget (a handful of blocks, so memory runs short), the chunk size and the host
+// tier (none, write-through or write-back; kvpage accounting).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -57,16 +58,17 @@ class ManagerRun {
     if (std::getenv("KVPAGE_FUZZ_STATS") != nullptr) {
       std::fprintf(stderr,
                    "manager_ops: %d ops, %d adds, %d allocations (%d refused for memory, %d "
-                   "with a hit), %d decode batches, %d rollbacks, %d frees, %d errors\n",
+                   "with a hit), %d decode batches, %d rollbacks, %d frees, %d errors, %d host "
+                   "loads\n",
                    stats_.ops, stats_.adds, stats_.allocations, stats_.no_memory, stats_.hits,
-                   stats_.batches, stats_.rollbacks, stats_.frees, stats_.errors);
+                   stats_.batches, stats_.rollbacks, stats_.frees, stats_.errors, stats_.loads);
     }
   }
 
  private:
   struct Stats {
     int32_t ops = 0, adds = 0, allocations = 0, no_memory = 0, hits = 0, batches = 0;
-    int32_t rollbacks = 0, frees = 0, errors = 0;
+    int32_t rollbacks = 0, frees = 0, errors = 0, loads = 0;
   };
 
   bool Build() {
@@ -81,6 +83,12 @@ class ManagerRun {
     // 512 bytes per 16-token full-attention block: 6 to 69 such blocks.
     c.kv_budget_bytes = int64_t{512} * in_.Range(6, 69) * (model.num_layers() + 1);
     c.chunk_bytes = std::max<int64_t>(1024, c.kv_budget_bytes / in_.Range(1, 16));
+    const int32_t tier = in_.Range(0, 2);
+    if (tier > 0 && c.mode == AccountingMode::kKvpage) {
+      c.host_cache = {.budget_bytes = c.kv_budget_bytes * in_.Range(1, 4) / 2,
+                      .policy = tier == 1 ? HostTierPolicy::kWriteThrough
+                                          : HostTierPolicy::kWriteBack};
+    }
     auto m = KvCacheManager::Create(model, c);
     if (!m.ok()) {  // a budget too small for one block of every group: a refusal, not a bug
       CheckError(m.status());
@@ -96,7 +104,7 @@ class ManagerRun {
   }
 
   void Step() {
-    switch (in_.Byte() % 12) {
+    switch (in_.Byte() % 14) {
       case 0: return Add();
       case 1: return FirstAllocation();
       case 2: return Continue();
@@ -108,6 +116,8 @@ class ManagerRun {
       case 8: return FreeOne();
       case 9: return m_->NewStep();
       case 10: return Reset();
+      case 11: return LoadOne();
+      case 12: return Transfers();
       default: return Raw();
     }
   }
@@ -323,9 +333,54 @@ class ManagerRun {
     ++stats_.frees;
   }
 
+  // LoadFromHost for a request before its first allocation: tokens, or 0; refused while it
+  // holds blocks or loads already.
+  void LoadOne() {
+    Live* l = PickAny();
+    if (l == nullptr) return;
+    auto loaded = m_->LoadFromHost(l->handle);
+    if (!loaded.ok()) {
+      KVPAGE_FUZZ_CHECK(absl::IsFailedPrecondition(loaded.status()));
+      CheckError(loaded.status());
+      return;
+    }
+    KVPAGE_FUZZ_CHECK(*loaded >= 0 && *loaded < l->tokens && !l->allocated);
+    stats_.loads += *loaded > 0;
+  }
+
+  // Takes the queued copies, or completes (or fails) one taken transfer, or a bad id.
+  void Transfers() {
+    const uint8_t b = in_.Byte();
+    if (b % 3 == 0 || open_.empty()) {
+      const TierTransfers t = m_->TakeTransfers();
+      KVPAGE_FUZZ_CHECK((t.id == 0) == t.empty());
+      if (t.id != 0) open_.push_back(t.id);
+      return;
+    }
+    if (b % 17 == 1) {
+      CheckError(m_->CompleteTransfers(next_bad_id_++));
+      return;
+    }
+    const size_t i = in_.Byte() % open_.size();
+    KVPAGE_FUZZ_CHECK_OK(m_->CompleteTransfers(open_[i], b % 7 != 2));
+    CheckError(m_->CompleteTransfers(open_[i]));  // once only
+    open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  void CompleteAll() {
+    for (int round = 0; round < 2; ++round) {  // completing may not queue more, but check
+      const TierTransfers t = m_->TakeTransfers();
+      if (t.id != 0) open_.push_back(t.id);
+      for (uint64_t id : open_) KVPAGE_FUZZ_CHECK_OK(m_->CompleteTransfers(id));
+      open_.clear();
+    }
+  }
+
   void Reset() {
     bool held = false;
     for (const Live& l : live_) held |= l.allocated;
+    // Saves pin their blocks and loads hold theirs until the request's first allocation.
+    held |= m_->Usage().used_bytes > 0;
     const absl::Status s = m_->ResetPrefixCache();
     // Refused exactly while some request holds blocks.
     KVPAGE_FUZZ_CHECK(s.ok() == !held);
@@ -375,6 +430,8 @@ class ManagerRun {
       live_.pop_back();
       KVPAGE_FUZZ_CHECK_OK(m_->CheckInvariants());
     }
+    CompleteAll();
+    KVPAGE_FUZZ_CHECK_OK(m_->CheckInvariants());
     KVPAGE_FUZZ_CHECK(m_->num_requests() == 0);
     KvCacheUsage u = m_->Usage();
     KVPAGE_FUZZ_CHECK(u.used_bytes == 0);
@@ -394,6 +451,8 @@ class ManagerRun {
   std::vector<Live> live_;
   int64_t next_id_ = 0;
   bool has_state_ = false;
+  std::vector<uint64_t> open_;     // transfers taken, not completed
+  uint64_t next_bad_id_ = 1 << 20;  // ids never handed out
 };
 
 }  // namespace

@@ -27,6 +27,15 @@
 // request with the same prompt admitted in the same step therefore computes it too (vllm
 // accounting differs: see below).
 //
+// Host tier (KvCacheConfig::host_cache). Blocks the device cache holds are also kept in host
+// memory, saved when written (write-through) or when evicted (write-back); a prompt whose
+// prefix the device lost but the host kept is loaded back instead of recomputed. The manager
+// only decides the copies; the server runs them:
+//
+//   if (*manager.LoadFromHost(h) > 0) ... keep h out of the batch while IsLoading(h) ...
+//   TierTransfers t = manager.TakeTransfers();      // every step: run t.saves and t.loads
+//   manager.CompleteTransfers(t.id);                // once they have run (or failed)
+//
 // Requests are named by the RequestHandle that AddRequest returns; the caller's RequestId stays
 // for lookup (Find) and for error messages. A handle used after Free is detected (NotFound),
 // never mistaken for the request that reuses its place.
@@ -232,6 +241,8 @@ struct TierCopy {
 //     forward pass writes the cache.
 //   * loads: host -> device, into blocks nobody reads until the transfer completes; the
 //     requests waiting for them stay out of the batch until then.
+// Within one transfer, run the saves before the loads: a load may write a block that a
+// write-back save reads (evicted to make room for the load).
 struct TierTransfers {
   uint64_t id = 0;  // 0 when there is nothing to run
   std::vector<TierCopy> saves;
@@ -420,7 +431,8 @@ class KvCacheManager {
   KvCacheUsage Usage() const;
   PrefixCacheStats prefix_cache_stats() const;
   std::vector<KvEvent> DrainEvents();
-  // FailedPrecondition while a request holds blocks.
+  // Drops the device prefix cache (the host tier keeps its copies). FailedPrecondition while
+  // a block is in use: held by a request, a load, or a write-through save not completed.
   absl::Status ResetPrefixCache();
   // Gives every chunk with no used block back to the budget, and its memory back to the
   // backing, dropping the cached blocks it holds; returns the bytes the budget got back. For a

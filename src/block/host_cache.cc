@@ -76,7 +76,15 @@ void KvCacheManager::Impl::CountTierRefs(std::vector<std::vector<int32_t>>& refs
 }
 
 absl::Status KvCacheManager::Impl::CheckTiers() const {
-  for (const auto& tier : tiers) KVPAGE_RETURN_IF_ERROR(tier->CheckInvariants());
+  int64_t mapped = 0;
+  for (const auto& tier : tiers) {
+    KVPAGE_RETURN_IF_ERROR(tier->CheckInvariants());
+    mapped += tier->mapped_bytes();
+  }
+  if (mapped > config.host_cache.budget_bytes && !tiers.empty()) {
+    return absl::InternalError(absl::StrCat("host tiers map ", mapped, " bytes of a ",
+                                            config.host_cache.budget_bytes, "-byte budget"));
+  }
   for (size_t slot = 0; slot < held.size(); ++slot) {
     if (states[slot] == nullptr && !held[slot].blocks.empty()) {
       return absl::InternalError(absl::StrCat("free slot ", slot, " holds loaded blocks"));

@@ -1669,8 +1669,10 @@ TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithAppendedDrafts) {
   RunCase(GetParam(), WithEnv(o), EnvSeeds());
 }
 
-TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithAHostTier) {
-  if (GetParam().mode != AccountingMode::kKvpage) GTEST_SKIP() << "kvpage accounting only";
+// The host tier exists under kvpage accounting only.
+class KvCacheManagerHostTierFuzzTest : public ::testing::TestWithParam<FuzzCase> {};
+
+TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
   for (HostTierPolicy policy : {HostTierPolicy::kWriteThrough, HostTierPolicy::kWriteBack}) {
     SCOPED_TRACE(policy == HostTierPolicy::kWriteBack ? "write-back" : "write-through");
     Options o;
@@ -1689,6 +1691,15 @@ std::vector<FuzzCase> AllCases() {
   }
   return cases;
 }
+
+std::vector<FuzzCase> KvpageCases() {
+  std::vector<FuzzCase> cases = AllCases();
+  std::erase_if(cases, [](const FuzzCase& c) { return c.mode != AccountingMode::kKvpage; });
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvCacheManagerHostTierFuzzTest, ::testing::ValuesIn(KvpageCases()),
+                         [](const ::testing::TestParamInfo<FuzzCase>& p) { return p.param.model; });
 
 INSTANTIATE_TEST_SUITE_P(Models, KvCacheManagerFuzzTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<FuzzCase>& p) {

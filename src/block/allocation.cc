@@ -113,8 +113,7 @@ absl::StatusOr<int64_t> KvCacheManager::Impl::CountNeeded(const RequestState& st
   const RequestView r = View(st);
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, r, req));
   int64_t needed = 0;
-  // (Plan keeps its result for Install; every Allocate plans again before installing.)
-  for (const auto& g : groups) needed += g->Plan(r, ArgsFor(req, *g));
+  for (const auto& g : groups) needed += g->Count(r, ArgsFor(req, *g));
   return needed;
 }
 

@@ -47,7 +47,7 @@ absl::Status AttentionGroup::Validate(const RequestView& r, const StepArgs& step
   return absl::OkStatus();
 }
 
-int64_t AttentionGroup::Plan(const RequestView& r, const StepArgs& step) {
+int64_t AttentionGroup::Count(const RequestView& r, const StepArgs& step) const {
   const std::vector<BlockId>& held = step.hit != nullptr ? *step.hit : tables_[r.slot].blocks;
   int64_t need = 0;
   if (step.hit != nullptr) {  // hit blocks sitting free leave the free lists

@@ -20,7 +20,7 @@ class AttentionGroup : public GroupManager {
 
   void Resize(size_t slots) override;
   absl::Status Validate(const RequestView& r, const StepArgs& step) const override;
-  int64_t Plan(const RequestView& r, const StepArgs& step) override;
+  int64_t Count(const RequestView& r, const StepArgs& step) const override;
   int64_t Reserve(const RequestView& r, const StepArgs& step) const override;
   void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) override;
   int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;

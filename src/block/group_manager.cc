@@ -1,11 +1,8 @@
-// What the layer kinds share, and the one place that maps a kind to its group manager.
+// What the layer kinds share.
 #include "block/group_manager.h"
 
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
-#include "block/attention_group.h"
-#include "block/recurrent_group.h"
-#include "block/sliding_window_group.h"
 
 namespace kvpage::internal {
 
@@ -64,20 +61,6 @@ int64_t GroupManager::HeldParent(const RequestView& r, int64_t i) const {
   int64_t j = i - 1;
   while (j >= 0 && pool().Lookup(r.hashes[j], layout_.id) == kNullBlock) --j;
   return j;
-}
-
-std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockPool* pool,
-                                               const GroupContext* context) {
-  switch (layout.kind) {
-    case LayerKind::kFullAttention:
-    case LayerKind::kMla:
-      return std::make_unique<FullAttentionGroup>(layout, pool, context);
-    case LayerKind::kSlidingWindow:
-      return std::make_unique<SlidingWindowGroup>(layout, pool, context);
-    case LayerKind::kLinearAttention:
-      return std::make_unique<RecurrentGroup>(layout, pool, context);
-  }
-  return nullptr;
 }
 
 }  // namespace kvpage::internal

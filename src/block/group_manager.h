@@ -147,9 +147,11 @@ class GroupManager {
   virtual absl::Status Validate(const RequestView& /*r*/, const StepArgs& /*step*/) const {
     return absl::OkStatus();
   }
-  // Plans the step and returns the blocks it takes from the pool, hit blocks that sit free
-  // (ref 0) included. Stores the plan for FreshBlocks and Install; no other change.
-  virtual int64_t Plan(const RequestView& r, const StepArgs& step) = 0;
+  // The blocks the step takes from the pool, hit blocks that sit free (ref 0) included. No
+  // change (KvCacheManager::BlocksNeeded).
+  virtual int64_t Count(const RequestView& r, const StepArgs& step) const = 0;
+  // Count, keeping what FreshBlocks and Install need of the step's plan; no other change.
+  virtual int64_t Plan(const RequestView& r, const StepArgs& step) { return Count(r, step); }
   // Blocks the tokens after the step will need beyond it (checked, not taken).
   virtual int64_t Reserve(const RequestView& /*r*/, const StepArgs& /*step*/) const {
     return 0;
@@ -222,7 +224,7 @@ class GroupManager {
   const GroupContext* const ctx_;
 };
 
-// The group manager for a layer group of `layout.kind`.
+// The group manager for a layer group of `layout.kind` (group_factory.cc).
 std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockPool* pool,
                                                const GroupContext* context);
 

@@ -55,7 +55,8 @@ int64_t RecurrentGroup::SnapshotBlock(const RequestView& r, const StepArgs& step
   return -1;
 }
 
-int64_t RecurrentGroup::Plan(const RequestView& r, const StepArgs& step) {
+RecurrentGroup::StepPlan RecurrentGroup::MakePlan(const RequestView& r,
+                                                  const StepArgs& step) const {
   const State& s = states_[r.slot];
   StepPlan plan;
   plan.snapshot_block = SnapshotBlock(r, step);
@@ -82,8 +83,7 @@ int64_t RecurrentGroup::Plan(const RequestView& r, const StepArgs& step) {
   if (ctx().enable_prefix_caching && !r.allocated) {
     plan.fresh_slots += ctx().extra_first_state_blocks;
   }
-  plan_ = plan;
-  return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
+  return plan;
 }
 
 void RecurrentGroup::TakeHit(const RequestView& r, absl::Span<const BlockId> hit) {

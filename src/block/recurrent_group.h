@@ -29,7 +29,13 @@ class RecurrentGroup final : public GroupManager {
   std::vector<int64_t> HitKeys(int64_t length) const override { return {length - 1}; }
   void CacheLoaded(const RequestView& r, BlockId block, int64_t i) const override;
   absl::Status CheckHit(const RequestView& r, const StepArgs& step) const override;
-  int64_t Plan(const RequestView& r, const StepArgs& step) override;
+  int64_t Count(const RequestView& r, const StepArgs& step) const override {
+    return Needed(MakePlan(r, step));
+  }
+  int64_t Plan(const RequestView& r, const StepArgs& step) override {
+    plan_ = MakePlan(r, step);
+    return Needed(plan_);
+  }
   void TakeHit(const RequestView& r, absl::Span<const BlockId> hit) override;
   int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
   void Install(const RequestView& r, absl::Span<const BlockId> fresh,
@@ -73,6 +79,10 @@ class RecurrentGroup final : public GroupManager {
 
   // The block whose hash the step's written state is registered under, or -1.
   int64_t SnapshotBlock(const RequestView& r, const StepArgs& step) const;
+  StepPlan MakePlan(const RequestView& r, const StepArgs& step) const;
+  static int64_t Needed(const StepPlan& plan) {
+    return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
+  }
 
   std::vector<State> states_;  // by request slot
   StepPlan plan_;              // of the step being allocated

@@ -98,6 +98,11 @@ struct ModelSpec {
   std::string model_type;  // config.json "model_type" (of text_config when nested)
   DType dtype = DType::kBF16;  // torch_dtype / dtype
   int64_t max_position_embeddings = 0;
+  // RoPE scaling (config.json "rope_scaling", or "rope_parameters"): its type ("rope_type", or
+  // the older "type"; empty when absent) and "factor" (1 when absent or null).
+  std::string rope_type;
+  double rope_factor = 1.0;
+  int64_t model_max_length = 0;  // config.json "model_max_length"; 0 when absent
   int32_t hidden_size = 0;
   int32_t num_attention_heads = 0;  // query heads of the attention layers
   int64_t vocab_size = 0;

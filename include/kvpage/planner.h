@@ -107,7 +107,20 @@ struct PlanRow {
   double bytes_per_token = 0;                // reserved_bytes / context
   std::optional<int64_t> max_concurrency;    // requests of `context` that fit; unset w/o budget
   std::vector<GroupReservation> groups;
+  // vllm policy: why vLLM would refuse to start with --max-model-len = context (empty when it
+  // would start), and the settings that would let it. Checked as vLLM checks at start-up:
+  // the length against the model's derived limit (VllmDerivedMaxModelLen), then, with a
+  // budget, one request of that length against the KV cache.
+  std::string refusal;
+  std::string fix;
 };
+
+// The longest --max-model-len vLLM accepts for `model` without VLLM_ALLOW_LONG_MAX_MODEL_LEN
+// (vllm/config/model.py, _get_and_verify_max_len, 0.33): max_position_embeddings, times the
+// RoPE scaling factor unless the scaling type already counts it (YaRN, Llama 3, LongRoPE, su,
+// DeepSeek's) or the model is Gemma 3. A config's model_max_length above it is accepted too.
+// The tokenizer's model_max_length, which can lower it, is not read.
+int64_t VllmDerivedMaxModelLen(const ModelSpec& model);
 
 struct Plan {
   std::string model;

@@ -184,6 +184,34 @@ std::vector<LayerGroup> GroupLayers(const std::vector<LayerSpec>& layers) {
   return groups;
 }
 
+namespace {
+
+// rope_scaling (or rope_parameters): the type and factor that decide how far positions go.
+absl::Status ReadRopeScaling(const ConfigReader& cfg, ModelSpec& spec) {
+  const char* field = cfg.Has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const nlohmann::json* rope = cfg.Find(field);
+  if (rope == nullptr || rope->is_null()) return absl::OkStatus();
+  if (!rope->is_object()) return cfg.Error(field, "is not an object");
+  for (const char* key : {"rope_type", "type"}) {
+    const auto it = rope->find(key);
+    if (it == rope->end() || it->is_null()) continue;
+    if (!it->is_string()) return cfg.Error(field, absl::StrCat("has a '", key, "' that is not a string"));
+    spec.rope_type = it->get<std::string>();
+    break;
+  }
+  const auto factor = rope->find("factor");
+  if (factor != rope->end() && !factor->is_null()) {
+    if (!factor->is_number() || !(factor->get<double>() > 0) ||
+        !(factor->get<double>() < 1e6)) {
+      return cfg.Error(field, "has a 'factor' that is not a positive number below 1e6");
+    }
+    spec.rope_factor = factor->get<double>();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::string_view name,
                                          absl::string_view source) {
   KVPAGE_ASSIGN_OR_RETURN(ConfigReader cfg, ConfigReader::Parse(json_text, source));
@@ -204,6 +232,8 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   KVPAGE_ASSIGN_OR_RETURN(spec.vocab_size, cfg.PositiveInt("vocab_size"));
   KVPAGE_ASSIGN_OR_RETURN(spec.max_position_embeddings,
                           cfg.PositiveInt("max_position_embeddings"));
+  KVPAGE_RETURN_IF_ERROR(ReadRopeScaling(cfg, spec));
+  KVPAGE_ASSIGN_OR_RETURN(spec.model_max_length, cfg.NonNegativeIntOr("model_max_length", 0));
   if (num_layers > 100000) return cfg.Error("num_hidden_layers", "is implausibly large");
   if (!head_dim.has_value()) {
     if (hidden % num_heads != 0) {

@@ -45,6 +45,13 @@ nlohmann::ordered_json PlanJson(const Plan& plan) {
                         {"reserved_bytes", g.reserved_bytes}});
     }
     row["groups"] = std::move(groups);
+    if (plan.policy == Policy::kVllm) {
+      row["vllm_starts"] = r.refusal.empty();
+      if (!r.refusal.empty()) {
+        row["refusal"] = r.refusal;
+        row["fix"] = r.fix;
+      }
+    }
     rows.push_back(std::move(row));
   }
   j["rows"] = std::move(rows);
@@ -57,6 +64,15 @@ std::string ContextLabel(int64_t context) {
 }
 
 std::string MiB(int64_t bytes) { return absl::StrFormat("%.3f", bytes / kMiB); }
+
+// One line per row vLLM would refuse to start with: the reason and the fix.
+void AppendRefusals(const Plan& plan, std::string& out) {
+  for (const PlanRow& r : plan.rows) {
+    if (r.refusal.empty()) continue;
+    absl::StrAppend(&out, "vLLM would not start at ", ContextLabel(r.context), ": ", r.refusal,
+                    ". Try ", r.fix, ".\n");
+  }
+}
 
 }  // namespace
 
@@ -102,6 +118,7 @@ std::string PlanToTable(const Plan& plan) {
                           MiB(r.shared_bytes), r.bytes_per_token,
                           r.max_concurrency.has_value() ? absl::StrCat(*r.max_concurrency) : "-");
   }
+  AppendRefusals(plan, out);
   return out;
 }
 
@@ -134,6 +151,7 @@ std::string CompareTable(absl::Span<const Plan> plans) {
     }
     absl::StrAppend(&out, "\n");
   }
+  for (const Plan& p : plans) AppendRefusals(p, out);
   return out;
 }
 

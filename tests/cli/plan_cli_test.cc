@@ -129,6 +129,19 @@ TEST(PlanCliTest, TableNamesModelAndContexts) {
   EXPECT_THAT(r.output, HasSubstr("128K"));
 }
 
+TEST(PlanCliTest, SaysWhyVllmWouldNotStart) {
+  const CommandResult r = RunKvpage("plan --model qwen3-8b --policy vllm --context 128K");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("vLLM would not start at 128K: max_model_len 131072 is above "
+                                  "the model's derived limit of 40960"));
+  EXPECT_THAT(r.output, HasSubstr("Try --max-model-len 40960"));
+  const json j = RunJson("plan --model qwen3-8b --policy vllm --context 32K,128K --format json");
+  EXPECT_EQ(j["rows"][0]["vllm_starts"], true);
+  EXPECT_FALSE(j["rows"][0].contains("refusal"));
+  EXPECT_EQ(j["rows"][1]["vllm_starts"], false);
+  EXPECT_THAT(j["rows"][1]["fix"].get<std::string>(), HasSubstr("--max-model-len 40960"));
+}
+
 TEST(PlanCliTest, HelpListsEveryFlag) {
   const CommandResult r = RunKvpage("plan --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -646,5 +646,41 @@ TEST(ParamCountTest, DeepSeekV2LiteIsAbout15_7B) {
   EXPECT_LT(RelativeError(BundledParams("deepseek-v2-lite"), 15.7e9), 0.01);
 }
 
+TEST(ParseModelSpecTest, ReadsRopeScalingTypeAndFactor) {
+  json cfg = LlamaConfig();
+  auto plain = ParseModelSpec(cfg.dump(), "m", kSource);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->rope_type, "");
+  EXPECT_EQ(plain->rope_factor, 1.0);
+  EXPECT_EQ(plain->model_max_length, 0);
+  cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  cfg["model_max_length"] = 4096;
+  auto linear = ParseModelSpec(cfg.dump(), "m", kSource);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->rope_type, "linear");
+  EXPECT_EQ(linear->rope_factor, 4.0);
+  EXPECT_EQ(linear->model_max_length, 4096);
+  cfg.erase("rope_scaling");
+  cfg["rope_parameters"] = {{"rope_type", "default"}, {"factor", nullptr}};
+  auto params = ParseModelSpec(cfg.dump(), "m", kSource);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->rope_type, "default");
+  EXPECT_EQ(params->rope_factor, 1.0);
+}
+
+TEST(ParseModelSpecTest, RejectsABadRopeFactorNamingTheField) {
+  json cfg = LlamaConfig();
+  cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", "four"}};
+  auto spec = ParseModelSpec(cfg.dump(), "m", kSource);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("rope_scaling"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("factor"));
+  cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -2}};
+  EXPECT_FALSE(ParseModelSpec(cfg.dump(), "m", kSource).ok());
+  cfg["rope_scaling"] = "linear";
+  EXPECT_THAT(ParseModelSpec(cfg.dump(), "m", kSource).status().message(),
+              HasSubstr("is not an object"));
+}
+
 }  // namespace
 }  // namespace kvpage

@@ -1,6 +1,8 @@
 // vLLM 0.29's reservation for one max-length request (vllm.md §1.3–1.8).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kvpage/catalog.h"
 #include "testing/plan_checks.h"
 
 namespace kvpage {
@@ -156,6 +158,47 @@ TEST(VllmPolicyTest, LargerBlockSizeRoundsFullAttentionUp) {
   bs32.block_size = 32;
   // cdiv(1000, 32) = 32 blocks of 32 tokens = 1,024 tokens.
   EXPECT_EQ(PlanBundled("qwen3-8b", bs32, {1000}).rows[0].reserved_bytes, int64_t{1024} * 147456);
+}
+
+// vLLM's start-up checks (vllm/config/model.py, vllm/v1/core/kv_cache_planning.py, 0.33).
+TEST(VllmPolicyTest, SaysWhenVllmWouldNotStartAboveTheModelsLength) {
+  // Qwen3-8B: max_position_embeddings 40960, no RoPE scaling.
+  const Plan plan = PlanBundled("qwen3-8b", Vllm(), {40960, 131072});
+  EXPECT_EQ(plan.rows[0].refusal, "");
+  EXPECT_EQ(plan.rows[1].refusal,
+            "max_model_len 131072 is above the model's derived limit of 40960 "
+            "(max_position_embeddings=40960 in config.json)");
+  EXPECT_THAT(plan.rows[1].fix, ::testing::StartsWith("--max-model-len 40960"));
+  // The other policies do not check it.
+  EXPECT_EQ(PlanBundled("qwen3-8b", testing::WithPolicy(Policy::kKvpage), {131072}).rows[0].refusal,
+            "");
+}
+
+TEST(VllmPolicyTest, SaysWhenOneRequestDoesNotFitAndTheLongestThatDoes) {
+  // 2 GiB of 2.25 MiB blocks (16 tokens × 144 KiB): 910 blocks, 14,560 tokens.
+  const Plan plan = PlanBundled("qwen3-8b", Vllm(), {14560, 32768}, 2 * kGiB);
+  EXPECT_EQ(plan.rows[0].refusal, "");
+  EXPECT_EQ(plan.rows[0].max_concurrency, 1);
+  EXPECT_EQ(plan.rows[1].max_concurrency, 0);
+  EXPECT_EQ(plan.rows[1].refusal,
+            "one request of max_model_len 32768 needs 4.50 GiB of KV cache, more than the 2.00 "
+            "GiB available");
+  EXPECT_THAT(plan.rows[1].fix, ::testing::StartsWith("--max-model-len 14560 "));
+}
+
+TEST(VllmPolicyTest, DerivedLengthScalesRopeOnlyWhereVllmDoes) {
+  auto derived = [](const char* name) {
+    auto m = LoadModel(name);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? VllmDerivedMaxModelLen(*m) : -1;
+  };
+  EXPECT_EQ(derived("llama-3.1-8b"), 131072);     // llama3 scaling is counted already
+  EXPECT_EQ(derived("gemma-3-4b-it"), 131072);    // linear × 8, but Gemma 3 is exempt
+  EXPECT_EQ(derived("deepseek-v2-lite"), 163840);  // YaRN
+  ModelSpec linear = *LoadModel("mistral-7b-v0.3");
+  linear.rope_type = "linear";
+  linear.rope_factor = 2.0;
+  EXPECT_EQ(VllmDerivedMaxModelLen(linear), 65536);
 }
 
 }  // namespace

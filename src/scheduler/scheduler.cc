@@ -181,14 +181,23 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
         *h, {.num_computed_tokens = c, .num_new_tokens = n, .num_reserve_tokens = reserve});
     fits = ok.ok() && *ok;
     c += n;
+    DropTransfers();  // the probe's made-up blocks are not worth a host slot
   }
-  const bool clean = kv->Free(*h).ok() && kv->ResetPrefixCache().ok();
+  const bool clean = kv->Free(*h).ok() && (DropTransfers(), kv->ResetPrefixCache().ok());
   KVPAGE_DCHECK(clean);
   (void)clean;
   kv->TakeSlotsToZero();
   kv->TakeStateCopies();
   kv->DrainEvents();
   return fits;
+}
+
+void Scheduler::Impl::DropTransfers() {
+  const TierTransfers t = kv->TakeTransfers();
+  if (t.id != 0) {
+    [[maybe_unused]] const absl::Status dropped = kv->CompleteTransfers(t.id, /*succeeded=*/false);
+    KVPAGE_DCHECK(dropped.ok());
+  }
 }
 
 absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {

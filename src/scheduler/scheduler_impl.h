@@ -121,6 +121,8 @@ class Scheduler::Impl {
   // when the length was set explicitly (a request that long could never run).
   absl::Status FitMaxModelLen(bool explicit_len);
   bool RequestFits(int64_t len);
+  // Takes the host-tier transfers queued so far and completes them as failed (the probe's).
+  void DropTransfers();
   // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
   // MLA) alone: a lower bound on what it needs, without building it.
   int64_t GrowingBytes(int64_t len) const;

@@ -221,10 +221,11 @@ TEST(ModelEndToEnd, HostTierGivesTheSameTokens) {
     int64_t host_hit_tokens, loads, linear_loads, evictions;
   };
   const Case cases[] = {
-      {64 * 1024, HostTierPolicy::kWriteThrough, 48, 4, 3, 15},
+      {64 * 1024, HostTierPolicy::kWriteThrough, 48, 8, 3, 0},
       {64 * 1024, HostTierPolicy::kWriteBack, 48, 7, 3, 0},
-      {8 * 1024, HostTierPolicy::kWriteBack, 48, 7, 3, 71},    // thrashes, still hits
-      {4 * 1024, HostTierPolicy::kWriteThrough, 0, 0, 0, 93},  // thrashes the prefix out
+      {8 * 1024, HostTierPolicy::kWriteBack, 48, 7, 3, 71},      // thrashes, still hits
+      {8 * 1024, HostTierPolicy::kWriteThrough, 0, 0, 0, 112},   // thrashes the prefix out
+      {4 * 1024, HostTierPolicy::kWriteThrough, 0, 0, 0, 96},
       {4 * 1024, HostTierPolicy::kWriteBack, 0, 0, 0, 101},
   };
   for (const Case& c : cases) {
@@ -237,17 +238,16 @@ TEST(ModelEndToEnd, HostTierGivesTheSameTokens) {
     EXPECT_EQ(r.host.loads, c.loads);
     EXPECT_EQ(Loaded(r, LayerKind::kLinearAttention), c.linear_loads);
     EXPECT_EQ(r.host.evictions, c.evictions);
-    EXPECT_EQ(r.host.failed_transfers, 0);
     EXPECT_EQ(r.load_starts.size(), c.host_hit_tokens / 16);
     ExpectClean(r);
   }
 }
 
 // Transfers reported three steps after they were scheduled: the loading requests wait out of
-// the batch (their load targets hold NaN until then) and generate the same tokens. Under
-// write-through, blocks whose saves are in flight stay pinned in device memory, so one of the
-// three later shared-prefix requests finds its prefix there instead; under write-back, the
-// next request runs while one loads, and the run takes no more steps.
+// the batch (their load targets hold NaN until then) and generate the same tokens, while the
+// next request runs (the run takes no more steps). Under write-through, blocks whose saves are
+// in flight stay pinned in device memory, so one of the three later shared-prefix requests
+// finds its prefix there instead of in host memory.
 TEST(ModelEndToEnd, LoadsInFlightForStepsGiveTheSameTokens) {
   const TinyModel model(1);
   const std::vector<Request> requests = EvictingWorkload();
@@ -255,7 +255,7 @@ TEST(ModelEndToEnd, LoadsInFlightForStepsGiveTheSameTokens) {
     HostTierPolicy policy;
     int64_t prefix_hit_tokens, host_hit_tokens, steps, steps_late;
   };
-  for (const Case& c : {Case{HostTierPolicy::kWriteThrough, 48, 32, 54, 57},
+  for (const Case& c : {Case{HostTierPolicy::kWriteThrough, 48, 32, 53, 53},
                         Case{HostTierPolicy::kWriteBack, 48, 48, 53, 53}}) {
     RunOptions options = EvictingOptions(64 * 1024, c.policy);
     const RunResult prompt = MustRun(model, requests, options);

@@ -339,4 +339,68 @@ TEST(IntegrationDocTest, PublishesTheStepsEvents) {
   EXPECT_EQ((*publisher)->stats().dropped_batches, 0);
 }
 
+
+// §8: the doc's RunTierTransfers on two host backings. A prompt's K/V (a byte pattern per
+// block) is saved to the tier, the device forgets it, and a load brings the same bytes back
+// into other device blocks.
+TEST(IntegrationDocTest, TierTransfersMoveTheBlocksBytes) {
+  kvpage::HostMemoryBacking device_memory, host_memory;
+  kvpage::KvCacheConfig c;
+  c.kv_budget_bytes = 64 << 10;
+  c.chunk_bytes = 4096;
+  c.hash_seed = 7;
+  c.backing = &device_memory;
+  c.host_cache = {.budget_bytes = 64 << 10,
+                  .policy = kvpage::HostTierPolicy::kWriteThrough,
+                  .backing = &host_memory};
+  auto created = kvpage::KvCacheManager::Create(TinyModel(kvpage::testing::kTinyFull), c);
+  ASSERT_TRUE(created.ok()) << created.status();
+  kvpage::KvCacheManager& m = **created;
+  absl::StatusOr<std::vector<kvpage::TensorView>> device = TierViews(device_memory);
+  absl::StatusOr<std::vector<kvpage::TensorView>> host = TierViews(host_memory);
+  ASSERT_TRUE(device.ok() && host.ok()) << device.status() << host.status();
+  ASSERT_EQ(device->size(), 1u);  // one layer, one K+V tensor
+  const int64_t block_bytes = device_memory.layout().tensors[0].block_bytes;
+  const CopyBytes copy = [](void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); };
+  const kvpage::GroupId group(0);
+  std::vector<int32_t> prompt = Tokens(55);
+
+  ASSERT_TRUE(m.AddRequest({RequestId(1), prompt}).ok());
+  kvpage::RequestHandle h = *m.Find(RequestId(1));
+  ASSERT_TRUE(*m.AllocateSlots(h, {.num_new_tokens = 55}));
+  const absl::Span<const kvpage::BlockId> table = *m.BlockTable(h, group);
+  for (size_t i = 0; i < table.size(); ++i) {  // the forward pass writes the blocks
+    std::memset(BlockOf((*device)[0], table[i].value), 0x10 + static_cast<int>(i), block_bytes);
+  }
+  m.CompleteStep();
+  ASSERT_TRUE(m.Free(h).ok());
+  kvpage::TierTransfers t = m.TakeTransfers();
+  ASSERT_EQ(t.saves.size(), 3u);  // the 3 full blocks
+  RunTierTransfers(t, device_memory.layout(), *device, *host, copy);
+  ASSERT_TRUE(m.CompleteTransfers(t.id).ok());
+  ASSERT_TRUE(m.ResetPrefixCache().ok());  // the device forgets; the tier keeps its copies
+
+  prompt.resize(50);
+  ASSERT_TRUE(m.AddRequest({RequestId(2), prompt}).ok());
+  h = *m.Find(RequestId(2));
+  EXPECT_EQ(m.GetComputedBlocks(h)->num_tokens, 0);
+  EXPECT_EQ(*m.LoadFromHost(h), 48);
+  t = m.TakeTransfers();
+  ASSERT_EQ(t.loads.size(), 3u);
+  for (const kvpage::TierCopy& load : t.loads) {
+    std::memset(BlockOf((*device)[0], load.device.value), 0, block_bytes);
+  }
+  RunTierTransfers(t, device_memory.layout(), *device, *host, copy);
+  ASSERT_TRUE(m.CompleteTransfers(t.id).ok());
+  const kvpage::CacheHit hit = *m.GetComputedBlocks(h);
+  ASSERT_EQ(hit.num_tokens, 48);
+  for (size_t i = 0; i < 3; ++i) {
+    const char* block = BlockOf((*device)[0], hit.blocks[0][i].value);
+    EXPECT_EQ(std::count(block, block + block_bytes, static_cast<char>(0x10 + i)), block_bytes)
+        << "block " << i << " of the prefix";
+  }
+  ASSERT_TRUE(m.Free(h).ok());
+  EXPECT_TRUE(m.CheckInvariants().ok()) << m.CheckInvariants();
+}
+
 }  // namespace

@@ -2,7 +2,9 @@
 // layers served through kvpage's Scheduler on the host backing, its K/V and state read and
 // written only through the scheduler's outputs and the reference kernels. Every property
 // compares the generated tokens with DenseGenerate (each request alone, no paging), and every
-// paged attention output with dense attention over the same K/V, bit for bit.
+// paged attention output with dense attention over the same K/V, bit for bit. With a host
+// tier, the runner copies its saves and loads between the device backing and a second host
+// backing, and the tokens must not change however the tier is configured, late or failing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +158,185 @@ TEST(ModelEndToEnd, PagedAttentionEqualsDenseAttention) {
   // 3 attention layers × 252 computed tokens (184 prompt + 76 generated − 8 never fed back).
   EXPECT_EQ(r.attention_checks, 756);
   EXPECT_EQ(r.attention_mismatches, 0);
+}
+
+
+// Shared-prefix requests separated by unrelated ones, one at a time, on a device budget that
+// cannot keep the prefix cached past an unrelated request.
+std::vector<Request> EvictingWorkload() {
+  std::vector<Request> requests;
+  std::vector<int32_t> shared;
+  for (int32_t j = 0; j < 16; ++j) shared.push_back((j * 13 + 7) % 64);
+  for (int32_t i = 0; i < 8; ++i) {
+    Request r{.id = RequestId(200 + i), .max_new_tokens = 4 + i % 3};
+    if (i % 2 == 0) r.prompt = shared;
+    for (int32_t j = 0; j < (i % 2 == 0 ? 5 + i : 24); ++j) {
+      r.prompt.push_back((i * 29 + j * 3 + 2) % 64);
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+// One request at a time (8-token steps) on 16 KiB for the pools: each unrelated request evicts
+// the shared prefix from device memory, so without a host tier nothing hits.
+RunOptions EvictingOptions(int64_t host_budget_bytes, HostTierPolicy policy) {
+  RunOptions options = SmallSteps();
+  options.max_num_seqs = 1;
+  options.kv_budget_bytes = 16 * 1024;
+  options.max_model_len = 48;
+  options.host_budget_bytes = host_budget_bytes;
+  options.host_policy = policy;
+  return options;
+}
+
+int64_t Loaded(const RunResult& r, LayerKind kind) {
+  const auto it = r.loaded_blocks.find(kind);
+  return it == r.loaded_blocks.end() ? 0 : it->second;
+}
+
+void ExpectClean(const RunResult& r) {
+  EXPECT_EQ(r.attention_mismatches, 0);
+  EXPECT_EQ(r.final_used_bytes, 0);
+  EXPECT_EQ(r.host.saving_blocks, 0);
+}
+
+// The tier off, write-through, write-back, and host budgets small enough to thrash: the same
+// tokens every time. The three later shared-prefix requests each load their 16-token prefix
+// back (attention blocks and the linear layer's state snapshot at its end).
+TEST(ModelEndToEnd, HostTierGivesTheSameTokens) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = EvictingWorkload();
+  const auto expected = Expected(model, requests);
+  const RunResult off = MustRun(model, requests, EvictingOptions(0, HostTierPolicy::kWriteThrough));
+  EXPECT_EQ(off.tokens, expected);
+  EXPECT_EQ(off.prefix_hit_tokens, 0);
+  EXPECT_EQ(off.host_hit_tokens, 0);
+  EXPECT_EQ(off.transfers, 0);
+  ExpectClean(off);
+
+  struct Case {
+    int64_t host_budget_bytes;
+    HostTierPolicy policy;
+    int64_t host_hit_tokens, loads, linear_loads, evictions;
+  };
+  const Case cases[] = {
+      {64 * 1024, HostTierPolicy::kWriteThrough, 48, 8, 3, 0},
+      {64 * 1024, HostTierPolicy::kWriteBack, 48, 7, 3, 0},
+      {8 * 1024, HostTierPolicy::kWriteBack, 48, 7, 3, 71},      // thrashes, still hits
+      {8 * 1024, HostTierPolicy::kWriteThrough, 0, 0, 0, 112},   // thrashes the prefix out
+      {4 * 1024, HostTierPolicy::kWriteThrough, 0, 0, 0, 96},
+      {4 * 1024, HostTierPolicy::kWriteBack, 0, 0, 0, 101},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "host budget " << c.host_budget_bytes << ", policy "
+                                    << static_cast<int>(c.policy));
+    const RunResult r = MustRun(model, requests, EvictingOptions(c.host_budget_bytes, c.policy));
+    EXPECT_EQ(r.tokens, expected);
+    EXPECT_EQ(r.host_hit_tokens, c.host_hit_tokens);
+    EXPECT_EQ(r.prefix_hit_tokens, c.host_hit_tokens);  // the device alone serves nothing
+    EXPECT_EQ(r.host.loads, c.loads);
+    EXPECT_EQ(Loaded(r, LayerKind::kLinearAttention), c.linear_loads);
+    EXPECT_EQ(r.host.evictions, c.evictions);
+    EXPECT_EQ(r.load_starts.size(), c.host_hit_tokens / 16);
+    ExpectClean(r);
+  }
+}
+
+// Transfers reported three steps after they were scheduled: the loading requests wait out of
+// the batch (their load targets hold NaN until then) and generate the same tokens, while the
+// next request runs (the run takes no more steps). Under write-through, blocks whose saves are
+// in flight stay pinned in device memory, so one of the three later shared-prefix requests
+// finds its prefix there instead of in host memory.
+TEST(ModelEndToEnd, LoadsInFlightForStepsGiveTheSameTokens) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = EvictingWorkload();
+  struct Case {
+    HostTierPolicy policy;
+    int64_t prefix_hit_tokens, host_hit_tokens, steps, steps_late;
+  };
+  for (const Case& c : {Case{HostTierPolicy::kWriteThrough, 48, 32, 53, 53},
+                        Case{HostTierPolicy::kWriteBack, 48, 48, 53, 53}}) {
+    RunOptions options = EvictingOptions(64 * 1024, c.policy);
+    const RunResult prompt = MustRun(model, requests, options);
+    options.transfer_delay_steps = 3;
+    const RunResult late = MustRun(model, requests, options);
+    EXPECT_EQ(late.tokens, Expected(model, requests));
+    EXPECT_EQ(late.prefix_hit_tokens, c.prefix_hit_tokens);
+    EXPECT_EQ(late.host_hit_tokens, c.host_hit_tokens);
+    EXPECT_EQ(prompt.steps, c.steps);
+    EXPECT_EQ(late.steps, c.steps_late);
+    ExpectClean(late);
+  }
+}
+
+// Loads reported failed (succeeded = false, nothing copied, the targets left holding NaN):
+// the request computes the prefix instead. The first failed transfer, then every one.
+TEST(ModelEndToEnd, FailedLoadsRecomputeThePrefix) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = EvictingWorkload();
+  struct Case {
+    HostTierPolicy policy;
+    int64_t host_hit_tokens_one_failed;
+  };
+  for (const Case& c : {Case{HostTierPolicy::kWriteThrough, 16},
+                        Case{HostTierPolicy::kWriteBack, 32}}) {
+    RunOptions options = EvictingOptions(64 * 1024, c.policy);
+    options.transfer_delay_steps = 1;
+    options.failed_load_transfers = 1;
+    const RunResult one = MustRun(model, requests, options);
+    options.failed_load_transfers = 100;
+    const RunResult all = MustRun(model, requests, options);
+    EXPECT_EQ(one.tokens, Expected(model, requests));
+    EXPECT_EQ(all.tokens, one.tokens);
+    EXPECT_EQ(one.host_hit_tokens, c.host_hit_tokens_one_failed);
+    EXPECT_EQ(all.host_hit_tokens, 0);
+    EXPECT_EQ(all.prefix_hit_tokens, 0);
+    EXPECT_EQ(all.host.loads, 0);
+    EXPECT_GT(one.host.failed_transfers, 0);
+    ExpectClean(one);
+    ExpectClean(all);
+  }
+}
+
+// Each request that loads is aborted while its load is in flight (right after the step that
+// started it, and one step later): the others' tokens do not change and every block is free
+// once the transfers are reported.
+TEST(ModelEndToEnd, AbortWhileLoadingLeavesEveryBlockFree) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = EvictingWorkload();
+  const auto expected = Expected(model, requests);
+  for (HostTierPolicy policy : {HostTierPolicy::kWriteThrough, HostTierPolicy::kWriteBack}) {
+    RunOptions options = EvictingOptions(64 * 1024, policy);
+    options.transfer_delay_steps = 2;
+    const RunResult baseline = MustRun(model, requests, options);
+    const bool through = policy == HostTierPolicy::kWriteThrough;
+    ASSERT_EQ(baseline.load_starts.size(), through ? 2u : 3u);
+    const std::vector<int64_t> host_hits = through ? std::vector<int64_t>{16, 16, 16, 16}
+                                                   : std::vector<int64_t>{16, 16, 32, 32, 32, 32};
+    auto host_hit = host_hits.begin();
+    for (const auto& [start, victim] : baseline.load_starts) {
+      for (const auto& [step, point] : {std::pair{start, StepPoint::kAfterSchedule},
+                                        std::pair{start + 1, StepPoint::kAfterUpdate}}) {
+        RunOptions aborting = options;
+        aborting.hook = [&, step = step, point = point](int64_t s, StepPoint p,
+                                                        const SchedulerOutput*) {
+          return s == step && p == point ? std::vector<RequestId>{victim}
+                                         : std::vector<RequestId>{};
+        };
+        const RunResult r = MustRun(model, requests, aborting);
+        SCOPED_TRACE(testing::Message() << "request " << victim.value << " aborted at step "
+                                        << step);
+        EXPECT_FALSE(r.tokens.contains(victim.value));
+        for (const auto& [id, tokens] : expected) {
+          if (id == victim.value) continue;
+          EXPECT_EQ(r.tokens.at(id), tokens) << "request " << id;
+        }
+        EXPECT_EQ(r.host_hit_tokens, *host_hit++);  // the other requests' loads
+        ExpectClean(r);
+      }
+    }
+  }
 }
 
 }  // namespace

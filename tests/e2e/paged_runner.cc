@@ -1,9 +1,13 @@
-// The tiny model's server loop on kvpage: Schedule, state zeroes and copies, the forward pass
-// through the reference kernels on the host backing, sampling, Update.
+// The tiny model's server loop on kvpage: Schedule, host-tier transfers, state zeroes and
+// copies, the forward pass through the reference kernels on the host backing, sampling,
+// Update, transfers reported.
 #include "e2e/paged_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,6 +60,36 @@ absl::StatusOr<int64_t> NullBlockBytes(const ModelSpec& spec, int32_t block_size
   return bytes;
 }
 
+TensorPart PartOf(CacheTensorKind kind) {
+  switch (kind) {
+    case CacheTensorKind::kKv: return TensorPart::kKey;  // K's view starts the K+V block
+    case CacheTensorKind::kMlaLatent: return TensorPart::kLatent;
+    case CacheTensorKind::kConvState: return TensorPart::kConvState;
+    case CacheTensorKind::kRecurrentState: return TensorPart::kRecurrentState;
+  }
+  return TensorPart::kKey;
+}
+
+// Block `block` of `tensor` in `backing` (the device's, or the host tier's, which lays out the
+// same tensors with the tier's slots as block ids).
+absl::StatusOr<char*> BlockAt(const HostMemoryBacking& backing, const CacheTensor& tensor,
+                              int32_t block) {
+  KVPAGE_ASSIGN_OR_RETURN(TensorView view,
+                          backing.View(tensor.group, tensor.layer, PartOf(tensor.kind)));
+  if (block <= 0 || block >= view.shape[0]) {
+    return absl::OutOfRangeError(absl::StrCat("block ", block, " of layer ", tensor.layer,
+                                              " is outside [1, ", view.shape[0], ")"));
+  }
+  return static_cast<char*>(view.base) + block * view.byte_strides[0];
+}
+
+// One transfer between its Schedule and its report.
+struct InFlight {
+  int64_t due_step = 0;  // reported after the Update of this step
+  TierTransfers transfers;
+  bool fail = false;
+};
+
 struct Live {
   std::vector<int32_t> tokens;  // prompt, then generated
   int32_t prompt_len = 0;
@@ -90,12 +124,25 @@ class Runner {
   void CheckAgainstDense(const ScheduledRequest& r, int32_t layer, int32_t start,
                          const uint16_t* q, const double* paged);
   void Hook(int64_t step, StepPoint point, const SchedulerOutput* out);
+  // Host tier: copies `group`'s tensors of one block between the two backings.
+  absl::Status CopyBlock(GroupId group, const HostMemoryBacking& from, int32_t from_block,
+                         const HostMemoryBacking& to, int32_t to_block);
+  absl::Status FillBlock(GroupId group, int32_t block, uint8_t byte);
+  absl::Status StartTransfers(int64_t step, const TierTransfers& transfers);
+  // Reports the transfers due at `step` or before, oldest first.
+  absl::Status CompleteTransfers(int64_t step);
+  void NoteLoadStarts(int64_t step);
+  absl::Status Drain(int64_t step);
 
   const TinyModel& model_;
   const RunOptions options_;
   ModelSpec spec_ = TinyModel::Spec();
   HostMemoryBacking backing_;
   ExactBytes exact_{&backing_};
+  HostMemoryBacking host_backing_;  // the host tier's slots
+  std::deque<InFlight> in_flight_;
+  int32_t failures_left_ = options_.failed_load_transfers;
+  absl::flat_hash_set<int64_t> loading_;  // requests loading after the latest Schedule
   std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<int64_t, Live> live_;
   absl::flat_hash_set<int64_t> aborted_;  // aborted during the current step
@@ -124,9 +171,12 @@ absl::Status Runner::Start(const std::vector<Request>& requests) {
   config.kv.decode_snapshot_interval_blocks = options_.decode_snapshot_interval_blocks;
   config.kv.hash_seed = 7;
   config.kv.backing = &exact_;
+  config.kv.host_cache = {.budget_bytes = options_.host_budget_bytes,
+                          .policy = options_.host_policy,
+                          .backing = &host_backing_};
   config.max_num_batched_tokens = options_.max_num_batched_tokens;
   config.max_num_seqs = options_.max_num_seqs;
-  config.max_model_len = TinyModel::kMaxPositions;
+  config.max_model_len = options_.max_model_len;
   KVPAGE_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(spec_, config));
   for (const Request& r : requests) {
     KVPAGE_RETURN_IF_ERROR(scheduler_->AddRequest(
@@ -201,12 +251,15 @@ absl::StatusOr<RunResult> Runner::Run() {
     aborted_.clear();
     if (!scheduler_->HasUnfinishedRequests()) break;
     const SchedulerOutput& out = scheduler_->Schedule();
+    KVPAGE_RETURN_IF_ERROR(StartTransfers(step, out.transfers));
+    NoteLoadStarts(step);
     Hook(step, StepPoint::kAfterSchedule, &out);
     ModelOutput sampled;
     KVPAGE_RETURN_IF_ERROR(Forward(out, &sampled));
     Hook(step, StepPoint::kAfterForward, &out);
     KVPAGE_ASSIGN_OR_RETURN(UpdateResult update, scheduler_->Update(out, sampled));
     Hook(step, StepPoint::kAfterUpdate, &out);
+    KVPAGE_RETURN_IF_ERROR(CompleteTransfers(step));
     for (int64_t id : aborted_) live_.erase(id);
     aborted_.clear();
     for (const FinishedRequest& f : update.finished) {
@@ -217,18 +270,107 @@ absl::StatusOr<RunResult> Runner::Run() {
                                         it->second.tokens.end());
       live_.erase(it);
     }
-    KVPAGE_RETURN_IF_ERROR(scheduler_->CheckInvariants());
+    if (absl::Status s = scheduler_->CheckInvariants(); !s.ok()) {
+      return absl::InternalError(absl::StrCat("after step ", step, ": ", s.message()));
+    }
     result_.steps = step + 1;
     result_.peak_mapped_bytes = backing_.peak_mapped_bytes();
   }
+  KVPAGE_RETURN_IF_ERROR(Drain(result_.steps));
+  KVPAGE_RETURN_IF_ERROR(scheduler_->CheckInvariants());
   result_.preemptions = scheduler_->stats().preemptions;
   result_.prefix_hit_tokens = scheduler_->stats().prefix_hit_tokens;
+  result_.host_hit_tokens = scheduler_->stats().host_hit_tokens;
+  result_.host = scheduler_->kv_cache().host_cache_stats();
   result_.final_used_bytes = scheduler_->kv_cache().Usage().used_bytes;
   return result_;
 }
 
+absl::Status Runner::CopyBlock(GroupId group, const HostMemoryBacking& from, int32_t from_block,
+                               const HostMemoryBacking& to, int32_t to_block) {
+  for (const CacheTensor& tensor : backing_.layout().tensors) {
+    if (tensor.group != group) continue;
+    KVPAGE_ASSIGN_OR_RETURN(const char* src, BlockAt(from, tensor, from_block));
+    KVPAGE_ASSIGN_OR_RETURN(char* dst, BlockAt(to, tensor, to_block));
+    std::memcpy(dst, src, static_cast<size_t>(tensor.block_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runner::FillBlock(GroupId group, int32_t block, uint8_t byte) {
+  for (const CacheTensor& tensor : backing_.layout().tensors) {
+    if (tensor.group != group) continue;
+    KVPAGE_ASSIGN_OR_RETURN(char* dst, BlockAt(backing_, tensor, block));
+    std::memset(dst, byte, static_cast<size_t>(tensor.block_bytes));
+  }
+  return absl::OkStatus();
+}
+
+// Saves run now, before the forward pass: write-back saves read blocks it may overwrite, and
+// a load in the same transfer may target a block a save reads, so saves go first.
+absl::Status Runner::StartTransfers(int64_t step, const TierTransfers& transfers) {
+  if (transfers.empty()) return absl::OkStatus();
+  InFlight t{.due_step = step + options_.transfer_delay_steps, .transfers = transfers};
+  t.fail = !transfers.loads.empty() && failures_left_ > 0;
+  if (t.fail) --failures_left_;
+  for (const TierCopy& c : t.fail ? std::vector<TierCopy>{} : transfers.saves) {
+    KVPAGE_RETURN_IF_ERROR(CopyBlock(c.group, backing_, c.device.value, host_backing_, c.host));
+  }
+  for (const TierCopy& c : transfers.loads) {
+    KVPAGE_RETURN_IF_ERROR(FillBlock(c.group, c.device.value, 0xff));
+  }
+  in_flight_.push_back(std::move(t));
+  return absl::OkStatus();
+}
+
+absl::Status Runner::CompleteTransfers(int64_t step) {
+  while (!in_flight_.empty() && in_flight_.front().due_step <= step) {
+    const InFlight t = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    for (const TierCopy& c : t.transfers.loads) {
+      if (t.fail) continue;
+      KVPAGE_RETURN_IF_ERROR(CopyBlock(c.group, host_backing_, c.host, backing_, c.device.value));
+      ++result_.loaded_blocks[spec_.groups[c.group.value].spec.kind];
+    }
+    KVPAGE_RETURN_IF_ERROR(scheduler_->CompleteTransfers(t.transfers.id, !t.fail));
+    ++result_.transfers;
+  }
+  return absl::OkStatus();
+}
+
+void Runner::NoteLoadStarts(int64_t step) {
+  std::vector<int64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  absl::flat_hash_set<int64_t> loading;
+  for (int64_t id : ids) {
+    const std::optional<RequestHandle> h = scheduler_->kv_cache().Find(RequestId(id));
+    if (!h.has_value()) continue;
+    const absl::StatusOr<bool> is_loading = scheduler_->kv_cache().IsLoading(*h);
+    if (!is_loading.ok() || !*is_loading) continue;
+    loading.insert(id);
+    if (!loading_.contains(id)) result_.load_starts.emplace_back(step, RequestId(id));
+  }
+  loading_ = std::move(loading);
+}
+
+// The last Update completed its step; the write-through saves of the blocks it filled are
+// handed over by the next output. Empty steps until no transfer is queued or in flight.
+absl::Status Runner::Drain(int64_t step) {
+  for (int64_t i = 0; i < 3; ++i) {
+    KVPAGE_RETURN_IF_ERROR(CompleteTransfers(std::numeric_limits<int64_t>::max()));
+    const SchedulerOutput& out = scheduler_->Schedule();
+    if (!out.requests.empty()) return absl::InternalError("a request was scheduled after the run");
+    KVPAGE_RETURN_IF_ERROR(StartTransfers(step + i, out.transfers));
+    KVPAGE_RETURN_IF_ERROR(scheduler_->Update(out, ModelOutput{}).status());
+    if (out.transfers.empty()) return absl::OkStatus();
+  }
+  return absl::InternalError("transfers still queued after the run");
+}
+
 absl::Status Runner::Forward(const SchedulerOutput& out, ModelOutput* sampled) {
   KVPAGE_RETURN_IF_ERROR(ApplyStateOps(out));
+  if (out.requests.empty()) return absl::OkStatus();  // every request waits for its loads
   std::vector<std::vector<double>> x(static_cast<size_t>(out.total_num_scheduled_tokens));
   for (const ScheduledRequest& r : out.requests) {
     if (r.is_new && r.num_computed_tokens > 0) ++result_.resumed_from_snapshot;

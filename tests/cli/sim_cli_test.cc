@@ -76,7 +76,7 @@ TEST(SimCliTest, HelpListsEveryFlag) {
         "--no-enable-prefix-caching", "--kv-cache-dtype", "--tp", "--allocator",
         "--kv-chunk-mib", "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
         "--output-json", "--output-dir", "--seed", "--replicas", "--router",
-        "--overlap-weight"}) {
+        "--overlap-weight", "--host-cache-gib", "--host-policy", "--pcie-gbps"}) {
     EXPECT_THAT(r.output, HasSubstr(flag)) << flag;
   }
 }
@@ -204,6 +204,47 @@ TEST(SimCliTest, FleetPrintsTheFleetAndEachReplica) {
                           "median_ttft_ms", "p99_tpot_ms"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+}
+
+TEST(SimCliTest, HostTierFlagsRejectBadValuesNamingThem) {
+  ExpectUsageError(kBase + " --host-cache-gib -1", "--host-cache-gib must be in [0, 1e9], got -1");
+  ExpectUsageError(kBase + " --host-cache-gib nan", "--host-cache-gib must be in [0, 1e9]");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --host-policy lru",
+                   "--host-policy must be write-through or write-back, got 'lru'");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --pcie-gbps 0",
+                   "--pcie-gbps must be in (0, 1e9], got 0");
+  ExpectUsageError(kBase + " --host-policy write-back", "need --host-cache-gib");
+  ExpectUsageError(kBase + " --pcie-gbps 64", "need --host-cache-gib");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --allocator vllm", "--host-cache-gib needs kvpage");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --compare-allocators",
+                   "--host-cache-gib needs kvpage");
+}
+
+// A 2 GiB device budget evicts prefixes of the first 40 requests that the host tier keeps.
+TEST(SimCliTest, HostTierIsReportedInTheTableAndJson) {
+  const std::string host = kBase + " --kv-budget-gib 2 --host-cache-gib 64";
+  CommandResult r = RunKvpage(host);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("from device / host tier"));
+  EXPECT_THAT(r.output, HasSubstr("64.00, write-through, 32.0"));
+  r = RunKvpage(host + " --host-policy write-back --pcie-gbps 16 --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  const json& h = j["host_tier"];
+  EXPECT_EQ(h["policy"], "write-back");
+  EXPECT_EQ(h["pcie_gbps"], 16.0);
+  EXPECT_EQ(h["budget_bytes"], int64_t{64} << 30);
+  EXPECT_EQ(h["device_hit_tokens"].get<int64_t>() + h["host_hit_tokens"].get<int64_t>(),
+            j["prefix_cache"]["hit_tokens"].get<int64_t>());
+  EXPECT_GT(h["host_hit_tokens"].get<int64_t>(), 0);
+  // --host-cache-gib 0 is no tier: the output is the plain run's.
+  r = RunKvpage(kBase + " --kv-budget-gib 2 --host-cache-gib 0 --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(json::parse(r.output).contains("host_tier"));
+  // Fleets pass the tier to every replica and sum it.
+  r = RunKvpage(host + " --replicas 2 --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json::parse(r.output)["host_tier"]["budget_bytes"], int64_t{128} << 30);
 }
 
 TEST(SimCliTest, CompareAllocatorsPrintsBothColumns) {

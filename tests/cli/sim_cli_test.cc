@@ -208,7 +208,7 @@ TEST(SimCliTest, FleetPrintsTheFleetAndEachReplica) {
 
 TEST(SimCliTest, HostTierFlagsRejectBadValuesNamingThem) {
   ExpectUsageError(kBase + " --host-cache-gib -1", "--host-cache-gib must be in [0, 1e9], got -1");
-  ExpectUsageError(kBase + " --host-cache-gib nan", "--host-cache-gib must be in [0, 1e9]");
+  ExpectUsageError(kBase + " --host-cache-gib 2e9", "--host-cache-gib must be in [0, 1e9], got 2e+09");
   ExpectUsageError(kBase + " --host-cache-gib 8 --host-policy lru",
                    "--host-policy must be write-through or write-back, got 'lru'");
   ExpectUsageError(kBase + " --host-cache-gib 8 --pcie-gbps 0",
@@ -220,11 +220,30 @@ TEST(SimCliTest, HostTierFlagsRejectBadValuesNamingThem) {
                    "--host-cache-gib needs kvpage");
 }
 
-// A 2 GiB device budget evicts prefixes of the first 40 requests that the host tier keeps.
+// 20 prefix groups of 1,024 tokens over 200 requests: a 1 GiB device (about 7,000 tokens)
+// keeps few of them, a 64 GiB host tier all. The 180 requests after each group's first could
+// hit 1,024 tokens each.
+const std::string kSharedPrefixes =
+    "sim --model qwen3-8b --gpu h100 --synthetic 200 --prompt-len 2048 --output-len 16 "
+    "--shared-prefix-fraction 0.5 --num-prefix-groups 20 --request-rate 5 --kv-budget-gib 1";
+
 TEST(SimCliTest, HostTierIsReportedInTheTableAndJson) {
-  const std::string host = kBase + " --kv-budget-gib 2 --host-cache-gib 64";
-  CommandResult r = RunKvpage(host);
+  CommandResult r = RunKvpage(kSharedPrefixes + " --output-json -");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json::parse(r.output)["prefix_cache"]["hit_tokens"], 33792);
+  EXPECT_FALSE(json::parse(r.output).contains("host_tier"));
+  // --host-cache-gib 0 is no tier: the plain run's output.
+  CommandResult zero = RunKvpage(kSharedPrefixes + " --host-cache-gib 0 --output-json -");
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  json a = json::parse(r.output), b = json::parse(zero.output);
+  a.erase("wall_seconds");
+  b.erase("wall_seconds");
+  EXPECT_EQ(a, b);
+
+  const std::string host = kSharedPrefixes + " --host-cache-gib 64";
+  r = RunKvpage(host);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("184320 / 409600 (45.00%)"));
   EXPECT_THAT(r.output, HasSubstr("from device / host tier"));
   EXPECT_THAT(r.output, HasSubstr("64.00, write-through, 32.0"));
   r = RunKvpage(host + " --host-policy write-back --pcie-gbps 16 --output-json -");
@@ -234,13 +253,9 @@ TEST(SimCliTest, HostTierIsReportedInTheTableAndJson) {
   EXPECT_EQ(h["policy"], "write-back");
   EXPECT_EQ(h["pcie_gbps"], 16.0);
   EXPECT_EQ(h["budget_bytes"], int64_t{64} << 30);
-  EXPECT_EQ(h["device_hit_tokens"].get<int64_t>() + h["host_hit_tokens"].get<int64_t>(),
-            j["prefix_cache"]["hit_tokens"].get<int64_t>());
-  EXPECT_GT(h["host_hit_tokens"].get<int64_t>(), 0);
-  // --host-cache-gib 0 is no tier: the output is the plain run's.
-  r = RunKvpage(kBase + " --kv-budget-gib 2 --host-cache-gib 0 --output-json -");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_FALSE(json::parse(r.output).contains("host_tier"));
+  EXPECT_EQ(j["prefix_cache"]["hit_tokens"], 184320);
+  EXPECT_EQ(h["device_hit_tokens"], 33792);
+  EXPECT_EQ(h["host_hit_tokens"], 150528);
   // Fleets pass the tier to every replica and sum it.
   r = RunKvpage(host + " --replicas 2 --output-json -");
   ASSERT_EQ(r.exit_code, 0) << r.output;

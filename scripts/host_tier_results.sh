@@ -27,11 +27,11 @@ h = d.get("host_tier", {})
 host = h.get("host_hit_tokens", 0)
 share = host / p["hit_tokens"] if p["hit_tokens"] else 0.0
 print(f"| {sys.argv[3]} | {sys.argv[2]} | {100 * p['hit_rate']:.2f}% | {100 * share:.1f}% "
-      f"| {d['median_ttft_ms']:.1f} | {d['p99_ttft_ms']:.1f} "
+      f"| {d['median_ttft_ms'] / 1e3:.1f} | {d['p99_ttft_ms'] / 1e3:.1f} "
       f"| {h.get('bytes_per_s', 0) / 1e9:.2f} | {p['hit_tokens']:,} |")
 PY
 }
-echo "| host GiB | policy | hit rate | from host | TTFT p50 (ms) | TTFT p99 (ms) | host GB/s | hit tokens |"
+echo "| host GiB | policy | hit rate | from host | TTFT p50 (s) | TTFT p99 (s) | host GB/s | hit tokens |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 row none 0
 for size in $SIZES; do

@@ -176,9 +176,7 @@ absl::StatusOr<FleetResult> SimulateFleet(const std::vector<TraceRequest>& trace
   };
   const auto publish = [&](int32_t r) -> absl::Status {
     if (!router->wants_kv_events()) return absl::OkStatus();
-    std::vector<KvEvent> events = replicas[r]->DrainKvEvents();
-    // The router indexes device caches; a block the host tier holds is not a device hit.
-    std::erase_if(events, [](const KvEvent& e) { return e.medium == KvMedium::kHost; });
+    const std::vector<KvEvent> events = replicas[r]->DrainKvEvents();
     if (events.empty()) return absl::OkStatus();
     KvEventWireOptions options;
     options.data_parallel_rank = r;

@@ -28,7 +28,7 @@ enum class RouterKind : uint8_t {
                  // still to generate); ties to the lowest index
   kPrefixAware,  // longest cached prefix in the replicas' real prefix caches, ties by load
   kKvEvents,     // scores only from the replicas' published KV events (wire bytes), plus load;
-                 // host-tier events are not published: like prefix-aware, it sees device caches
+                 // it skips host-tier events: like prefix-aware, it sees device caches
 };
 
 // "round-robin", "least-loaded", "prefix-aware", "kv-events".

@@ -169,6 +169,28 @@ TEST(HostTierSimTest, FleetSumsItsReplicasHostTiers) {
   EXPECT_EQ(r->host_tier->budget_bytes, 2 * 1024 * kGiB);
 }
 
+// The kv-events router's index skips host-tier events (hashes alone, no token ids, which it
+// would refuse) and mirrors device caches, as prefix-aware reads them: the two route alike.
+TEST(HostTierSimTest, KvEventsRouterIgnoresHostTierEvents) {
+  FixedCost cost(0.010);
+  FleetConfig f;
+  f.replica = Config(&cost, 1024 * kGiB, HostTierPolicy::kWriteThrough);
+  f.replicas = 3;
+  f.router = RouterKind::kPrefixAware;
+  absl::StatusOr<FleetResult> aware = SimulateFleet(TwoRounds(), f);
+  f.router = RouterKind::kKvEvents;
+  absl::StatusOr<FleetResult> events = SimulateFleet(TwoRounds(), f);
+  ASSERT_TRUE(aware.ok()) << aware.status();
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(aware->replicas.size(), events->replicas.size());
+  for (size_t r = 0; r < aware->replicas.size(); ++r) {
+    EXPECT_EQ(aware->replicas[r].routed, events->replicas[r].routed) << r;
+  }
+  EXPECT_EQ(events->prefix_cache.hit_tokens, aware->prefix_cache.hit_tokens);
+  EXPECT_EQ(events->host_tier->host_hit_tokens, aware->host_tier->host_hit_tokens);
+  EXPECT_GT(events->event_bytes, 0);
+}
+
 TEST(HostTierSimTest, LinkRateMustBePositive) {
   FixedCost cost(0.010);
   SimConfig c = Config(&cost, kGiB, HostTierPolicy::kWriteThrough);

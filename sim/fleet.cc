@@ -40,6 +40,30 @@ int32_t IndexedGroup(const std::vector<KvEventGroupInfo>& groups) {
   return 0;
 }
 
+// Adds one replica's host tier into the fleet's sum (bytes_per_s is set afterwards).
+void AddHostTier(const SimHostTier& one, absl::optional<SimHostTier>& sum) {
+  if (!sum.has_value()) {
+    sum = SimHostTier{.policy = one.policy, .pcie_gbps = one.pcie_gbps};
+  }
+  sum->budget_bytes += one.budget_bytes;
+  sum->device_hit_tokens += one.device_hit_tokens;
+  sum->host_hit_tokens += one.host_hit_tokens;
+  HostCacheStats& s = sum->stats;
+  s.budget_bytes += one.stats.budget_bytes;
+  s.mapped_bytes += one.stats.mapped_bytes;
+  s.ready_blocks += one.stats.ready_blocks;
+  s.saving_blocks += one.stats.saving_blocks;
+  s.saves += one.stats.saves;
+  s.loads += one.stats.loads;
+  s.failed_transfers += one.stats.failed_transfers;
+  s.evictions += one.stats.evictions;
+  s.loaded_tokens += one.stats.loaded_tokens;
+  s.saved_bytes += one.stats.saved_bytes;
+  s.loaded_bytes += one.stats.loaded_bytes;
+  sum->link_busy_s += one.link_busy_s;
+  sum->save_wait_s += one.save_wait_s;
+}
+
 // Everything after the run: per-replica results, then the fleet's sums over them.
 absl::StatusOr<FleetResult> Collect(std::vector<std::unique_ptr<Replica>>& replicas,
                                     const std::vector<int64_t>& routed) {
@@ -58,7 +82,14 @@ absl::StatusOr<FleetResult> Collect(std::vector<std::unique_ptr<Replica>>& repli
     fleet.prefix_cache.queried_tokens += one.prefix_cache.queried_tokens;
     fleet.prefix_cache.hit_tokens += one.prefix_cache.hit_tokens;
     fleet.simulated_seconds = std::max(fleet.simulated_seconds, one.simulated_seconds);
+    if (one.host_tier.has_value()) AddHostTier(*one.host_tier, fleet.host_tier);
     fleet.replicas.push_back(std::move(stats));
+  }
+  if (fleet.host_tier.has_value() && fleet.simulated_seconds > 0) {
+    fleet.host_tier->bytes_per_s =
+        static_cast<double>(fleet.host_tier->stats.saved_bytes +
+                            fleet.host_tier->stats.loaded_bytes) /
+        fleet.simulated_seconds;
   }
   std::sort(fleet.requests.begin(), fleet.requests.end(),
             [](const RequestRecord& a, const RequestRecord& b) { return a.index < b.index; });
@@ -183,6 +214,7 @@ std::string FleetResultToJson(const FleetResult& r, const FleetConfig& config) {
   j["prefix_cache"] = ojson{{"queried_tokens", r.prefix_cache.queried_tokens},
                             {"hit_tokens", r.prefix_cache.hit_tokens},
                             {"hit_rate", r.prefix_cache.hit_rate}};
+  if (r.host_tier.has_value()) j["host_tier"] = ojson::parse(HostTierToJson(*r.host_tier));
   j["load_imbalance"] = r.load_imbalance;
   j["event_bytes"] = r.event_bytes;
   j["event_bytes_per_s"] = r.event_bytes_per_s;

@@ -27,7 +27,8 @@ enum class RouterKind : uint8_t {
   kLeastLoaded,  // fewest outstanding tokens (prompt tokens still to prefill + output tokens
                  // still to generate); ties to the lowest index
   kPrefixAware,  // longest cached prefix in the replicas' real prefix caches, ties by load
-  kKvEvents,     // scores only from the replicas' published KV events (wire bytes), plus load
+  kKvEvents,     // scores only from the replicas' published KV events (wire bytes), plus load;
+                 // it skips host-tier events: like prefix-aware, it sees device caches
 };
 
 // "round-robin", "least-loaded", "prefix-aware", "kv-events".
@@ -58,6 +59,9 @@ struct FleetResult {
   std::vector<RequestRecord> requests;  // every finished request, in trace order
   std::vector<ReplicaStats> replicas;
   SimPrefixCache prefix_cache;          // fleet-wide first-admission hits
+  // With a host tier: every replica's, summed (budget, hits, counters, bytes, link and wait
+  // times); bytes_per_s over the fleet's simulated seconds.
+  absl::optional<SimHostTier> host_tier;
   double load_imbalance = 0;            // max / mean busy time over replicas (1 = balanced)
   int64_t event_bytes = 0;              // kv-events: payload bytes the replicas published
   double event_bytes_per_s = 0;         // event_bytes / simulated seconds
@@ -71,7 +75,7 @@ absl::StatusOr<FleetResult> SimulateFleet(const std::vector<TraceRequest>& trace
 
 // What `kvpage sim --replicas N --output-json` writes: SummaryToJson's fields (over every
 // request), then "router", "replicas", "overlap_weight", "prefix_cache" {queried_tokens,
-// hit_tokens, hit_rate}, "load_imbalance", "event_bytes", "event_bytes_per_s", "preemptions",
+// hit_tokens, hit_rate}, with a host tier "host_tier" (HostTierToJson), "load_imbalance", "event_bytes", "event_bytes_per_s", "preemptions",
 // "dropped_requests", "truncated_requests", "simulated_seconds", "wall_seconds", and
 // "per_replica": one object per replica {"routed", "completed", "busy_s", "hit_rate",
 // "kv_usage_peak", "preemptions", "num_steps"}. Pretty-printed with 2 spaces; keys in that

@@ -24,6 +24,9 @@ absl::Status KvEventIndex::Apply(const WireKvEventBatch& batch) {
     if (e.type != WireKvEvent::Type::kAllBlocksCleared && e.group_idx.value_or(0) != group_) {
       continue;
     }
+    // The host tier's events carry hashes alone, and its removals name blocks the device may
+    // still hold: the index mirrors the device cache only.
+    if (e.medium == kHostMedium) continue;
     switch (e.type) {
       case WireKvEvent::Type::kBlockStored:
         if (absl::Status s = ApplyStored(e); !s.ok()) {

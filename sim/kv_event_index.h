@@ -12,7 +12,8 @@
 // block from the start. A BlockStored whose parent the index never saw is ignored (counted in
 // orphan_blocks) — its chain key cannot be known; so is an event of another layer group than
 // the one indexed (the fleet indexes the first full-attention or MLA group, whose cache holds
-// whole prefixes; a sliding-window group drops the blocks its window has left).
+// whole prefixes; a sliding-window group drops the blocks its window has left), and so is every
+// event of a host tier (medium "CPU"): the index mirrors the device cache.
 //
 // Thread-compatible.
 #ifndef KVPAGE_SIM_KV_EVENT_INDEX_H_
@@ -31,6 +32,7 @@ namespace kvpage::sim {
 class KvEventIndex {
  public:
   static constexpr uint64_t kRootKey = 0x6b7670616765726fULL;  // the parent of block 0
+  static constexpr const char* kHostMedium = "CPU";  // the medium of host-tier events
 
   // Indexes the events of layer group `group`. REQUIRES: block_size >= 1.
   explicit KvEventIndex(int32_t block_size, int32_t group = 0)

@@ -56,6 +56,12 @@ Replica::Replica(const std::vector<TraceRequest>& trace, const SimConfig& config
     }
   }
   result_.pool_names = pool_names_;
+  if (kv.config().host_cache.budget_bytes > 0) {
+    // Usage lists every group, each with its pool's block bytes: what one copy moves.
+    std::vector<int64_t> group_block_bytes;
+    for (const PoolUsage& p : u.pools) group_block_bytes.push_back(p.block_bytes);
+    link_.emplace(std::move(group_block_bytes), config_.pcie_gbps * 1e9);
+  }
   // total, pools, mapped
   usage_peak_.assign(pool_names_.size() + 2, 0.0);
   usage_time_.assign(pool_names_.size() + 2, 0.0);
@@ -63,7 +69,9 @@ Replica::Replica(const std::vector<TraceRequest>& trace, const SimConfig& config
 
 void Replica::Enqueue(size_t pos, std::vector<int32_t> prompt) {
   const TraceRequest& tr = trace_[pos];
-  if (step_ == nullptr && pending_.empty() && !sched_->HasUnfinishedRequests()) {
+  // Idle, or waiting for host-tier copies with nothing to run: the clock moves to the arrival.
+  if (step_ == nullptr && pending_.empty() &&
+      (!sched_->HasUnfinishedRequests() || (link_.has_value() && !link_->empty()))) {
     t_ = std::max(t_, tr.arrival_s);
   }
   outstanding_tokens_ += int64_t{tr.prompt_len} + tr.output_len;
@@ -73,11 +81,16 @@ void Replica::Enqueue(size_t pos, std::vector<int32_t> prompt) {
 double Replica::next_event_s() const {
   if (step_ != nullptr) return step_end_;
   if (!pending_.empty()) return t_;
+  if (link_.has_value() && !link_->empty()) return std::max(t_, link_->next_done_s());
   return std::numeric_limits<double>::infinity();
 }
 
 absl::Status Replica::Advance() {
-  if (step_ != nullptr) KVPAGE_RETURN_IF_ERROR(FinishStep());
+  if (step_ != nullptr) {
+    KVPAGE_RETURN_IF_ERROR(FinishStep());
+  } else if (pending_.empty() && link_.has_value() && !link_->empty()) {
+    t_ = std::max(t_, link_->next_done_s());  // woken by the link
+  }
   return BeginStep();
 }
 
@@ -134,6 +147,7 @@ absl::Status Replica::NeverRuns() const {
 }
 
 absl::Status Replica::BeginStep() {
+  KVPAGE_RETURN_IF_ERROR(CompleteTransfers());
   int32_t empty_steps = 0;
   while (true) {
     KVPAGE_RETURN_IF_ERROR(AddPending());
@@ -143,10 +157,14 @@ absl::Status Replica::BeginStep() {
       ++LiveOf(id).record.num_preemptions;
       ++result_.preemptions;
     }
+    const double wait_s = QueueTransfers(out);
     if (!out.requests.empty()) {
-      PriceStep(out);
+      PriceStep(out, wait_s);
       return absl::OkStatus();
     }
+    // Requests loading from the host tier, or memory held by saves: the link's next
+    // completion changes what can run.
+    if (link_.has_value() && !link_->empty()) return WaitForLink(out);
     // A step that preempted everything it ran schedules nothing; the next one admits again.
     // Without preemptions and with nothing running, nothing will ever change.
     if ((out.preempted_ids.empty() && sched_->num_running() == 0) || ++empty_steps > 2) {
@@ -155,7 +173,38 @@ absl::Status Replica::BeginStep() {
   }
 }
 
-void Replica::PriceStep(const SchedulerOutput& out) {
+absl::Status Replica::CompleteTransfers() {
+  if (!link_.has_value()) return absl::OkStatus();
+  for (uint64_t id : link_->TakeDone(t_)) {
+    if (absl::Status s = sched_->CompleteTransfers(id); !s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("scheduler rejected host-tier transfer ", id, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double Replica::QueueTransfers(const SchedulerOutput& out) {
+  if (!link_.has_value() || out.transfers.id == 0) return 0;
+  const double saves_end = link_->Queue(out.transfers, t_);
+  // Write-back saves read blocks this step's forward pass may overwrite: it waits for them.
+  // Write-through saves read pinned blocks, and loads fill blocks no step reads yet.
+  const bool forward_waits =
+      sched_->kv_cache().config().host_cache.policy == HostTierPolicy::kWriteBack;
+  return forward_waits && !out.requests.empty() ? saves_end - t_ : 0;
+}
+
+absl::Status Replica::WaitForLink(const SchedulerOutput& out) {
+  absl::StatusOr<UpdateResult> update = sched_->Update(out, ModelOutput{});
+  if (!update.ok()) {
+    return absl::InternalError(absl::StrCat("scheduler rejected empty step ", out.step, ": ",
+                                            update.status().message()));
+  }
+  if (config_.check_invariants) KVPAGE_RETURN_IF_ERROR(sched_->CheckInvariants());
+  return absl::OkStatus();
+}
+
+void Replica::PriceStep(const SchedulerOutput& out, double wait_s) {
   shape_.requests.resize(out.requests.size());
   model_out_.sampled_token_ids.clear();
   model_out_.sampled_offsets.assign(1, 0);
@@ -179,7 +228,8 @@ void Replica::PriceStep(const SchedulerOutput& out) {
     model_out_.sampled_offsets.push_back(
         static_cast<int32_t>(model_out_.sampled_token_ids.size()));
   }
-  const double dt = cost_.StepTime(shape_);
+  const double dt = cost_.StepTime(shape_) + wait_s;
+  save_wait_s_ += wait_s;
   RecordUsage(out, dt);
   result_.max_concurrency = std::max(result_.max_concurrency, out.num_rows);
   ++result_.num_steps;
@@ -268,12 +318,28 @@ absl::StatusOr<SimResult> Replica::TakeResult() {
   const PrefixCacheStats stats_now = sched_->kv_cache().prefix_cache_stats();
   result.manager_queried_tokens = stats_now.queried_tokens;
   result.manager_hit_tokens = stats_now.hit_tokens;
+  if (link_.has_value()) result.host_tier = HostTierResult();
   if (result.prefix_cache.queried_tokens > 0) {
     result.prefix_cache.hit_rate = static_cast<double>(result.prefix_cache.hit_tokens) /
                                    static_cast<double>(result.prefix_cache.queried_tokens);
   }
   KVPAGE_ASSIGN_OR_RETURN(result.summary, Summarize(result.requests));
   return result;
+}
+
+SimHostTier Replica::HostTierResult() const {
+  const KvCacheManager& kv = sched_->kv_cache();
+  SimHostTier h;
+  h.budget_bytes = kv.config().host_cache.budget_bytes;
+  h.policy = kv.config().host_cache.policy;
+  h.pcie_gbps = config_.pcie_gbps;
+  h.host_hit_tokens = sched_->stats().host_hit_tokens;
+  h.device_hit_tokens = sched_->stats().prefix_hit_tokens - h.host_hit_tokens;
+  h.stats = kv.host_cache_stats();
+  if (t_ > 0) h.bytes_per_s = static_cast<double>(h.stats.saved_bytes + h.stats.loaded_bytes) / t_;
+  h.link_busy_s = link_->busy_s();
+  h.save_wait_s = save_wait_s_;
+  return h;
 }
 
 absl::Status ValidateRun(const std::vector<TraceRequest>& trace, const SimConfig& config) {

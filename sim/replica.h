@@ -9,7 +9,10 @@
 //                            is stamped with it, the scheduler applies the step (Update).
 //
 // Advance, called when the global clock reaches next_event_s(), finishes the step in flight
-// and begins the next one at the same instant. Requests enqueued while a step runs wait for
+// and begins the next one at the same instant. With a host tier, a step's copies queue on
+// the replica's HostLink (host_link.h); each step begins by completing the transfers whose
+// copies have ended, and a replica with nothing to run but copies in flight waits for the
+// first to end. Requests enqueued while a step runs wait for
 // its end, as requests reaching a server mid-step do; an idle replica's clock moves to the
 // arrival of the first request enqueued, and its step begins once every request arriving at
 // that instant has been enqueued. Between Advance calls the replica is as a router would find
@@ -25,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,7 @@
 #include "kvpage/kv_events.h"
 #include "kvpage/scheduler.h"
 #include "sim/cost_model.h"
+#include "sim/host_link.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -55,7 +60,8 @@ class Replica {
   // or before next_event_s().
   void Enqueue(size_t pos, std::vector<int32_t> prompt);
   // When Advance must next run: the end of the step in flight, the clock when enqueued
-  // requests wait for a step, +infinity when idle.
+  // requests wait for a step, the end of the oldest host-tier transfer in flight, +infinity
+  // when idle.
   double next_event_s() const;
   // Finishes the step in flight (if any) and begins the next. ResourceExhausted for a request
   // that can never run; Internal if the scheduler rejects a step (see simulator.h).
@@ -98,11 +104,19 @@ class Replica {
   Live& LiveOf(RequestId id) { return live_[local_of_.at(id.value)]; }
   absl::Status AddPending();
   absl::Status BeginStep();
+  // Completes the host-tier transfers whose copies have ended by the clock.
+  absl::Status CompleteTransfers();
+  // Queues the step's copies on the link; returns how long its forward pass waits for them.
+  double QueueTransfers(const SchedulerOutput& out);
+  // Applies a step that scheduled nothing while host-tier copies are in flight.
+  absl::Status WaitForLink(const SchedulerOutput& out);
   absl::Status FinishStep();
-  // Prices the step, stamps its request hits and samples (not yet applied).
-  void PriceStep(const SchedulerOutput& out);
+  // Prices the step (`wait_s` before its forward pass), stamps its request hits and samples
+  // (not yet applied).
+  void PriceStep(const SchedulerOutput& out, double wait_s);
   void RecordUsage(const SchedulerOutput& out, double dt);
   absl::Status NeverRuns() const;
+  SimHostTier HostTierResult() const;  // REQUIRES: link_
 
   const std::vector<TraceRequest>& trace_;
   const SimConfig& config_;
@@ -114,6 +128,8 @@ class Replica {
   SimResult result_;
   std::vector<std::string> pool_names_;
   std::vector<int32_t> pool_first_group_;  // PoolUsage index standing for each pool
+  std::optional<HostLink> link_;           // with a host tier
+  double save_wait_s_ = 0;                 // Σ forward-pass waits for write-back saves
   const SchedulerOutput* step_ = nullptr;  // the step in flight
   double step_end_ = 0;
   double t_ = 0;           // the replica's clock, seconds

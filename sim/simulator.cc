@@ -2,6 +2,7 @@
 #include "sim/simulator.h"
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <utility>
 
@@ -26,8 +27,16 @@ absl::Status SimConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("progress_interval_steps must be >= 1, got ", progress_interval_steps));
   }
+  if (!std::isfinite(pcie_gbps) || pcie_gbps <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pcie_gbps must be finite and > 0, got ", pcie_gbps));
+  }
   if (cost_model == nullptr) KVPAGE_RETURN_IF_ERROR(cost.Validate());
   return absl::OkStatus();
+}
+
+absl::string_view HostTierPolicyName(HostTierPolicy policy) {
+  return policy == HostTierPolicy::kWriteBack ? "write-back" : "write-through";
 }
 
 absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
@@ -60,6 +69,7 @@ std::string SimResultToJson(const SimResult& r) {
   j["prefix_cache"] = ojson{{"queried_tokens", r.prefix_cache.queried_tokens},
                             {"hit_tokens", r.prefix_cache.hit_tokens},
                             {"hit_rate", r.prefix_cache.hit_rate}};
+  if (r.host_tier.has_value()) j["host_tier"] = ojson::parse(HostTierToJson(*r.host_tier));
   ojson usage = ojson::object();
   for (const PoolUsageStats& p : r.kv_usage) {
     usage[p.name] = ojson{{"peak", p.peak}, {"mean", p.mean}};
@@ -76,6 +86,25 @@ std::string SimResultToJson(const SimResult& r) {
   j["simulated_seconds"] = r.simulated_seconds;
   j["wall_seconds"] = r.wall_seconds;
   return j.dump(2) + "\n";
+}
+
+std::string HostTierToJson(const SimHostTier& h) {
+  using ojson = nlohmann::ordered_json;
+  const ojson j = {{"budget_bytes", h.budget_bytes},
+                   {"policy", std::string(HostTierPolicyName(h.policy))},
+                   {"pcie_gbps", h.pcie_gbps},
+                   {"device_hit_tokens", h.device_hit_tokens},
+                   {"host_hit_tokens", h.host_hit_tokens},
+                   {"saves", h.stats.saves},
+                   {"loads", h.stats.loads},
+                   {"saved_bytes", h.stats.saved_bytes},
+                   {"loaded_bytes", h.stats.loaded_bytes},
+                   {"evictions", h.stats.evictions},
+                   {"failed_transfers", h.stats.failed_transfers},
+                   {"bytes_per_s", h.bytes_per_s},
+                   {"link_busy_s", h.link_busy_s},
+                   {"save_wait_s", h.save_wait_s}};
+  return j.dump();
 }
 
 }  // namespace kvpage::sim

@@ -17,9 +17,17 @@
 //   * a request that reaches max_model_len while generating finishes early (the scheduler's
 //     kMaxModelLen) and is counted in SimResult::truncated_requests; its record holds the tokens
 //     it did generate;
-//   * a request that can never run — nothing is running, nothing was preempted, and the
-//     scheduler still schedules nothing — makes the run fail with ResourceExhausted naming the
-//     request and its length: the KV budget is too small for it, and waiting longer cannot help.
+//   * a request that can never run — nothing is running, nothing was preempted, no host-tier
+//     copy is in flight, and the scheduler still schedules nothing — makes the run fail with
+//     ResourceExhausted naming the request and its length: the KV budget is too small for it,
+//     and waiting longer cannot help.
+//
+// Host tier (scheduler.kv.host_cache with a budget): each replica has one PCIe link, a FIFO
+// that copies a step's TierTransfers at `pcie_gbps`, both directions in turn (docs/simulator.md,
+// "Host tier"). A step whose transfers hold write-back saves starts its forward pass when they
+// have finished on the link; write-through saves and loads run beside the forward passes. A
+// transfer is completed (Scheduler::CompleteTransfers) at the first step boundary at or after
+// its last copy ends; a replica with nothing to run but copies in flight waits for them.
 //
 // Thread-compatible: Simulate touches no shared state; runs may proceed in parallel.
 #ifndef KVPAGE_SIM_SIMULATOR_H_
@@ -32,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
 #include "kvpage/catalog.h"
 #include "kvpage/model_spec.h"
@@ -75,6 +84,12 @@ struct SimConfig {
   bool record_steps = true;
   // Check the scheduler's and the manager's invariants after every step (slow; tests).
   bool check_invariants = false;
+  // The host tier's link, in GB/s (10^9 bytes per second), when scheduler.kv.host_cache has a
+  // budget. The default is a conservative round figure, not a measurement: half the 64 GB/s
+  // per direction of a PCIe Gen5 x16 link (an H100's), since KV blocks move as many small
+  // per-layer pieces and saves and loads share the one modelled link.
+  double pcie_gbps = kDefaultPcieGbps;
+  static constexpr double kDefaultPcieGbps = 32;
   // Called about every `progress_interval_steps` steps and once at the end, from the
   // simulating thread. May be empty.
   std::function<void(const SimProgress&)> progress;
@@ -98,6 +113,23 @@ struct SimPrefixCache {
   double hit_rate = 0;         // hit_tokens / queried_tokens, 0 when nothing was queried
 };
 
+// The host tier over a run (SimResult::host_tier). Hits count first admissions, as
+// SimPrefixCache does (the scheduler's SchedulerStats::prefix_hit_tokens and host_hit_tokens).
+struct SimHostTier {
+  int64_t budget_bytes = 0;
+  HostTierPolicy policy = HostTierPolicy::kWriteThrough;
+  double pcie_gbps = 0;
+  int64_t device_hit_tokens = 0;  // prefix hits the device cache served
+  int64_t host_hit_tokens = 0;    // prefix hits loaded back from the host tier first
+  HostCacheStats stats;           // the manager's counters at the end of the run
+  double bytes_per_s = 0;         // (saved + loaded bytes) / simulated seconds
+  double link_busy_s = 0;         // time the link spent copying
+  double save_wait_s = 0;         // time forward passes waited for write-back saves
+};
+
+// "write-through" or "write-back".
+absl::string_view HostTierPolicyName(HostTierPolicy policy);
+
 struct SimResult {
   MetricsSummary summary;
   std::vector<RequestRecord> requests;  // finished requests, in trace order
@@ -116,6 +148,8 @@ struct SimResult {
   SimPrefixCache prefix_cache;
   int64_t manager_queried_tokens = 0;
   int64_t manager_hit_tokens = 0;
+  // Set when the run had a host tier (scheduler.kv.host_cache.budget_bytes > 0).
+  absl::optional<SimHostTier> host_tier;
   int32_t max_concurrency = 0;   // most running requests in any step
   int64_t preemptions = 0;
   int64_t num_steps = 0;         // steps that scheduled at least one token
@@ -136,11 +170,18 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,
                                    const SimConfig& config);
 
 // Everything the CLI's --output-json writes for one run: SummaryToJson's fields, then
-// "preemptions", "prefix_cache" {queried_tokens, hit_tokens, hit_rate}, "kv_usage"
+// "preemptions", "prefix_cache" {queried_tokens, hit_tokens, hit_rate}, with a host tier
+// "host_tier" (HostTierToJson), "kv_usage"
 // {pool: {peak, mean}}, "kv_mapped" {peak, mean}, "max_concurrency", "num_steps", "dropped_requests",
 // "truncated_requests", "kv_budget_bytes", "block_size", "max_model_len", "simulated_seconds",
 // "wall_seconds". Pretty-printed with 2 spaces; keys in that fixed order.
 std::string SimResultToJson(const SimResult& result);
+
+// {"budget_bytes", "policy", "pcie_gbps", "device_hit_tokens", "host_hit_tokens", "saves",
+// "loads", "saved_bytes", "loaded_bytes", "evictions", "failed_transfers", "bytes_per_s",
+// "link_busy_s", "save_wait_s"}: one JSON object, keys in that order, for SimResultToJson and
+// the fleet's JSON.
+std::string HostTierToJson(const SimHostTier& host);
 
 }  // namespace kvpage::sim
 

@@ -19,6 +19,7 @@
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
+#include "nlohmann/json.hpp"
 
 namespace kvpage::cli {
 namespace {
@@ -26,7 +27,7 @@ namespace {
 constexpr const char* kPlanUsage =
     R"(Usage: kvpage plan --model M[,M…] --context L[,L…] [--policy kvpage|vllm|llamacpp | --compare]
                    [policy flags] [--gpu a100|h100|h200 [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
-                   [--tp N] [--format table|json|csv] [--plot FILE.png]
+                   [--tp N] [--host-cache-gib N] [--format table|json|csv] [--plot FILE.png]
        kvpage plan --trace FILE --slo ttft-p99=2s,tpot-p99=100ms --model M --gpu G [flags]
                    (the fewest GPUs that serve a trace within an SLO; `kvpage plan --slo --help`)
 
@@ -58,6 +59,7 @@ struct PlanFlags {
   double kv_budget_gib = 0;
   std::string format = "table";
   std::string plot;
+  double host_cache_gib = 0;
 };
 
 void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
@@ -104,6 +106,9 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Double("kv-budget-gib", &f.kv_budget_gib,
             "KV budget in GiB (2^30 bytes) of each GPU; overrides --gpu.");
   fs.String("format", &f.format, "table (default), json or csv.");
+  fs.Double("host-cache-gib", &f.host_cache_gib,
+            "Also report how many tokens a host-memory tier of the prefix cache of this many\n"
+            "GiB holds (kvpage's pools; table and json formats; `kvpage sim --host-cache-gib`).");
   fs.String("plot", &f.plot,
             "Also draw reserved memory against context length (powers of two from 1K up to\n"
             "the largest --context) for the chosen models and policies, to this PNG file.\n"
@@ -201,6 +206,66 @@ absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet&
 
 int Fail(const absl::Status& s) { return FailUsage("plan", s); }
 
+// What a host tier of `budget_bytes` holds for a model: its tokens at the bytes per token of
+// every attention pool summed (kvpage's layout, whatever policy the table shows).
+struct HostTierCapacity {
+  int64_t budget_bytes = 0;
+  double bytes_per_token = 0;
+  int64_t tokens = 0;
+  // Bytes of one recurrent-state snapshot (hybrid models): snapshots share the tier, so
+  // `tokens` is then an upper bound.
+  int64_t snapshot_bytes = 0;
+};
+
+absl::StatusOr<HostTierCapacity> HostCapacity(const ModelSpec& model, PlanOptions options,
+                                              int64_t context, int64_t budget_bytes) {
+  options.policy = Policy::kKvpage;
+  const int64_t contexts[] = {context};
+  auto plan = MakePlan(model, options, contexts);
+  if (!plan.ok()) return plan.status();
+  const PlanRow& row = plan->rows[0];
+  HostTierCapacity c{.budget_bytes = budget_bytes, .snapshot_bytes = row.snapshot_bytes};
+  for (const GroupReservation& g : row.groups) {
+    if (g.block_size <= 0 || g.blocks <= 0) continue;  // recurrent state
+    c.bytes_per_token += static_cast<double>(g.reserved_bytes) /
+                         static_cast<double>(g.blocks * g.block_size);
+  }
+  if (c.bytes_per_token > 0) {
+    c.tokens = static_cast<int64_t>(static_cast<double>(budget_bytes) / c.bytes_per_token);
+  }
+  return c;
+}
+
+std::string HostCapacityLine(const std::string& model, const HostTierCapacity& c) {
+  std::string line = absl::StrFormat(
+      "host tier %.2f GiB holds %d tokens of %s (%.1f bytes/token, every attention pool)\n",
+      c.budget_bytes / 1073741824.0, c.tokens, model, c.bytes_per_token);
+  if (c.snapshot_bytes > 0) {
+    absl::StrAppendFormat(&line,
+                          "  approximate: recurrent-state snapshots (%.3f MiB each) share the "
+                          "tier, so fewer tokens fit\n",
+                          c.snapshot_bytes / 1048576.0);
+  }
+  return line;
+}
+
+// PlansToJson with "host_cache" {budget_bytes, tokens, bytes_per_token, snapshot_bytes} added
+// to each plan.
+std::string PlansToJsonWithHost(const std::vector<Plan>& plans,
+                                const std::vector<HostTierCapacity>& host) {
+  using ojson = nlohmann::ordered_json;
+  ojson j = ojson::parse(PlansToJson(plans));
+  for (size_t i = 0; i < plans.size(); ++i) {
+    ojson& plan = plans.size() == 1 ? j : j["plans"][i];
+    const HostTierCapacity& c = host[i];
+    plan["host_cache"] = ojson{{"budget_bytes", c.budget_bytes},
+                               {"tokens", c.tokens},
+                               {"bytes_per_token", c.bytes_per_token},
+                               {"snapshot_bytes", c.snapshot_bytes}};
+  }
+  return j.dump(2) + "\n";
+}
+
 std::string PlotScript() {
   if (const char* env = std::getenv("KVPAGE_PLOT_SCRIPT")) return env;
   return DataDir() + "/scripts/plot_plan.py";
@@ -226,6 +291,14 @@ int RunPlan(const std::vector<std::string>& args) {
   if (f.compare && fs.WasSet("policy")) {
     return Fail(absl::InvalidArgumentError("--compare and --policy exclude each other"));
   }
+  const bool host = fs.WasSet("host-cache-gib");
+  if (host && (!(f.host_cache_gib > 0) || f.host_cache_gib > 1e9)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--host-cache-gib must be in (0, 1e9], got ", f.host_cache_gib)));
+  }
+  if (host && f.format == "csv") {
+    return Fail(absl::InvalidArgumentError("--host-cache-gib needs --format table or json"));
+  }
   std::vector<int64_t> contexts;
   if (absl::Status s = ParseTokenCountList("context", f.context, &contexts); !s.ok()) return Fail(s);
   auto models = LoadModels(f.model);
@@ -247,9 +320,17 @@ int RunPlan(const std::vector<std::string>& args) {
   if (sweep.empty() || sweep.back() != longest) sweep.push_back(longest);
 
   std::vector<Plan> plans, plot_plans;
+  std::vector<HostTierCapacity> host_capacity;  // per plan, with --host-cache-gib
   for (const ModelSpec& model : *models) {
     auto budget = Budget(f, fs, model);
     if (!budget.ok()) return Fail(budget.status());
+    HostTierCapacity capacity;
+    if (host) {
+      auto c = HostCapacity(model, *base, contexts[0],
+                            static_cast<int64_t>(f.host_cache_gib * 1073741824.0));
+      if (!c.ok()) return Fail(c.status());
+      capacity = *c;
+    }
     for (Policy policy : policies) {
       PlanOptions o = *base;
       o.policy = policy;
@@ -260,6 +341,7 @@ int RunPlan(const std::vector<std::string>& args) {
                                               plan.status().message())));
       }
       plans.push_back(*std::move(plan));
+      if (host) host_capacity.push_back(capacity);
       if (!f.plot.empty()) {
         auto swept = MakePlan(model, o, sweep, *budget);
         if (!swept.ok()) return Fail(swept.status());
@@ -269,7 +351,7 @@ int RunPlan(const std::vector<std::string>& args) {
   }
 
   if (f.format == "json") {
-    std::cout << PlansToJson(plans);
+    std::cout << (host ? PlansToJsonWithHost(plans, host_capacity) : PlansToJson(plans));
   } else if (f.format == "csv") {
     std::cout << PlansToCsv(plans);
   } else {
@@ -280,6 +362,7 @@ int RunPlan(const std::vector<std::string>& args) {
       } else {
         std::cout << PlanToTable(plans[i]);
       }
+      if (host) std::cout << HostCapacityLine(plans[i].model, host_capacity[i]);
     }
   }
   std::cout.flush();

@@ -82,6 +82,9 @@ struct SimFlags {
   int64_t replicas = 1;
   std::string router = "round-robin";
   double overlap_weight = 1.0;
+  double host_cache_gib = 0;
+  std::string host_policy = "write-through";
+  double pcie_gbps = sim::SimConfig::kDefaultPcieGbps;
 };
 
 void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
@@ -172,6 +175,16 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
   fs.Double("overlap-weight", &f.overlap_weight,
             "prefix-aware and kv-events: weight of prefill blocks against load blocks in the\n"
             "router cost, as Dynamo's --kv-overlap-score-weight (default 1; 0 = load only).");
+  fs.Double("host-cache-gib", &f.host_cache_gib,
+            "Host-memory tier of the prefix cache in GiB per replica, up to 1e9 (default 0:\n"
+            "none). Blocks the device evicts are loaded back over PCIe instead of recomputed\n"
+            "(kvpage accounting only; docs/simulator.md, \"Host tier\").");
+  fs.String("host-policy", &f.host_policy,
+            "--host-cache-gib: write-through (default: every full block is saved once, beside\n"
+            "the forward pass) or write-back (blocks are saved when evicted; the step waits).");
+  fs.Double("pcie-gbps", &f.pcie_gbps,
+            "--host-cache-gib: GB/s (1e9 bytes) of each replica's link to its host tier, one\n"
+            "queue for both directions (default 32, a conservative round figure for PCIe Gen5).");
 }
 
 int Fail(const absl::Status& s) { return FailUsage("sim", s); }
@@ -290,6 +303,36 @@ absl::StatusOr<std::vector<sim::TraceRequest>> LoadTrace(const SimFlags& f, cons
   return sim::ReadTrace(*format, path, o);
 }
 
+// --host-cache-gib, --host-policy and --pcie-gbps into c.scheduler.kv.host_cache and
+// c.pcie_gbps; InvalidArgument naming a bad value.
+absl::Status SetHostTier(const SimFlags& f, const FlagSet& fs, sim::SimConfig& c) {
+  if (!fs.WasSet("host-cache-gib")) {
+    if (fs.WasSet("host-policy") || fs.WasSet("pcie-gbps")) {
+      return absl::InvalidArgumentError("--host-policy and --pcie-gbps need --host-cache-gib");
+    }
+    return absl::OkStatus();
+  }
+  if (!(f.host_cache_gib >= 0) || f.host_cache_gib > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host-cache-gib must be in [0, 1e9], got ", f.host_cache_gib));
+  }
+  if (f.host_policy == "write-through") {
+    c.scheduler.kv.host_cache.policy = HostTierPolicy::kWriteThrough;
+  } else if (f.host_policy == "write-back") {
+    c.scheduler.kv.host_cache.policy = HostTierPolicy::kWriteBack;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host-policy must be write-through or write-back, got '", f.host_policy, "'"));
+  }
+  if (!std::isfinite(f.pcie_gbps) || f.pcie_gbps <= 0 || f.pcie_gbps > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pcie-gbps must be in (0, 1e9], got ", f.pcie_gbps));
+  }
+  c.scheduler.kv.host_cache.budget_bytes = static_cast<int64_t>(f.host_cache_gib * 1073741824.0);
+  c.pcie_gbps = f.pcie_gbps;
+  return absl::OkStatus();
+}
+
 // The simulator configuration common to both allocators.
 absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) {
   sim::SimConfig c;
@@ -389,6 +432,7 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
     if (!budget.ok()) return budget.status();
     s.kv.kv_budget_bytes = *budget;
   }
+  if (absl::Status st = SetHostTier(f, fs, c); !st.ok()) return st;
   c.seed = static_cast<uint64_t>(f.seed);
   c.record_steps = !f.output_dir.empty();
   return c;
@@ -431,6 +475,26 @@ class ProgressBar {
 
 std::string Fmt(double v, int decimals = 2) { return absl::StrFormat("%.*f", decimals, v); }
 
+// The host tier's rows of the summary tables (one run: the host tier excludes vllm accounting,
+// so --compare-allocators never has one).
+void HostTierRows(const sim::SimHostTier& h,
+                  std::vector<std::pair<std::string, std::vector<std::string>>>& rows) {
+  const auto add = [&rows](std::string name, std::string cell) {
+    rows.emplace_back(std::move(name), std::vector<std::string>{std::move(cell)});
+  };
+  add("  from device / host tier", absl::StrCat(h.device_hit_tokens, " / ", h.host_hit_tokens));
+  add("Host tier (GiB, policy, link GB/s)",
+      absl::StrCat(Fmt(h.budget_bytes / 1073741824.0), ", ", sim::HostTierPolicyName(h.policy),
+                   ", ", Fmt(h.pcie_gbps, 1)));
+  add("Host saves / loads / evictions (blocks)",
+      absl::StrCat(h.stats.saves, " / ", h.stats.loads, " / ", h.stats.evictions));
+  add("Host bytes saved / loaded (GB)", absl::StrCat(Fmt(h.stats.saved_bytes / 1e9), " / ",
+                                                     Fmt(h.stats.loaded_bytes / 1e9)));
+  add("Host bytes moved per second (GB/s)", Fmt(h.bytes_per_s / 1e9, 3));
+  add("Link busy / steps waiting for saves (s)",
+      absl::StrCat(Fmt(h.link_busy_s), " / ", Fmt(h.save_wait_s)));
+}
+
 // One column per run: the numbers a reader compares first.
 std::string SummaryTable(const std::vector<std::pair<std::string, const sim::SimResult*>>& runs) {
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
@@ -462,6 +526,7 @@ std::string SummaryTable(const std::vector<std::pair<std::string, const sim::Sim
     return absl::StrFormat("%d / %d (%.2f%%)", r.prefix_cache.hit_tokens,
                            r.prefix_cache.queried_tokens, 100 * r.prefix_cache.hit_rate);
   });
+  if (runs[0].second->host_tier.has_value()) HostTierRows(*runs[0].second->host_tier, rows);
   row("Max concurrency (running)", [](R r) { return absl::StrCat(r.max_concurrency); });
   row("KV budget (GiB)", [](R r) { return Fmt(r.kv_budget_bytes / 1073741824.0); });
   row("KV usage peak / mean (%)", [](R r) {
@@ -588,6 +653,11 @@ std::string FleetTable(const sim::FleetResult& r) {
   rows.emplace_back("Prefix-cache hit tokens",
                     absl::StrFormat("%d / %d (%.2f%%)", r.prefix_cache.hit_tokens,
                                     r.prefix_cache.queried_tokens, 100 * r.prefix_cache.hit_rate));
+  if (r.host_tier.has_value()) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> host_rows;
+    HostTierRows(*r.host_tier, host_rows);
+    for (auto& [name, cells] : host_rows) rows.emplace_back(std::move(name), std::move(cells[0]));
+  }
   rows.emplace_back("Load imbalance (max/mean busy)", Fmt(r.load_imbalance, 3));
   rows.emplace_back("KV event bytes (B/s)",
                     absl::StrCat(r.event_bytes, " (", Fmt(r.event_bytes_per_s, 0), ")"));
@@ -667,6 +737,12 @@ int RunSim(const std::vector<std::string>& args) {
   }
   auto base = MakeConfig(f, fs);
   if (!base.ok()) return Fail(base.status());
+  if (base->scheduler.kv.host_cache.budget_bytes > 0 &&
+      (f.compare_allocators || f.allocator == "vllm")) {
+    return Fail(absl::InvalidArgumentError(
+        "--host-cache-gib needs kvpage accounting: vllm accounting models vLLM without "
+        "offloading (drop --allocator vllm / --compare-allocators)"));
+  }
   if (f.compare_allocators || f.allocator == "vllm") {
     if (absl::Status s = CheckVllmBlockSize(f.block_size); !s.ok()) {
       return Fail(absl::InvalidArgumentError(absl::StrCat("--block-size: ", s.message())));

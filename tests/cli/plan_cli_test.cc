@@ -150,9 +150,35 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
         "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
-        "--vllm-version", "--tp", "--slo"}) {
+        "--vllm-version", "--tp", "--slo", "--host-cache-gib"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
+}
+
+// Qwen3-8B: 36 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 147,456 bytes per token.
+TEST(PlanCliTest, HostTierHoldsTheBudgetOverTheBytesPerToken) {
+  CommandResult r = RunKvpage(std::string(kQwen) + " --host-cache-gib 128");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 128 GiB / 147,456 B = 932,067.56
+  EXPECT_THAT(r.output,
+              HasSubstr("host tier 128.00 GiB holds 932067 tokens of qwen3-8b (147456.0 bytes/token"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("approximate")));
+  const json j = RunJson(std::string(kQwen) + " --compare --host-cache-gib 128 --format json");
+  ASSERT_EQ(j["plans"].size(), 3u);
+  for (const json& plan : j["plans"]) {
+    EXPECT_EQ(plan["host_cache"]["tokens"], 932067);
+    EXPECT_EQ(plan["host_cache"]["budget_bytes"], int64_t{128} << 30);
+  }
+  // A hybrid model: the snapshots make the figure approximate, and the output says so.
+  r = RunKvpage("plan --model qwen3.5-9b --context 4K --host-cache-gib 128");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("approximate: recurrent-state snapshots"));
+}
+
+TEST(PlanCliErrorsTest, HostTierFlagIsChecked) {
+  ExpectUsageError(std::string(kQwen) + " --host-cache-gib 0", "--host-cache-gib must be in (0, 1e9], got 0");
+  ExpectUsageError(std::string(kQwen) + " --host-cache-gib -2", "got -2");
+  ExpectUsageError(std::string(kQwen) + " --host-cache-gib 8 --format csv", "--format table or json");
 }
 
 TEST(PlanCliTest, ModelsListsBundledModels) {

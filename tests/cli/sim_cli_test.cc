@@ -76,7 +76,7 @@ TEST(SimCliTest, HelpListsEveryFlag) {
         "--no-enable-prefix-caching", "--kv-cache-dtype", "--tp", "--allocator",
         "--kv-chunk-mib", "--compare-allocators", "--max-requests", "--request-rate", "--synthetic",
         "--output-json", "--output-dir", "--seed", "--replicas", "--router",
-        "--overlap-weight"}) {
+        "--overlap-weight", "--host-cache-gib", "--host-policy", "--pcie-gbps"}) {
     EXPECT_THAT(r.output, HasSubstr(flag)) << flag;
   }
 }
@@ -204,6 +204,62 @@ TEST(SimCliTest, FleetPrintsTheFleetAndEachReplica) {
                           "median_ttft_ms", "p99_tpot_ms"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+}
+
+TEST(SimCliTest, HostTierFlagsRejectBadValuesNamingThem) {
+  ExpectUsageError(kBase + " --host-cache-gib -1", "--host-cache-gib must be in [0, 1e9], got -1");
+  ExpectUsageError(kBase + " --host-cache-gib 2e9", "--host-cache-gib must be in [0, 1e9], got 2e+09");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --host-policy lru",
+                   "--host-policy must be write-through or write-back, got 'lru'");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --pcie-gbps 0",
+                   "--pcie-gbps must be in (0, 1e9], got 0");
+  ExpectUsageError(kBase + " --host-policy write-back", "need --host-cache-gib");
+  ExpectUsageError(kBase + " --pcie-gbps 64", "need --host-cache-gib");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --allocator vllm", "--host-cache-gib needs kvpage");
+  ExpectUsageError(kBase + " --host-cache-gib 8 --compare-allocators",
+                   "--host-cache-gib needs kvpage");
+}
+
+// 20 prefix groups of 1,024 tokens over 200 requests: a 1 GiB device (about 7,000 tokens)
+// keeps few of them, a 64 GiB host tier all. The 180 requests after each group's first could
+// hit 1,024 tokens each.
+const std::string kSharedPrefixes =
+    "sim --model qwen3-8b --gpu h100 --synthetic 200 --prompt-len 2048 --output-len 16 "
+    "--shared-prefix-fraction 0.5 --num-prefix-groups 20 --request-rate 5 --kv-budget-gib 1";
+
+TEST(SimCliTest, HostTierIsReportedInTheTableAndJson) {
+  CommandResult r = RunKvpage(kSharedPrefixes + " --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json::parse(r.output)["prefix_cache"]["hit_tokens"], 33792);
+  EXPECT_FALSE(json::parse(r.output).contains("host_tier"));
+  // --host-cache-gib 0 is no tier: the plain run's output.
+  CommandResult zero = RunKvpage(kSharedPrefixes + " --host-cache-gib 0 --output-json -");
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  json a = json::parse(r.output), b = json::parse(zero.output);
+  a.erase("wall_seconds");
+  b.erase("wall_seconds");
+  EXPECT_EQ(a, b);
+
+  const std::string host = kSharedPrefixes + " --host-cache-gib 64";
+  r = RunKvpage(host);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("184320 / 409600 (45.00%)"));
+  EXPECT_THAT(r.output, HasSubstr("from device / host tier"));
+  EXPECT_THAT(r.output, HasSubstr("64.00, write-through, 32.0"));
+  r = RunKvpage(host + " --host-policy write-back --pcie-gbps 16 --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output);
+  const json& h = j["host_tier"];
+  EXPECT_EQ(h["policy"], "write-back");
+  EXPECT_EQ(h["pcie_gbps"], 16.0);
+  EXPECT_EQ(h["budget_bytes"], int64_t{64} << 30);
+  EXPECT_EQ(j["prefix_cache"]["hit_tokens"], 184320);
+  EXPECT_EQ(h["device_hit_tokens"], 33792);
+  EXPECT_EQ(h["host_hit_tokens"], 150528);
+  // Fleets pass the tier to every replica and sum it.
+  r = RunKvpage(host + " --replicas 2 --output-json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json::parse(r.output)["host_tier"]["budget_bytes"], int64_t{128} << 30);
 }
 
 TEST(SimCliTest, CompareAllocatorsPrintsBothColumns) {

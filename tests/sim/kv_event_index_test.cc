@@ -101,6 +101,21 @@ TEST(KvEventIndexTest, OrphansAndOtherGroupsAreIgnored) {
   ASSERT_TRUE(index.Apply(Batch({Removed({12345})})).ok());
 }
 
+// A host tier's events: a BlockStored with no token ids (which the index would refuse) and a
+// BlockRemoved of a block the device still holds. Neither touches the index.
+TEST(KvEventIndexTest, HostTierEventsAreIgnored) {
+  KvEventIndex index(kBlock);
+  const std::vector<uint64_t> keys = index.PromptKeys(Prompt());
+  ASSERT_TRUE(index.Apply(Batch({Stored({100, 101}, std::nullopt, Tokens(0, 8))})).ok());
+  WireKvEvent host_stored = Stored({102}, 101, {});
+  host_stored.medium = "CPU";
+  WireKvEvent host_removed = Removed({101});
+  host_removed.medium = "CPU";
+  ASSERT_TRUE(index.Apply(Batch({host_stored, host_removed})).ok());
+  EXPECT_EQ(index.MatchBlocks(keys), 2);
+  EXPECT_EQ(index.num_blocks(), 2);
+}
+
 TEST(KvEventIndexTest, RejectsEventsThatDoNotFitTheBlockSize) {
   KvEventIndex index(kBlock);
   WireKvEvent wrong_size = Stored({1}, std::nullopt, Tokens(0, 4));

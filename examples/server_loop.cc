@@ -13,14 +13,16 @@
 //
 // With --kv-events-endpoint it publishes the cache's KV events after every step, as vLLM's
 // --kv-events-config does (kvpage/kv_event_publisher.h), so a KV-aware router can be pointed
-// at it; --kv-events-linger-s keeps it (and its replay socket) up that long after the run.
+// at it; --kv-events-linger-s keeps it (and its replay socket) up that long after the run,
+// --kv-events-wait-s waits that long before the run (a subscriber joining over TCP misses what
+// is published before its subscription arrives).
 //
 //   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
 //                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
 //                         [--block-size 16] [--hash-seed SEED (default: --seed)]
 //                         [--kv-events-endpoint tcp://*:5557]
 //                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
-//                         [--kv-events-linger-s 0]
+//                         [--kv-events-linger-s 0] [--kv-events-wait-s 0]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +55,7 @@ struct Options {
   std::optional<std::string> kv_events_replay_endpoint;
   std::string kv_events_topic;
   double kv_events_linger_s = 0;
+  double kv_events_wait_s = 0;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -86,6 +89,9 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     } else if (flag == "--kv-events-linger-s" && std::strtod(value.c_str(), &end) >= 0 &&
                end != value.c_str() && *end == '\0') {
       o->kv_events_linger_s = std::strtod(value.c_str(), nullptr);
+    } else if (flag == "--kv-events-wait-s" && std::strtod(value.c_str(), &end) >= 0 &&
+               end != value.c_str() && *end == '\0') {
+      o->kv_events_wait_s = std::strtod(value.c_str(), nullptr);
     } else {
       std::fprintf(stderr, "server_loop: bad flag or value: %s %s\n", flag.c_str(), value.c_str());
       return false;
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
                 publisher->replay_endpoint().empty() ? "" : ", replay on ",
                 publisher->replay_endpoint().c_str());
     std::fflush(stdout);  // a router waiting on a pipe reads where to connect now
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_wait_s));
   }
   int64_t skipped = 0;
   for (const kvpage::sim::TraceRequest& t : *trace) {

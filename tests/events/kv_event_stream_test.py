@@ -77,7 +77,7 @@ def main():
         [sys.argv[1], "--requests", "40", "--kv-budget-mib", "512", "--block-size",
          str(BLOCK_SIZE), "--kv-events-endpoint", "tcp://127.0.0.1:*",
          "--kv-events-replay-endpoint", "tcp://127.0.0.1:*", "--kv-events-topic", "kvpage",
-         "--kv-events-linger-s", "30"],
+         "--kv-events-linger-s", "30", "--kv-events-wait-s", "2"],
         stdout=subprocess.PIPE, text=True)
     ctx = zmq.Context()
     try:

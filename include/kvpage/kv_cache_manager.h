@@ -51,7 +51,14 @@
 // Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
 // max_model_len, inconsistent token counts) returns an absl::Status naming the value and
 // changes nothing. Not having enough memory is not an error: AllocateSlots returns false and
-// changes nothing. Not thread-safe: one scheduler thread owns the manager.
+// changes nothing. That includes a memory backing that refuses to map a chunk the budget has
+// room for (a GPU out of memory): the backing is asked for every chunk a step needs before
+// the step takes a block, so a refusal leaves every request and every used block as they
+// were, and backing_status() says why. When the budget's free bytes held the step's chunks
+// nothing else changes either; when idle chunks had to be given back to make room first,
+// they stay given back (their cached blocks dropped, with kRemoved events) and the hit's
+// blocks go back to the cache as most recently freed. Not thread-safe: one scheduler thread
+// owns the manager.
 #ifndef KVPAGE_KV_CACHE_MANAGER_H_
 #define KVPAGE_KV_CACHE_MANAGER_H_
 
@@ -359,6 +366,10 @@ class KvCacheManager {
   std::vector<BlockId> FreeBlockOrder(GroupId group) const;
   // Checks every pool and every request's tables against the pools' reference counts.
   absl::Status CheckInvariants() const;
+  // The most recent error the memory backing (KvCacheConfig::backing) returned: a refused
+  // map (AllocateSlots then returned false) or a failed unmap. OK when it never failed (and
+  // always without a backing). The status the backing gave, unchanged.
+  absl::Status backing_status() const;
   const KvCacheConfig& config() const;
 
   class Impl;

@@ -193,6 +193,7 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
 
 absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   if (RequestFits(max_model_len)) return absl::OkStatus();
+  KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
   if (explicit_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_model_len ", max_model_len, " does not fit in the KV cache budget of ",
@@ -201,6 +202,7 @@ absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   // The model's own limit: lower it to the longest request the cache can hold (vLLM fails
   // here instead and asks for a smaller max_model_len).
   if (!RequestFits(2)) {
+    KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
     return absl::ResourceExhaustedError(absl::StrCat(
         "the KV cache budget of ", config.kv.kv_budget_bytes, " bytes cannot hold a 2-token request"));
   }
@@ -208,6 +210,7 @@ absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (RequestFits(mid) ? lo : hi) = mid;
+    KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
   }
   max_model_len = lo;
   return absl::OkStatus();

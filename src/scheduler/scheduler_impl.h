@@ -118,6 +118,9 @@ class Scheduler::Impl {
   // when the length was set explicitly (a request that long could never run).
   absl::Status FitMaxModelLen(bool explicit_len);
   bool RequestFits(int64_t len);
+  // The backing's refusal a probe met (KvCacheManager::backing_status), with the probe named;
+  // OK when it refused nothing (scheduler_probe.cc).
+  absl::Status ProbeBackingStatus() const;
   // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
   // MLA) alone: a lower bound on what it needs, without building it.
   int64_t GrowingBytes(int64_t len) const;

@@ -63,7 +63,7 @@ std::vector<BlockId> Blocks(std::initializer_list<int32_t> ids) {
 
 std::vector<int32_t> Take(BlockPool& pool, int32_t n) {
   std::vector<BlockId> out;
-  pool.Allocate(n, &out);
+  EXPECT_TRUE(pool.Allocate(n, &out));
   return Ids(out);
 }
 

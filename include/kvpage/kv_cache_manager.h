@@ -354,6 +354,10 @@ class KvCacheManager {
   // Gives every chunk with no used block back to the budget, and its memory back to the
   // backing, dropping the cached blocks it holds; returns the bytes the budget got back. For a
   // server trimming memory while idle (Scheduler::Create calls it after its probe).
+  // Memory changes only between steps: while a step is pending (AllocateSlots or
+  // AllocateDecodeStep ran since the last CompleteStep or NewStep), its slot mappings may point
+  // into chunks that became idle since (a request aborted before the forward pass), so this
+  // unmaps nothing and returns 0; the release happens at the next CompleteStep (or NewStep).
   int64_t ReleaseIdleChunks();
   // Removes one block from the prefix cache (a KV connector found its data invalid, or a test
   // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.

@@ -155,6 +155,7 @@ bool IsPlain(const AllocationRequest& req) {
 }  // namespace
 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
+  step_open = true;
   if (IsPlain(req) && IsQuiet(st.slot, req.num_computed_tokens, req.num_new_tokens)) return true;
   return AllocateStep(st, req);
 }

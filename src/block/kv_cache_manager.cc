@@ -298,6 +298,11 @@ void KvCacheManager::CompleteStep() {
   // (Free takes a slot off the list, so every slot here is live.)
   for (int32_t slot : m.pending_commits) m.Commit(*m.states[slot]);
   m.pending_commits.clear();
+  m.step_open = false;
+  if (m.release_deferred) {
+    m.release_deferred = false;
+    ReleaseIdleChunks();
+  }
 }
 
 void KvCacheManager::NewStep() { CompleteStep(); }
@@ -349,6 +354,7 @@ absl::Status KvCacheManager::Impl::CheckDecodeBatch(absl::Span<const DecodeStep>
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
   KVPAGE_RETURN_IF_ERROR(m.CheckDecodeBatch(steps));
+  m.step_open = true;
   for (size_t i = 0; i < steps.size(); ++i) {
     const DecodeStep& step = steps[i];
     const int32_t slot = step.request.slot_;

@@ -211,6 +211,10 @@ class KvCacheManager::Impl {
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
+  // A step is pending: AllocateSlots or AllocateDecodeStep ran since the last CompleteStep.
+  // ReleaseIdleChunks then waits for CompleteStep (release_deferred).
+  bool step_open = false;
+  bool release_deferred = false;
   // Allocate's scratch, sized once, holding nothing between calls: per pool (need, check)
   // and per group (fresh).
   std::vector<int64_t> step_need, step_check, step_fresh;

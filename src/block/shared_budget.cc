@@ -100,6 +100,10 @@ void KvCacheManager::Impl::MakeRoom(absl::Span<const int64_t> need) {
 }
 
 int64_t KvCacheManager::ReleaseIdleChunks() {
+  if (impl_->step_open) {  // the pending step's tables may point into idle chunks
+    impl_->release_deferred = true;
+    return 0;
+  }
   const int64_t before = impl_->budget->used_bytes();
   for (const auto& pool : impl_->pools) pool->ReleaseIdleChunks();
   return before - impl_->budget->used_bytes();

@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
   // The probes left their chunks mapped (idle): memory follows what requests use. (vLLM holds
   // every block from the start, its free queue in id order: vllm accounting keeps them.)
+  impl->kv->CompleteStep();  // the probes' step: no step is pending, so the release runs now
   if (config.kv.mode == AccountingMode::kKvpage) impl->kv->ReleaseIdleChunks();
   impl->InitTables();
   return impl;

@@ -1261,6 +1261,7 @@ class Fuzzer {
     if (backing_ != nullptr) {
       stats_.refused_maps = backing_->refusals();
       ASSERT_EQ(backing_->misuse(), "");
+      m_->CompleteStep();  // no step pending: the release runs now
       m_->ReleaseIdleChunks();
       ASSERT_EQ(backing_->num_mapped(), 0);
       ASSERT_EQ(m_->Usage().mapped_bytes, 0);

@@ -285,6 +285,7 @@ TEST(BackingRefusal, RefusedStepChangesNoRequest) {
     EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants();
     ASSERT_TRUE(m->Free(a).ok());
     ASSERT_TRUE(m->Free(b).ok());
+    m->CompleteStep();
     m->ReleaseIdleChunks();
     EXPECT_EQ(backing.num_mapped(), 0);
     EXPECT_EQ(backing.misuse(), "");

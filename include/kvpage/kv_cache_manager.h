@@ -82,13 +82,18 @@ namespace kvpage {
 
 enum class AccountingMode : uint8_t { kKvpage, kVllm };
 
+// The longest max_model_len a KvCacheManager takes (2^40 tokens), so that token and block
+// counts (max_model_len + 1, a step's end plus its reserve) never overflow.
+inline constexpr int64_t kMaxManagerModelLen = int64_t{1} << 40;
+
 struct KvCacheConfig {
   AccountingMode mode = AccountingMode::kKvpage;
   VllmVersion vllm_version = kCurrentVllmVersion;  // the release vllm mode follows
   int64_t kv_budget_bytes = 0;   // memory for KV and state; required (> 0)
   int32_t block_size = 16;       // tokens per block (kvpage mode; vllm mode may enlarge it)
   std::optional<DType> kv_cache_dtype;  // attention KV; unset = the model dtype
-  int64_t max_model_len = 0;     // 0 = the model's max_position_embeddings
+  // 0 = the model's max_position_embeddings; at most kMaxManagerModelLen.
+  int64_t max_model_len = 0;
   bool enable_prefix_caching = true;
   HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
   std::optional<uint64_t> hash_seed;  // unset = random root
@@ -238,9 +243,10 @@ class KvCacheManager {
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   // ---- Requests --------------------------------------------------------------------------
-  // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt or a
-  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0); OutOfRange if
-  // the prompt exceeds max_model_len.
+  // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt, a
+  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0) or multimodal
+  // items outside the prompt (BlockHashExtras::Validate); OutOfRange if the prompt exceeds
+  // max_model_len.
   absl::StatusOr<RequestHandle> AddRequest(KvRequestSpec spec);
   // The live request with this id, if any.
   std::optional<RequestHandle> Find(RequestId id) const;
@@ -342,8 +348,9 @@ class KvCacheManager {
   // ---- Accounting --------------------------------------------------------------------------
   // The tokens a request with this prompt would be served from the prefix cache if it were
   // added and asked GetComputedBlocks now: the longest prefix every group can serve, capped so
-  // the last token is recomputed; 0 with prefix caching off. Changes nothing (no request, no
-  // block, no statistics): for a router comparing servers. O(prompt blocks).
+  // the last token is recomputed; 0 with prefix caching off, or for extras AddRequest would
+  // refuse (BlockHashExtras::Validate). Changes nothing (no request, no block, no
+  // statistics): for a router comparing servers. O(prompt blocks).
   int64_t CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
                              const BlockHashExtras& extras = {}) const;
   KvCacheUsage Usage() const;

@@ -39,7 +39,7 @@ class MemoryBacking {
   // Releases the memory behind the chunk. None of its blocks is referenced any more.
   virtual absl::Status UnmapChunk(int32_t pool, int32_t chunk) = 0;
   // The bytes the backing maps memory in (a host page, a CUDA allocation granule), a power of
-  // two: a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
+  // two in [1, 2^30] (KvCacheManager::Create refuses others with InvalidArgument): a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
   // takes whole units of its own. The manager sizes chunks to whole units where it can and
   // charges the budget for every unit a chunk can map, so that what the backing maps never
   // exceeds kv_budget_bytes. 1 = exact bytes.

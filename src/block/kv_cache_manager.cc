@@ -114,11 +114,10 @@ absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len, uint
                        internal::DescribeBadToken(spec.prompt_tokens[i], token_limit)));
     }
   }
-  for (size_t i = 1; i < spec.extras.mm_items.size(); ++i) {
-    if (spec.extras.mm_items[i].offset < spec.extras.mm_items[i - 1].offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("request ", spec.id.value, " multimodal items are not sorted by offset"));
-    }
+  if (absl::Status extras = spec.extras.Validate(static_cast<int64_t>(spec.prompt_tokens.size()));
+      !extras.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, ": ",
+                                                   extras.message()));
   }
   return absl::OkStatus();
 }

@@ -172,7 +172,7 @@ absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet&
   if (fs.WasSet("kv-budget-gib")) {
     if (!(f.kv_budget_gib > 0) || f.kv_budget_gib > 1e9) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--kv-budget-gib must be positive, got ", f.kv_budget_gib));
+          absl::StrCat("--kv-budget-gib must be in (0, 1e9], got ", f.kv_budget_gib));
     }
     return std::optional<int64_t>(static_cast<int64_t>(f.kv_budget_gib * 1073741824.0));
   }
@@ -239,6 +239,10 @@ int RunPlan(const std::vector<std::string>& args) {
     auto p = ParsePolicy(f.policy);
     if (!p.ok()) return Fail(p.status());
     policies = {*p};
+    if (*p != Policy::kVllm && fs.WasSet("vllm-version")) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy)));
+    }
   }
 
   std::vector<int64_t> sweep;

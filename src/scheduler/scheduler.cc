@@ -461,6 +461,7 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
         " draft tokens but speculative decoding is off (num_speculative_tokens 0)"));
   }
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  KVPAGE_RETURN_IF_ERROR(CheckDraftCounts(output, result));
   KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, token_limit, "sampled"));
   return CheckTokenIds(result.draft_token_ids, token_limit, "draft");
 }

@@ -119,8 +119,11 @@ class Scheduler::Impl {
   absl::Status FitMaxModelLen(bool explicit_len);
   bool RequestFits(int64_t len);
   // The backing's refusal a probe met (KvCacheManager::backing_status), with the probe named;
-  // OK when it refused nothing (scheduler_probe.cc).
+  // OK when it refused nothing (scheduler_checks.cc).
   absl::Status ProbeBackingStatus() const;
+  // InvalidArgument naming the request that proposes more drafts than num_speculative_tokens
+  // (scheduler_checks.cc).
+  absl::Status CheckDraftCounts(const SchedulerOutput& output, const ModelOutput& result) const;
   // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
   // MLA) alone: a lower bound on what it needs, without building it.
   int64_t GrowingBytes(int64_t len) const;

@@ -9,6 +9,7 @@
 //   * CheckInvariants holds after every operation;
 //   * at the end, with every request freed and idle chunks released, nothing is mapped but
 //     the null blocks.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

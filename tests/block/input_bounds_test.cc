@@ -18,6 +18,7 @@
 #include "kvpage/catalog.h"
 #include "kvpage/host_memory_backing.h"
 #include "kvpage/kv_cache_manager.h"
+#include "testing/sanitizer.h"
 
 namespace kvpage {
 namespace {
@@ -210,9 +211,7 @@ int64_t DataBytes() {
 }
 
 TEST(InputBoundsDeathTest, CheckInvariantsOfAnUnlimitedBudgetTakesLittleMemory) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizer's own mappings count against RLIMIT_DATA";
-#endif
+  if (KVPAGE_UNDER_SANITIZER) GTEST_SKIP() << "the sanitizer's mappings count against RLIMIT_DATA";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(CheckInvariantsOfAnUnlimitedBudget(), ::testing::ExitedWithCode(0), "");
 }

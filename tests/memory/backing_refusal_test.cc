@@ -23,6 +23,7 @@
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/memory_budget.h"
 #include "kvpage/scheduler.h"
+#include "testing/sanitizer.h"
 
 namespace kvpage {
 namespace {
@@ -346,9 +347,7 @@ int64_t DataBytes() {
 }
 
 TEST(BackingRefusalDeathTest, HostBackingUnderARealMemoryLimit) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizer's own mappings count against RLIMIT_DATA";
-#endif
+  if (KVPAGE_UNDER_SANITIZER) GTEST_SKIP() << "the sanitizer's mappings count against RLIMIT_DATA";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(RunUnderDataLimit(), ::testing::ExitedWithCode(0), "");
 }

@@ -167,6 +167,13 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   return o;
 }
 
+// --vllm-version only means something to the vllm policy: refused, not ignored, elsewhere.
+absl::Status CheckVllmVersionFlag(const PlanFlags& f, const FlagSet& fs, Policy policy) {
+  if (policy == Policy::kVllm || !fs.WasSet("vllm-version")) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy));
+}
+
 absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet& fs,
                                               const ModelSpec& model) {
   if (fs.WasSet("kv-budget-gib")) {
@@ -239,10 +246,7 @@ int RunPlan(const std::vector<std::string>& args) {
     auto p = ParsePolicy(f.policy);
     if (!p.ok()) return Fail(p.status());
     policies = {*p};
-    if (*p != Policy::kVllm && fs.WasSet("vllm-version")) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy)));
-    }
+    if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return Fail(s);
   }
 
   std::vector<int64_t> sweep;

@@ -104,7 +104,7 @@ void BM_BlockPoolAllocFree(benchmark::State& state) {
   ids.reserve(static_cast<size_t>(batch));
   for (auto _ : state) {
     ids.clear();
-    pool.Allocate(batch, &ids);
+    if (!pool.Allocate(batch, &ids)) state.SkipWithError("Allocate refused");
     pool.Free(ids);
     benchmark::DoNotOptimize(ids.data());
   }
@@ -133,7 +133,7 @@ void BM_BlockPoolAllocFreeCached(benchmark::State& state) {
   };
   std::vector<BlockId> ids;
   ids.reserve(kPoolBlocks);
-  pool.Allocate(kPoolBlocks, &ids);
+  if (!pool.Allocate(kPoolBlocks, &ids)) state.SkipWithError("Allocate refused");
   cache_all(ids);
   pool.Free(ids);
   if (pool.num_cached_free_blocks() != kPoolBlocks) {
@@ -142,7 +142,7 @@ void BM_BlockPoolAllocFreeCached(benchmark::State& state) {
   }
   for (auto _ : state) {
     ids.clear();
-    pool.Allocate(batch, &ids);
+    if (!pool.Allocate(batch, &ids)) state.SkipWithError("Allocate refused");
     cache_all(ids);
     pool.Free(ids);
     benchmark::DoNotOptimize(ids.data());

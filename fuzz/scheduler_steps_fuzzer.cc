@@ -6,7 +6,9 @@
 //     result for the same output then goes through);
 //   * CheckInvariants holds after every operation;
 //   * the live requests are the ones added and neither finished nor aborted;
-//   * at the end, after every request is aborted or finished, no block is in use.
+//   * at the end, after every request is aborted or finished, no block is in use;
+//   * every step's image (kvpage/step_image.h) holds the output's arrays where its layout
+//     says, and a buffer one byte short is refused.
 // The first bytes choose the model (full, sliding-window or linear-attention) and the
 // configuration (budget, step budget, max_num_seqs, chunked prefill, policy, drafts).
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_input.h"
 #include "kvpage/scheduler.h"
+#include "kvpage/step_image.h"
 
 namespace kvpage::fuzz {
 namespace {
@@ -191,8 +195,38 @@ class SchedulerRun {
     }
   }
 
+  // An array of `out` is where the image's layout puts it.
+  template <typename T>
+  static void CheckArray(const std::vector<std::byte>& image, const ImageArray& a,
+                         const std::vector<T>& want) {
+    KVPAGE_FUZZ_CHECK(a.count == static_cast<int64_t>(want.size()));
+    KVPAGE_FUZZ_CHECK(a.offset % kStepImageAlignment == 0);
+    KVPAGE_FUZZ_CHECK(a.offset + a.count * static_cast<int64_t>(sizeof(T)) <=
+                      static_cast<int64_t>(image.size()));
+    KVPAGE_FUZZ_CHECK(want.empty() ||
+                      std::memcmp(image.data() + a.offset, want.data(), want.size() * sizeof(T)) == 0);
+  }
+
+  static void CheckStepImage(const SchedulerOutput& out) {
+    const StepImageLayout layout = LayoutStepImage(out);
+    std::vector<std::byte> image(static_cast<size_t>(layout.bytes));
+    if (layout.bytes > 0) {
+      CheckError(WriteStepImage(out, absl::MakeSpan(image).first(image.size() - 1)).status());
+    }
+    auto written = WriteStepImage(out, absl::MakeSpan(image));
+    KVPAGE_FUZZ_CHECK_OK(written.status());
+    KVPAGE_FUZZ_CHECK(written->bytes == layout.bytes);
+    CheckArray(image, written->query_start_loc, out.query_start_loc);
+    CheckArray(image, written->seq_lens, out.seq_lens);
+    KVPAGE_FUZZ_CHECK(written->attention.size() == out.attention.size());
+    for (size_t g = 0; g < out.attention.size(); ++g) {
+      CheckArray(image, written->attention[g].slot_mapping, out.attention[g].slot_mapping);
+    }
+  }
+
   void Step() {
     const SchedulerOutput& out = s_->Schedule();
+    CheckStepImage(out);
     if (in_.Range(0, 7) == 0) {
       // Schedule again before Update: the same step, unchanged.
       const SchedulerOutput& again = s_->Schedule();

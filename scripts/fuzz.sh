@@ -18,7 +18,8 @@ SECONDS_EACH="${FUZZ_SECONDS:-60}"
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
 JOBS="${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 VER="${CLANG_VERSION:-16}"
-ALL=(config gpu trace_mooncake trace_azure trace_lengths flags manager_ops scheduler_steps)
+ALL=(config gpu trace_mooncake trace_azure trace_lengths flags manager_ops scheduler_steps memory
+     cost_batch)
 HARNESSES=("$@")
 if ((${#HARNESSES[@]} == 0)); then HARNESSES=("${ALL[@]}"); fi
 
@@ -42,8 +43,8 @@ dict_of() {
   case "$1" in
     config|gpu|trace_mooncake) echo "fuzz/dict/json.dict" ;;
     trace_azure|trace_lengths) echo "fuzz/dict/csv.dict" ;;
-    manager_ops|scheduler_steps) echo "fuzz/dict/$1.dict" ;;
-    flags) echo "fuzz/dict/flags.dict" ;;
+    manager_ops|scheduler_steps|memory) echo "fuzz/dict/$1.dict" ;;
+    flags|cost_batch) echo "fuzz/dict/flags.dict" ;;
   esac
 }
 

@@ -14,6 +14,9 @@
 namespace kvpage::sim {
 namespace {
 
+// Token times reserved up front per request; more grow with the tokens generated.
+constexpr int64_t kTokenTimesReserve = 4096;
+
 // The sampled token for output position `pos` of request `index`: no allocation, no state.
 int32_t SampledToken(uint64_t seed, int64_t index, int32_t pos, int32_t vocab) {
   const uint64_t h = SplitMix64Finalize(seed ^ SplitMix64Finalize(
@@ -108,7 +111,12 @@ absl::Status Replica::AddPending() {
     // tokens are added: a trace row may describe 2^31 - 1 of them (8 GiB of ids).
     absl::Status s = absl::OutOfRangeError("prompt too long for max_model_len");
     if (tr.prompt_len < sched_->max_model_len()) {
-      if (config_.record_token_times) l.record.token_times_s.reserve(tr.output_len);
+      // Room for the tokens the request can produce, not for what the row claims (2^31 − 1
+      // outputs would reserve 16 GiB): past that the times grow with the tokens generated.
+      if (config_.record_token_times) {
+        l.record.token_times_s.reserve(static_cast<size_t>(std::min<int64_t>(
+            {tr.output_len, sched_->max_model_len() - tr.prompt_len, kTokenTimesReserve})));
+      }
       RequestSpec spec;
       spec.id = RequestId(static_cast<int64_t>(p.pos));
       spec.prompt_token_ids = std::move(p.prompt);

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -25,6 +26,23 @@ std::string At(absl::string_view source, int64_t line) { return absl::StrCat(sou
 
 absl::Status LineError(absl::string_view source, int64_t line, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(At(source, line), what));
+}
+
+// Why `line` is not JSON, as the parser says it (invalid UTF-8, a lone surrogate, a syntax
+// error, with the column): its exception, caught here.
+std::string JsonSyntaxError(absl::string_view line) {
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(line);
+    (void)parsed;
+  } catch (const nlohmann::json::exception& e) {
+    absl::string_view what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 3: ..." -> from "parse".
+    if (const size_t end = what.find("] "); absl::StartsWith(what, "[json.") && end != what.npos) {
+      what.remove_prefix(end + 2);
+    }
+    return std::string(what);
+  }
+  return "not JSON";
 }
 
 // A request whose whole prompt is its private stream.
@@ -96,7 +114,11 @@ absl::Status ParseMooncake(absl::string_view text, absl::string_view source,
   return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
     if (Done(options, *out)) return absl::OkStatus();
     nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (row.is_discarded() || !row.is_object()) {
+    if (row.is_discarded()) {
+      return LineError(source, line_no, absl::StrCat("not valid JSON (", JsonSyntaxError(line),
+                                                     ")"));
+    }
+    if (!row.is_object()) {
       return LineError(source, line_no, absl::StrCat("not a JSON object: '", line.substr(0, 80),
                                                      "'"));
     }

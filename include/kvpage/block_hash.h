@@ -61,6 +61,11 @@ struct BlockHashExtras {
   // relative to that block's start, so the same image at the same place within a block hashes
   // the same wherever the block sits.
   std::vector<MultimodalItem> mm_items;
+
+  // InvalidArgument naming the item for a multimodal item with an empty identifier, or whose
+  // placeholder tokens [offset, offset + length) are empty or not within a prompt of
+  // `num_prompt_tokens` tokens, or items not sorted by offset.
+  absl::Status Validate(int64_t num_prompt_tokens) const;
 };
 
 // Computes chained block hashes:

@@ -116,8 +116,18 @@ class BlockPool {
   // ---- Allocation ------------------------------------------------------------------------
   // Takes `n` blocks (ref 0 -> 1), mapping chunks from the budget when the pool runs out of
   // clean blocks and the budget has room, and evicting cached-free blocks (LRU) otherwise.
-  // Appends the ids to *out. REQUIRES: n <= num_free_blocks() + what the budget can map.
-  void Allocate(int32_t n, std::vector<BlockId>* out);
+  // Appends the ids to *out. The chunks the blocks cannot come without are asked of the
+  // backing first (PremapFor): when it refuses one, Allocate returns false having taken
+  // nothing (the error is the budget's backing_error()). A chunk the pool would only map to
+  // keep its cache that the backing refuses is replaced by evicting. REQUIRES: n <=
+  // num_free_blocks() + what the budget can map.
+  [[nodiscard]] bool Allocate(int32_t n, std::vector<BlockId>* out);
+  // Maps, ahead of Allocate(n), the chunks it cannot do without (those beyond the free blocks,
+  // less the pool's chunks premapped already), lowest unmapped first (MemoryBudget::Premap).
+  // Nothing else changes. The backing's error when it refuses (the chunks premapped before
+  // the refusal stay premapped: MemoryBudget::DropPremapped gives them back);
+  // ResourceExhausted when the pool or the budget cannot hold them.
+  absl::Status PremapFor(int64_t n);
   // Blocks Allocate(n) could hand out now, counting chunks the budget's free bytes can map
   // (less `held_back_bytes`, kept for other pools).
   int64_t AllocatableNow(int64_t held_back_bytes = 0) const;
@@ -242,6 +252,8 @@ class BlockPool {
   // (a one-block chunk is mapped straight into use). TakeFromFullestChunk takes up to n clean
   // blocks of the fullest chunk; EvictOldest reuses the least recently freed cached block.
   bool MapNextChunk(std::vector<BlockId>* out);
+  // The lowest chunk from `from` on that is premapped for this pool (one must be).
+  int32_t NextPremapped(int32_t from) const;
   int32_t TakeFromFullestChunk(int32_t n, std::vector<BlockId>* out);
   void EvictOldest(std::vector<BlockId>* out);
   // Starts loading the records of a chunk and of its first block, which Allocate takes soon.

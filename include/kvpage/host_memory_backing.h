@@ -70,7 +70,8 @@ class HostMemoryBacking final : public MemoryBacking {
   //   kConvState    [num_slots, conv_kernel − 1, conv_channels];
   //   kRecurrentState [num_slots, num_v_heads, k_head_dim, v_head_dim].
   // NotFound naming group, layer and part when the layer has no such tensor (wrong group,
-  // wrong kind, or vllm accounting); FailedPrecondition before Reserve.
+  // wrong kind, or vllm accounting); FailedPrecondition before Reserve; InvalidArgument for
+  // a `part` that is not a TensorPart (a cast integer).
   absl::StatusOr<TensorView> View(GroupId group, int32_t layer, TensorPart part) const;
   // The whole tensor a view lies in, as the manager described it.
   absl::StatusOr<const CacheTensor*> Tensor(GroupId group, int32_t layer,

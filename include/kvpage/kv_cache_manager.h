@@ -60,7 +60,14 @@
 // Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
 // max_model_len, inconsistent token counts) returns an absl::Status naming the value and
 // changes nothing. Not having enough memory is not an error: AllocateSlots returns false and
-// changes nothing. Not thread-safe: one scheduler thread owns the manager.
+// changes nothing. That includes a memory backing that refuses to map a chunk the budget has
+// room for (a GPU out of memory): the backing is asked for every chunk a step needs before
+// the step takes a block, so a refusal leaves every request and every used block as they
+// were, and backing_status() says why. When the budget's free bytes held the step's chunks
+// nothing else changes either; when idle chunks had to be given back to make room first,
+// they stay given back (their cached blocks dropped, with kRemoved events) and the hit's
+// blocks go back to the cache as most recently freed. Not thread-safe: one scheduler thread
+// owns the manager.
 #ifndef KVPAGE_KV_CACHE_MANAGER_H_
 #define KVPAGE_KV_CACHE_MANAGER_H_
 
@@ -101,6 +108,9 @@ struct HostCacheConfig {
   // slot s of a pool is block id s in it. Null = accounting only. Must outlive the manager.
   MemoryBacking* backing = nullptr;
 };
+// The longest max_model_len a KvCacheManager takes (2^40 tokens), so that token and block
+// counts (max_model_len + 1, a step's end plus its reserve) never overflow.
+inline constexpr int64_t kMaxManagerModelLen = int64_t{1} << 40;
 
 struct KvCacheConfig {
   AccountingMode mode = AccountingMode::kKvpage;
@@ -108,7 +118,8 @@ struct KvCacheConfig {
   int64_t kv_budget_bytes = 0;   // memory for KV and state; required (> 0)
   int32_t block_size = 16;       // tokens per block (kvpage mode; vllm mode may enlarge it)
   std::optional<DType> kv_cache_dtype;  // attention KV; unset = the model dtype
-  int64_t max_model_len = 0;     // 0 = the model's max_position_embeddings
+  // 0 = the model's max_position_embeddings; at most kMaxManagerModelLen.
+  int64_t max_model_len = 0;
   bool enable_prefix_caching = true;
   HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
   std::optional<uint64_t> hash_seed;  // unset = random root
@@ -299,9 +310,10 @@ class KvCacheManager {
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   // ---- Requests --------------------------------------------------------------------------
-  // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt or a
-  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0); OutOfRange if
-  // the prompt exceeds max_model_len.
+  // AlreadyExists for a live id; InvalidArgument for a negative id, an empty prompt, a
+  // token id outside [0, vocab_size) (the model's; any id >= 0 when it is 0) or multimodal
+  // items outside the prompt (BlockHashExtras::Validate); OutOfRange if the prompt exceeds
+  // max_model_len.
   absl::StatusOr<RequestHandle> AddRequest(KvRequestSpec spec);
   // The live request with this id, if any.
   std::optional<RequestHandle> Find(RequestId id) const;
@@ -424,8 +436,9 @@ class KvCacheManager {
   // ---- Accounting --------------------------------------------------------------------------
   // The tokens a request with this prompt would be served from the prefix cache if it were
   // added and asked GetComputedBlocks now: the longest prefix every group can serve, capped so
-  // the last token is recomputed; 0 with prefix caching off. Changes nothing (no request, no
-  // block, no statistics): for a router comparing servers. O(prompt blocks).
+  // the last token is recomputed; 0 with prefix caching off, or for extras AddRequest would
+  // refuse (BlockHashExtras::Validate). Changes nothing (no request, no block, no
+  // statistics): for a router comparing servers. O(prompt blocks).
   int64_t CachedPrefixTokens(absl::Span<const int32_t> prompt_tokens,
                              const BlockHashExtras& extras = {}) const;
   KvCacheUsage Usage() const;
@@ -437,6 +450,10 @@ class KvCacheManager {
   // Gives every chunk with no used block back to the budget, and its memory back to the
   // backing, dropping the cached blocks it holds; returns the bytes the budget got back. For a
   // server trimming memory while idle (Scheduler::Create calls it after its probe).
+  // Memory changes only between steps: while a step is pending (AllocateSlots or
+  // AllocateDecodeStep ran since the last CompleteStep or NewStep), its slot mappings may point
+  // into chunks that became idle since (a request aborted before the forward pass), so this
+  // unmaps nothing and returns 0; the release happens at the next CompleteStep (or NewStep).
   int64_t ReleaseIdleChunks();
   // Removes one block from the prefix cache (a KV connector found its data invalid, or a test
   // shapes the cache). Holders keep the block. InvalidArgument for an unknown group or id.
@@ -449,6 +466,10 @@ class KvCacheManager {
   std::vector<BlockId> FreeBlockOrder(GroupId group) const;
   // Checks every pool and every request's tables against the pools' reference counts.
   absl::Status CheckInvariants() const;
+  // The most recent error the memory backing (KvCacheConfig::backing) returned: a refused
+  // map (AllocateSlots then returned false) or a failed unmap. OK when it never failed (and
+  // always without a backing). The status the backing gave, unchanged.
+  absl::Status backing_status() const;
   const KvCacheConfig& config() const;
 
   class Impl;

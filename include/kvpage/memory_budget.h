@@ -19,7 +19,9 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "kvpage/memory_layout.h"
 
@@ -37,7 +39,7 @@ class MemoryBacking {
   // Releases the memory behind the chunk. None of its blocks is referenced any more.
   virtual absl::Status UnmapChunk(int32_t pool, int32_t chunk) = 0;
   // The bytes the backing maps memory in (a host page, a CUDA allocation granule), a power of
-  // two: a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
+  // two in [1, 2^30] (KvCacheManager::Create refuses others with InvalidArgument): a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
   // takes whole units of its own. The manager sizes chunks to whole units where it can and
   // charges the budget for every unit a chunk can map, so that what the backing maps never
   // exceeds kv_budget_bytes. 1 = exact bytes.
@@ -70,37 +72,49 @@ class MemoryBudget {
   int64_t fixed_bytes() const { return fixed_bytes_; }
   void set_fixed_bytes(int64_t bytes) { fixed_bytes_ = bytes; }
 
-  // Takes `bytes` for chunk `chunk` of pool `pool` and maps it. False (and nothing taken) when
-  // the budget lacks the bytes or the backing refuses.
-  bool TakeChunk(int32_t pool, int32_t chunk, int64_t bytes) {
-    if (bytes > free_bytes()) return false;
-    if (backing_ != nullptr) {
-      absl::Status mapped = backing_->MapChunk(pool, chunk);
-      if (!mapped.ok()) {
-        if (backing_error_.ok()) backing_error_ = std::move(mapped);
-        return false;
-      }
-    }
-    used_bytes_ += bytes;
-    return true;
-  }
-  void GiveChunk(int32_t pool, int32_t chunk, int64_t bytes) {
-    if (backing_ != nullptr) {
-      absl::Status unmapped = backing_->UnmapChunk(pool, chunk);
-      if (!unmapped.ok() && backing_error_.ok()) backing_error_ = std::move(unmapped);
-    }
-    used_bytes_ -= bytes;
-  }
-  // The first error the backing returned (a refused map, a failed unmap), or OK.
+  // Takes `bytes` for chunk `chunk` of pool `pool` and maps it (a premapped chunk is only
+  // charged). False (and nothing taken) when the budget lacks the bytes, not counting those
+  // reserved by other premapped chunks, or the backing refuses.
+  bool TakeChunk(int32_t pool, int32_t chunk, int64_t bytes);
+  void GiveChunk(int32_t pool, int32_t chunk, int64_t bytes);
+
+  // ---- Asking the backing before counting on a chunk --------------------------------------
+  // Maps chunk `chunk` of pool `pool` now, before anything counts on it, and keeps `bytes` of
+  // the free bytes for it: the next TakeChunk of that chunk only charges them. Premapped bytes
+  // are not charged (used_bytes and free_bytes do not change), so decisions made on free
+  // bytes are those made without premapping; other chunks' TakeChunk and Premap cannot take
+  // them. ResourceExhausted when the free bytes not reserved lack `bytes`; the backing's error
+  // when it refuses (also kept as backing_error()). REQUIRES: the chunk is neither taken nor
+  // premapped.
+  absl::Status Premap(int32_t pool, int32_t chunk, int64_t bytes);
+  bool IsPremapped(int32_t pool, int32_t chunk) const;
+  // Chunks of `pool` premapped and not taken since.
+  int32_t num_premapped(int32_t pool) const;
+  int64_t premapped_bytes() const { return premapped_bytes_; }
+  // Unmaps every chunk premapped and not taken since (a step that did not need them, or one
+  // refused after part of its chunks were premapped).
+  void DropPremapped();
+
+  // The most recent error the backing returned (a refused map, a failed unmap), or OK if it
+  // never failed.
   const absl::Status& backing_error() const { return backing_error_; }
 
  private:
+  static uint64_t Key(int32_t pool, int32_t chunk) {
+    return (uint64_t{static_cast<uint32_t>(pool)} << 32) | static_cast<uint32_t>(chunk);
+  }
+  void RecordError(absl::Status status) { backing_error_ = std::move(status); }
+
   int64_t total_bytes_;
   int64_t used_bytes_ = 0;
   int64_t fixed_bytes_ = 0;
   int64_t headroom_bytes_ = 0;
+  int64_t premapped_bytes_ = 0;
   MemoryBacking* backing_;
   absl::Status backing_error_;
+  // Premapped chunks (Key) -> their bytes, and how many each pool has.
+  absl::flat_hash_map<uint64_t, int64_t> premapped_;
+  std::vector<int32_t> premapped_per_pool_;
 };
 
 }  // namespace kvpage

@@ -43,9 +43,7 @@ enum class Policy : uint8_t { kKvpage, kVllm, kLlamaCpp };
 absl::string_view PolicyName(Policy policy);  // "kvpage", "vllm", "llamacpp"
 absl::StatusOr<Policy> ParsePolicy(absl::string_view text);
 
-// InvalidArgument naming the value unless vLLM's engine accepts `block_size` as its
-// --block-size (1, 8, 16, 32, 64 or 128).
-absl::Status CheckVllmBlockSize(int64_t block_size);
+// (CheckVllmBlockSize, for --block-size under --policy vllm: kvpage/vllm_version.h.)
 
 // Flags of all three policies; each policy reads only the ones that apply to it. Names and
 // defaults follow vLLM's engine arguments and llama-server's options.

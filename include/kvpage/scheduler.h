@@ -285,7 +285,9 @@ class Scheduler {
   std::vector<KvEvent> DrainKvEvents();
   // KvCacheManager::ReleaseIdleChunks: gives the cache's chunks with no used block back to
   // the budget and their memory to the backing (prefix-cached blocks in them are dropped);
-  // returns the bytes given back. For a server trimming memory while idle.
+  // returns the bytes given back. For a server trimming memory while idle. Between Schedule and
+  // Update the step's tables may point into idle chunks (a request aborted before the forward
+  // pass): then nothing is released and it returns 0; Update releases them.
   int64_t ReleaseIdleChunks();
   const SchedulerConfig& config() const;
   int64_t max_model_len() const;  // in effect (see SchedulerConfig::max_model_len)

@@ -29,6 +29,8 @@ absl::string_view VllmVersionName(VllmVersion version);
 absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text);
 // InvalidArgument when `version` (say a cast integer) is not a VllmVersion.
 absl::Status ValidateVllmVersion(VllmVersion version);
+// InvalidArgument naming `block_size` unless vLLM accepts it (1, 8, 16, 32, 64 or 128).
+absl::Status CheckVllmBlockSize(int64_t block_size);
 
 }  // namespace kvpage
 

@@ -154,6 +154,7 @@ bool IsPlain(const AllocationRequest& req) {
 }  // namespace
 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
+  step_open = true;
   if (IsPlain(req) && IsQuiet(st.slot, req.num_computed_tokens, req.num_new_tokens)) return true;
   return AllocateStep(st, req);
 }
@@ -173,7 +174,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
   if (st.allocated) {
     for (const auto& g : groups) g->Release(r, processed);
   }
-  const bool ok = at_hand ? (TakeAtHand(r), true) : TakeAcrossPools(r, req);
+  const bool ok = at_hand ? TakeAtHand(r) : TakeAcrossPools(r, req);
   if (ok) {
     // Newly full blocks of known tokens join the prefix cache once the step has run.
     if (CacheFullBlocks(r, c + req.num_new_tokens) || has_state_groups) {
@@ -196,10 +197,13 @@ bool KvCacheManager::Impl::AllAtHand(const RequestView& r, const AllocationReque
   return true;
 }
 
-void KvCacheManager::Impl::TakeAtHand(const RequestView& r) {
+bool KvCacheManager::Impl::TakeAtHand(const RequestView& r) {
+  if (!PremapFresh()) return false;
   for (size_t i = 0; i < groups.size(); ++i) {
     if (step_fresh[i] > 0) groups[i]->Grow(r, step_fresh[i]);
   }
+  budget->DropPremapped();
+  return true;
 }
 
 bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const AllocationRequest& req) {
@@ -216,6 +220,10 @@ bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const Allocatio
   bool clean = true;
   for (size_t p = 0; p < pools.size(); ++p) clean &= step_check[p] <= pools[p]->num_clean_blocks();
   if (!clean && !CanTake(step_check, PinnedIdleChunks(*this, RealHit(req)))) return false;
+  // The backing is asked for the chunks the step needs before anything changes when the
+  // budget's free bytes hold them, else once idle chunks have made room (below).
+  const bool premap_now = CanPremapNow(step_need);
+  if (premap_now && !PremapChunks(step_need)) return false;
   if (const CacheHit* hit = RealHit(req)) {
     for (const auto& g : groups) g->TakeHit(r, hit->blocks[g->layout().id.value]);
   }
@@ -226,6 +234,10 @@ bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const Allocatio
     step_need[groups[i]->layout().pool] += step_fresh[i];
   }
   if (!clean) MakeRoom(step_need);
+  if (!premap_now && !PremapChunks(step_need)) {
+    if (RealHit(req) != nullptr) ReturnHit(r);
+    return false;
+  }
   const internal::StateOutputs outputs{.slots_to_zero = &slots_to_zero};
   for (size_t i = 0; i < groups.size(); ++i) {
     GroupManager& g = *groups[i];
@@ -238,6 +250,7 @@ bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const Allocatio
     if (g.HasPendingStep(r.slot)) Commit(*states[r.slot]);
     g.Install(r, scratch_blocks, outputs);
   }
+  budget->DropPremapped();  // what the pools ended up not needing
   return true;
 }
 

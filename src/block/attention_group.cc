@@ -5,6 +5,7 @@
 #include <bit>
 
 #include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
 
 namespace kvpage::internal {
 
@@ -93,7 +94,9 @@ void AttentionGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
 void AttentionGroup::Grow(const RequestView& r, int64_t n) {
   std::vector<BlockId>& blocks = tables_[r.slot].blocks;
   ReserveTable(blocks, blocks.size() + static_cast<size_t>(n));
-  pool().Allocate(static_cast<int32_t>(n), &blocks);
+  const bool taken = pool().Allocate(static_cast<int32_t>(n), &blocks);
+  KVPAGE_DCHECK(taken);  // the manager premapped the chunks (Impl::TakeAtHand)
+  (void)taken;
 }
 
 bool AttentionGroup::CacheFull(const RequestView& r, int64_t full) {

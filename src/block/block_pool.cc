@@ -193,7 +193,12 @@ int64_t BlockPool::AllocatableNow(int64_t held_back_bytes) const {
   return int64_t{num_free_blocks()} + mappable * bpc_;
 }
 
-void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
+bool BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
+  // A refused map before anything is taken leaves the pool as it was.
+  if (!PremapFor(n).ok()) {
+    budget_->DropPremapped();
+    return false;
+  }
   while (n > 0) {
     // Grow into a new chunk when out of clean blocks, unless that would only keep cache alive
     // while eating into the budget's headroom: then evict our own cached blocks instead.
@@ -206,11 +211,16 @@ void BlockPool::Allocate(int32_t n, std::vector<BlockId>* out) {
     }
     if (num_clean_ > 0) {
       n -= TakeFromFullestChunk(n, out);
-    } else {
+    } else if (num_cached_free_ > 0) {  // (also when the backing refused a chunk to spare it)
       EvictOldest(out);
       --n;
+    } else {
+      // Unreachable: the chunks needed were premapped, and a premapped chunk maps first.
+      KVPAGE_DCHECK(false);
+      return false;
     }
   }
+  return true;
 }
 
 bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
@@ -219,6 +229,7 @@ bool BlockPool::MapNextChunk(std::vector<BlockId>* out) {
   int32_t c = first_unmapped_hint_;
   while (static_cast<size_t>(c) < chunks_.size() && chunks_[c].mapped) ++c;
   first_unmapped_hint_ = c;
+  if (budget_->num_premapped(pool_index_) > 0) c = NextPremapped(c);
   // A pool that grows maps its chunks in id order, one per block taken when chunks hold one
   // block: the records of the chunk kPrefetchDistance further on are fetched now.
   const size_t ahead = static_cast<size_t>(c) + kPrefetchDistance;

@@ -172,6 +172,11 @@ absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
   std::fill(need.begin(), need.end(), 0);
   for (const Impl::Load& l : hit.loads) ++need[l.pool];
   m.MakeRoom(need);
+  if (!m.PremapChunks(need)) {  // the backing refused: undo, the request computes instead
+    for (const Impl::Load& l : hit.loads) m.tiers[l.pool]->Unpin(l.host);
+    m.ReleaseHeld(st->slot);
+    return 0;
+  }
   for (Impl::Load& l : hit.loads) {
     m.scratch_blocks.clear();
     m.TakeFromPool(l.pool, 1, absl::MakeSpan(need), m.ReservedForOthers(l.pool, need),
@@ -181,6 +186,7 @@ absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
     l.generation = m.generations[st->slot];
     m.queued_loads.push_back(l);
   }
+  m.budget->DropPremapped();
   h.loads_in_flight = static_cast<int32_t>(hit.loads.size());
   const int64_t tokens = (tiered - on_device) * m.block_size;
   m.host_stats.loaded_tokens += tokens;

@@ -114,11 +114,10 @@ absl::Status ValidateSpec(const KvRequestSpec& spec, int64_t max_model_len, uint
                        internal::DescribeBadToken(spec.prompt_tokens[i], token_limit)));
     }
   }
-  for (size_t i = 1; i < spec.extras.mm_items.size(); ++i) {
-    if (spec.extras.mm_items[i].offset < spec.extras.mm_items[i - 1].offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("request ", spec.id.value, " multimodal items are not sorted by offset"));
-    }
+  if (absl::Status extras = spec.extras.Validate(static_cast<int64_t>(spec.prompt_tokens.size()));
+      !extras.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("request ", spec.id.value, ": ",
+                                                   extras.message()));
   }
   return absl::OkStatus();
 }
@@ -303,6 +302,11 @@ void KvCacheManager::CompleteStep() {
   // (Free takes a slot off the list, so every slot here is live.)
   for (int32_t slot : m.pending_commits) m.Commit(*m.states[slot]);
   m.pending_commits.clear();
+  m.step_open = false;
+  if (m.release_deferred) {
+    m.release_deferred = false;
+    ReleaseIdleChunks();
+  }
 }
 
 void KvCacheManager::NewStep() { CompleteStep(); }
@@ -359,6 +363,7 @@ absl::Status KvCacheManager::Impl::CheckDecodeBatch(absl::Span<const DecodeStep>
 absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const DecodeStep> steps) {
   Impl& m = *impl_;
   KVPAGE_RETURN_IF_ERROR(m.CheckDecodeBatch(steps));
+  m.step_open = true;
   for (size_t i = 0; i < steps.size(); ++i) {
     const DecodeStep& step = steps[i];
     const int32_t slot = step.request.slot_;

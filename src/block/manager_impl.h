@@ -108,8 +108,9 @@ class KvCacheManager::Impl {
   // Every group's new blocks (counted into step_fresh) are at hand in its own pool
   // (HasBlocksAtHand). REQUIRES: ValidateAllocation passed.
   bool AllAtHand(const internal::RequestView& r, const AllocationRequest& req);
-  // Takes the step's new blocks straight from each group's own pool (after AllAtHand).
-  void TakeAtHand(const internal::RequestView& r);
+  // Takes the step's new blocks straight from each group's own pool (after AllAtHand). False
+  // (nothing taken) when the backing refuses a chunk they need.
+  bool TakeAtHand(const internal::RequestView& r);
   // The general case: all or nothing across the pools, moving chunks between them through the
   // budget; takes the hit first. False (nothing taken) when memory is short.
   bool TakeAcrossPools(const internal::RequestView& r, const AllocationRequest& req);
@@ -146,6 +147,20 @@ class KvCacheManager::Impl {
   int64_t ReservedForOthers(int32_t p, absl::Span<const int64_t> need) const;
   // Frees idle chunks until the pools short of blocks can map what they need.
   void MakeRoom(absl::Span<const int64_t> need);
+
+  // ---- Asking the backing first (premap.cc) ----
+  // Premaps the chunks every pool p needs to hand out need[p] blocks (BlockPool::PremapFor).
+  // False when the backing (or the budget) refuses one: then nothing stays premapped.
+  bool PremapChunks(absl::Span<const int64_t> need);
+  // Whether the budget's free bytes (less those premapped) hold the chunks PremapChunks(need)
+  // maps, so no idle chunk has to be given back first.
+  bool CanPremapNow(absl::Span<const int64_t> need) const {
+    return ReservedForOthers(-1, need) <= budget->free_bytes() - budget->premapped_bytes();
+  }
+  // PremapChunks for the step_fresh blocks of every group, summed per pool (step_need).
+  bool PremapFresh();
+  // Gives back the hit blocks TakeHit gave a request on its first allocation, refused after.
+  void ReturnHit(const internal::RequestView& r);
   // Can pool p hand out n blocks by itself: from its free blocks (clean, or cached and
   // evictable), or, with a single pool, also by mapping chunks from the budget's free bytes.
   bool HasBlocksAtHand(int32_t p, int64_t n) const {
@@ -244,6 +259,10 @@ class KvCacheManager::Impl {
   std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
+  // A step is pending: AllocateSlots or AllocateDecodeStep ran since the last CompleteStep.
+  // ReleaseIdleChunks then waits for CompleteStep (release_deferred).
+  bool step_open = false;
+  bool release_deferred = false;
   // Allocate's scratch, sized once, holding nothing between calls: per pool (need, check)
   // and per group (fresh).
   std::vector<int64_t> step_need, step_check, step_fresh;

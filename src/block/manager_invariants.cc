@@ -37,7 +37,9 @@ absl::Status KvCacheManager::CheckInvariants() const {
   for (size_t p = 0; p < m.pools.size(); ++p) {
     KVPAGE_RETURN_IF_ERROR(m.pools[p]->CheckInvariants());
     mapped_bytes += int64_t{m.pools[p]->num_mapped_chunks()} * m.pools[p]->chunk_charge();
-    refs[p].assign(m.pools[p]->capacity() + 1, 0);
+    // Blocks ever handed out have records; ids beyond them are unused (not one int per block
+    // the budget could hold: 8 GiB for an INT64_MAX budget).
+    refs[p].assign(m.pools[p]->num_block_records(), 0);
   }
   if (mapped_bytes != m.budget->used_bytes()) {
     return absl::InternalError(absl::StrCat("pools map ", mapped_bytes,

@@ -21,6 +21,7 @@ using internal::GroupLayout;
 
 // Largest id count a pool may have (ids are int32 and id 0 is the null block).
 constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
+constexpr int64_t kMaxMapUnitBytes = int64_t{1} << 30;
 
 absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t blocks_per_chunk,
                      int64_t max_chunks, int64_t chunk_charge = 0) {
@@ -72,13 +73,25 @@ ChunkPlan PlanChunks(int64_t block_bytes, const std::vector<int64_t>& tensors, i
   return plan;
 }
 
+// The backing's map unit must be a power of two small enough that a chunk's charge in units
+// cannot overflow.
+absl::Status CheckMapUnit(const MemoryBacking* backing) {
+  if (backing == nullptr) return absl::OkStatus();
+  const int64_t unit = backing->map_unit_bytes();
+  if (unit < 1 || unit > kMaxMapUnitBytes || (unit & (unit - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the memory backing's map_unit_bytes() is ", unit, ", not a power of two in [1, 2^30]"));
+  }
+  return absl::OkStatus();
+}
+
 // kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes. With a
 // backing, every tensor's null block is charged up front in whole units.
 absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
                                std::vector<GroupLayout>& out) {
   m.block_size = m.config.block_size;
   const MemoryBacking* backing = m.config.backing;
-  const int64_t unit = backing != nullptr ? std::max<int64_t>(1, backing->map_unit_bytes()) : 1;
+  const int64_t unit = backing != nullptr ? backing->map_unit_bytes() : 1;  // (CheckMapUnit)
   std::vector<std::vector<int64_t>> tensors(model.groups.size());
   int64_t fixed = 0;
   for (size_t i = 0; i < model.groups.size(); ++i) {
@@ -212,9 +225,11 @@ absl::Status KvCacheConfig::Validate() const {
   if (block_size > (1 << 16)) {
     return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
   }
-  if (max_model_len < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_model_len must be >= 0, got ", max_model_len));
+  if (max_model_len < 0 || max_model_len > kMaxManagerModelLen) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_model_len must be in [0, 2^40] (0 = the model's), got ", max_model_len));
   }
+  if (mode == AccountingMode::kVllm) KVPAGE_RETURN_IF_ERROR(CheckVllmBlockSize(block_size));
   if (decode_snapshot_interval_blocks < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "decode_snapshot_interval_blocks must be >= 0, got ", decode_snapshot_interval_blocks));
@@ -248,6 +263,12 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   if (m->id == 0) m->id = next_id.fetch_add(1, std::memory_order_relaxed);
   m->config = config;
   m->max_model_len = config.max_model_len > 0 ? config.max_model_len : model.max_position_embeddings;
+  if (m->max_model_len > kMaxManagerModelLen) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model.name, " has max_position_embeddings ", m->max_model_len,
+        ", more than the 2^40 tokens a KV cache manager takes: set max_model_len"));
+  }
+  KVPAGE_RETURN_IF_ERROR(CheckMapUnit(config.backing));
   if (model.vocab_size > 0 && model.vocab_size < (int64_t{1} << 31)) {
     m->token_limit = static_cast<uint32_t>(model.vocab_size);
   }

@@ -66,6 +66,8 @@ int64_t KvCacheManager::CachedPrefixTokens(absl::Span<const int32_t> prompt_toke
                                            const BlockHashExtras& extras) const {
   const Impl& m = *impl_;
   if (!m.config.enable_prefix_caching || prompt_tokens.size() < 2) return 0;
+  // Items outside the prompt would leave blocks they claim out of the hashes.
+  if (!extras.Validate(static_cast<int64_t>(prompt_tokens.size())).ok()) return 0;
   const int64_t length = (static_cast<int64_t>(prompt_tokens.size()) - 1) / m.block_size;
   if (length <= 0) return 0;
   // Only the blocks a hit could cover are hashed.

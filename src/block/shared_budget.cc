@@ -40,7 +40,9 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
   BlockPool& pool = *pools[p];
   need[p] = std::max<int64_t>(0, need[p] - n);
   if (n <= pool.num_clean_blocks()) {  // the common case: no chunk has to move
-    pool.Allocate(static_cast<int32_t>(n), out);
+    const bool taken = pool.Allocate(static_cast<int32_t>(n), out);
+    KVPAGE_DCHECK(taken);
+    (void)taken;
     return;
   }
   // Bytes later pools of this allocation must map are off limits for keeping our cache: raise
@@ -60,7 +62,9 @@ void KvCacheManager::Impl::TakeFromPool(int32_t p, int64_t n, absl::Span<int64_t
          ReleaseSpareChunk(need, /*allow_cache_loss=*/true, /*except=*/p)) {
   }
   KVPAGE_DCHECK(pool.AllocatableNow() >= n);
-  pool.Allocate(static_cast<int32_t>(n), out);
+  const bool taken = pool.Allocate(static_cast<int32_t>(n), out);  // premapped: cannot fail
+  KVPAGE_DCHECK(taken);
+  (void)taken;
   budget->set_headroom_bytes(base_headroom);
 }
 
@@ -96,6 +100,10 @@ void KvCacheManager::Impl::MakeRoom(absl::Span<const int64_t> need) {
 }
 
 int64_t KvCacheManager::ReleaseIdleChunks() {
+  if (impl_->step_open) {  // the pending step's tables may point into idle chunks
+    impl_->release_deferred = true;
+    return 0;
+  }
   const int64_t before = impl_->budget->used_bytes();
   for (const auto& pool : impl_->pools) pool->ReleaseIdleChunks();
   return before - impl_->budget->used_bytes();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
+#include "cli/cost_batch.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
@@ -42,30 +43,6 @@ struct CostFlags {
   std::string format = "text";
   std::string cost_model = "auto";
 };
-
-// "CTX:NEW,…" with CTX >= 0 and NEW >= 1 (token counts accept the K/M suffixes).
-absl::StatusOr<sim::StepShape> ParseBatch(const std::string& text) {
-  sim::StepShape step;
-  if (text.empty()) return absl::InvalidArgumentError("--batch is required");
-  for (absl::string_view entry : absl::StrSplit(text, ',')) {
-    std::vector<std::string> parts = absl::StrSplit(entry, ':');
-    if (parts.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--batch: expected CONTEXT:NEW_TOKENS such as 2048:1, got '", entry, "'"));
-    }
-    int64_t ctx = 0, n = 0;
-    if (parts[0] != "0") {
-      if (absl::Status s = ParseTokenCount("batch context", parts[0], &ctx); !s.ok()) return s;
-    }
-    if (absl::Status s = ParseTokenCount("batch new tokens", parts[1], &n); !s.ok()) return s;
-    if (n > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--batch: at most 2^30 new tokens per request, got ", n));
-    }
-    step.requests.push_back({ctx, static_cast<int32_t>(n)});
-  }
-  return step;
-}
 
 struct Term {
   const char* name;
@@ -133,7 +110,7 @@ int RunCost(const std::vector<std::string>& args) {
   if (f.tp < 1 || f.tp > 1024) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, 1024], got ", f.tp)));
   }
-  auto step = ParseBatch(f.batch);
+  auto step = ParseCostBatch(f.batch);
   if (!step.ok()) return Fail(step.status());
   auto model = LoadModel(f.model);
   if (!model.ok()) return Fail(model.status());

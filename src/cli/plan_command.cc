@@ -172,12 +172,19 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   return o;
 }
 
+// --vllm-version only means something to the vllm policy: refused, not ignored, elsewhere.
+absl::Status CheckVllmVersionFlag(const PlanFlags& f, const FlagSet& fs, Policy policy) {
+  if (policy == Policy::kVllm || !fs.WasSet("vllm-version")) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy));
+}
+
 absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet& fs,
                                               const ModelSpec& model) {
   if (fs.WasSet("kv-budget-gib")) {
     if (!(f.kv_budget_gib > 0) || f.kv_budget_gib > 1e9) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--kv-budget-gib must be positive, got ", f.kv_budget_gib));
+          absl::StrCat("--kv-budget-gib must be in (0, 1e9], got ", f.kv_budget_gib));
     }
     return std::optional<int64_t>(static_cast<int64_t>(f.kv_budget_gib * 1073741824.0));
   }
@@ -312,6 +319,7 @@ int RunPlan(const std::vector<std::string>& args) {
     auto p = ParsePolicy(f.policy);
     if (!p.ok()) return Fail(p.status());
     policies = {*p};
+    if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return Fail(s);
   }
 
   std::vector<int64_t> sweep;

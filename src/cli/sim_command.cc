@@ -369,7 +369,7 @@ absl::StatusOr<sim::SimConfig> MakeConfig(const SimFlags& f, const FlagSet& fs) 
   }
   if (f.long_prefill_token_threshold < 0 || f.long_prefill_token_threshold > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--long-prefill-token-threshold must be >= 0, got ", f.long_prefill_token_threshold));
+        "--long-prefill-token-threshold must be in [0, 2^30], got ", f.long_prefill_token_threshold));
   }
   if (f.enable_chunked_prefill && f.no_enable_chunked_prefill) {
     return absl::InvalidArgumentError(

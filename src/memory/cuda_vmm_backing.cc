@@ -252,6 +252,7 @@ absl::Status CudaVmmBacking::UnmapChunk(int32_t pool, int32_t chunk) {
 
 absl::StatusOr<TensorView> CudaVmmBacking::View(GroupId group, int32_t layer,
                                                 TensorPart part) const {
+  KVPAGE_RETURN_IF_ERROR(internal::CheckTensorPart(part));
   if (!state_->reserved) return absl::FailedPreconditionError("CudaVmmBacking not reserved");
   const CacheTensor* t =
       internal::FindTensor(state_->layout, group, layer, internal::KindOf(part));

@@ -24,7 +24,8 @@ HostMemoryBacking::HostMemoryBacking(int64_t unit_bytes) : state_(std::make_uniq
 }
 
 int64_t HostMemoryBacking::map_unit_bytes() const {
-  return state_->unit_bytes > 0 ? state_->unit_bytes : VirtualRange::PageSize();
+  // 0 = the page size; any other value as given (Reserve and KvCacheManager::Create check it).
+  return state_->unit_bytes != 0 ? state_->unit_bytes : VirtualRange::PageSize();
 }
 HostMemoryBacking::~HostMemoryBacking() = default;
 

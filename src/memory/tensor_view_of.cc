@@ -7,6 +7,12 @@
 namespace kvpage {
 namespace internal {
 
+absl::Status CheckTensorPart(TensorPart part) {
+  if (part <= TensorPart::kRecurrentState) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor part ", static_cast<int>(part), " is not a TensorPart"));
+}
+
 CacheTensorKind KindOf(TensorPart part) {
   switch (part) {
     case TensorPart::kKey:

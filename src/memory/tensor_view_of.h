@@ -11,6 +11,8 @@ namespace kvpage::internal {
 
 // The tensor kind a part lives in (K and V: kKv).
 CacheTensorKind KindOf(TensorPart part);
+// InvalidArgument for a value (say a cast integer) that is not a TensorPart.
+absl::Status CheckTensorPart(TensorPart part);
 // The view of `part` of tensor t whose range starts at `base` and holds num_blocks ids.
 // REQUIRES: KindOf(part) == t.kind.
 TensorView ViewOf(const CacheTensor& t, char* base, int64_t num_blocks, TensorPart part);

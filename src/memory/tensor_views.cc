@@ -18,6 +18,7 @@ absl::StatusOr<const CacheTensor*> HostMemoryBacking::Tensor(GroupId group, int3
 
 absl::StatusOr<TensorView> HostMemoryBacking::View(GroupId group, int32_t layer,
                                                    TensorPart part) const {
+  KVPAGE_RETURN_IF_ERROR(internal::CheckTensorPart(part));
   KVPAGE_ASSIGN_OR_RETURN(const CacheTensor* t, Tensor(group, layer, internal::KindOf(part)));
   const size_t index = static_cast<size_t>(t - state_->layout.tensors.data());
   return internal::ViewOf(*t,

@@ -39,6 +39,15 @@ absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text) {
       absl::StrCat("unknown vLLM version '", text, "' (expected 0.29 or 0.33)"));
 }
 
+absl::Status CheckVllmBlockSize(int64_t block_size) {
+  // vLLM's CacheConfig.block_size is Literal[1, 8, 16, 32, 64, 128]; its engine refuses others.
+  for (int64_t ok : {1, 8, 16, 32, 64, 128}) {
+    if (block_size == ok) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "block_size ", block_size, " is not one vLLM accepts (1, 8, 16, 32, 64 or 128)"));
+}
+
 absl::Status ValidateVllmVersion(VllmVersion version) {
   if (version == VllmVersion::kV0_29 || version == VllmVersion::kV0_33) return absl::OkStatus();
   return absl::InvalidArgumentError(

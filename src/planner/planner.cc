@@ -28,15 +28,6 @@ absl::StatusOr<Policy> ParsePolicy(absl::string_view text) {
       absl::StrCat("unknown policy '", text, "' (expected kvpage, vllm or llamacpp)"));
 }
 
-absl::Status CheckVllmBlockSize(int64_t block_size) {
-  // vLLM's CacheConfig.block_size is Literal[1, 8, 16, 32, 64, 128]; its engine refuses others.
-  for (int64_t ok : {1, 8, 16, 32, 64, 128}) {
-    if (block_size == ok) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "block_size ", block_size, " is not one vLLM accepts (1, 8, 16, 32, 64 or 128)"));
-}
-
 absl::Status PlanOptions::Validate() const {
   auto positive = [](absl::string_view name, int64_t v) -> absl::Status {
     if (v > 0) return absl::OkStatus();

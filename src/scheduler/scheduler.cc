@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   KVPAGE_RETURN_IF_ERROR(impl->FitMaxModelLen(config.max_model_len > 0));
   // The probes left their chunks mapped (idle): memory follows what requests use. (vLLM holds
   // every block from the start, its free queue in id order: vllm accounting keeps them.)
+  impl->kv->CompleteStep();  // the probes' step: no step is pending, so the release runs now
   if (config.kv.mode == AccountingMode::kKvpage) impl->kv->ReleaseIdleChunks();
   impl->InitTables();
   return impl;
@@ -202,6 +203,7 @@ void Scheduler::Impl::DropTransfers() {
 
 absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   if (RequestFits(max_model_len)) return absl::OkStatus();
+  KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
   if (explicit_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_model_len ", max_model_len, " does not fit in the KV cache budget of ",
@@ -210,6 +212,7 @@ absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   // The model's own limit: lower it to the longest request the cache can hold (vLLM fails
   // here instead and asks for a smaller max_model_len).
   if (!RequestFits(2)) {
+    KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
     return absl::ResourceExhaustedError(absl::StrCat(
         "the KV cache budget of ", config.kv.kv_budget_bytes, " bytes cannot hold a 2-token request"));
   }
@@ -217,6 +220,7 @@ absl::Status Scheduler::Impl::FitMaxModelLen(bool explicit_len) {
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (RequestFits(mid) ? lo : hi) = mid;
+    KVPAGE_RETURN_IF_ERROR(ProbeBackingStatus());
   }
   max_model_len = lo;
   return absl::OkStatus();
@@ -468,6 +472,7 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
         " draft tokens but speculative decoding is off (num_speculative_tokens 0)"));
   }
   KVPAGE_RETURN_IF_ERROR(CheckCsr(result.draft_offsets, result.draft_token_ids.size(), n, "draft"));
+  KVPAGE_RETURN_IF_ERROR(CheckDraftCounts(output, result));
   KVPAGE_RETURN_IF_ERROR(CheckTokenIds(result.sampled_token_ids, token_limit, "sampled"));
   return CheckTokenIds(result.draft_token_ids, token_limit, "draft");
 }

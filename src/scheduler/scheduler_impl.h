@@ -123,6 +123,12 @@ class Scheduler::Impl {
   bool RequestFits(int64_t len);
   // Takes the host-tier transfers queued so far and completes them as failed (the probe's).
   void DropTransfers();
+  // The backing's refusal a probe met (KvCacheManager::backing_status), with the probe named;
+  // OK when it refused nothing (scheduler_checks.cc).
+  absl::Status ProbeBackingStatus() const;
+  // InvalidArgument naming the request that proposes more drafts than num_speculative_tokens
+  // (scheduler_checks.cc).
+  absl::Status CheckDraftCounts(const SchedulerOutput& output, const ModelOutput& result) const;
   // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
   // MLA) alone: a lower bound on what it needs, without building it.
   int64_t GrowingBytes(int64_t len) const;

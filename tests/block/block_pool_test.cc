@@ -63,7 +63,7 @@ std::vector<BlockId> Blocks(std::initializer_list<int32_t> ids) {
 
 std::vector<int32_t> Take(BlockPool& pool, int32_t n) {
   std::vector<BlockId> out;
-  pool.Allocate(n, &out);
+  EXPECT_TRUE(pool.Allocate(n, &out));
   return Ids(out);
 }
 
@@ -733,6 +733,70 @@ TEST(MemoryBudgetTest, TakeAndGiveChunks) {
   EXPECT_THAT(backing.calls,
               ElementsAre(RecordingBacking::Call{+1, 2, 5}, RecordingBacking::Call{+1, 1, 0},
                           RecordingBacking::Call{-1, 2, 5}));
+}
+
+// A premapped chunk is mapped at once but charged only when taken; its bytes are kept from
+// other chunks, and DropPremapped unmaps what was never taken.
+TEST(MemoryBudgetTest, PremapKeepsBytesAndChargesOnTake) {
+  RecordingBacking backing;
+  MemoryBudget budget(1000, &backing);
+  ASSERT_TRUE(budget.Premap(0, 3, 600).ok());
+  EXPECT_EQ(budget.used_bytes(), 0);
+  EXPECT_EQ(budget.free_bytes(), 1000);
+  EXPECT_EQ(budget.premapped_bytes(), 600);
+  EXPECT_TRUE(budget.IsPremapped(0, 3));
+  EXPECT_EQ(budget.num_premapped(0), 1);
+  EXPECT_FALSE(budget.TakeChunk(1, 0, 600));  // the premapped bytes are not for chunk (1, 0)
+  EXPECT_TRUE(absl::IsResourceExhausted(budget.Premap(1, 0, 600)));
+  EXPECT_TRUE(budget.TakeChunk(0, 3, 600));  // only charged: the backing is not asked again
+  EXPECT_EQ(budget.used_bytes(), 600);
+  EXPECT_EQ(budget.premapped_bytes(), 0);
+  ASSERT_TRUE(budget.Premap(0, 4, 300).ok());
+  backing.refuse = true;
+  const absl::Status refused = budget.Premap(0, 5, 100);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused));
+  EXPECT_EQ(budget.backing_error(), refused);
+  backing.refuse = false;
+  budget.DropPremapped();
+  EXPECT_EQ(budget.premapped_bytes(), 0);
+  EXPECT_EQ(budget.num_premapped(0), 0);
+  EXPECT_THAT(backing.calls,
+              ElementsAre(RecordingBacking::Call{+1, 0, 3}, RecordingBacking::Call{+1, 0, 4},
+                          RecordingBacking::Call{+1, 0, 5}, RecordingBacking::Call{-1, 0, 4}));
+}
+
+// A backing that refuses the chunk an allocation needs: Allocate returns false and takes
+// nothing; with cached blocks to evict instead, it refuses nothing.
+TEST(BlockPoolChunkTest, RefusedChunkFailsAllocateAndChangesNothing) {
+  RecordingBacking backing;
+  MemoryBudget budget(40 * kBlockBytes, &backing);
+  KvEventLog events{/*enabled=*/true};
+  BlockPool pool(BlockPoolConfig{.pool_index = 0, .block_bytes = kBlockBytes,
+                                 .blocks_per_chunk = 4, .max_chunks = 10},
+                 &budget, &events);
+  EXPECT_THAT(Take(pool, 3), ElementsAre(1, 2, 3));
+  const std::vector<BlockId> order = pool.FreeOrder();
+  backing.refuse = true;
+  std::vector<BlockId> out;
+  EXPECT_FALSE(pool.Allocate(6, &out));  // needs chunk 1: refused
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(pool.num_used_blocks(), 3);
+  EXPECT_EQ(pool.num_mapped_chunks(), 1);
+  EXPECT_EQ(budget.used_bytes(), 4 * kBlockBytes);
+  EXPECT_EQ(budget.premapped_bytes(), 0);
+  EXPECT_EQ(pool.FreeOrder(), order);
+  ASSERT_POOL_OK(pool);
+  // Cached blocks to evict: a refused chunk is only a chunk the pool would rather map.
+  pool.CacheBlock(BlockId(1), H(1), kG0, kRoot);
+  pool.Free(Blocks({1}));
+  EXPECT_TRUE(pool.Allocate(2, &out));
+  EXPECT_THAT(Ids(out), ElementsAre(4, 1));
+  ASSERT_POOL_OK(pool);
+  backing.refuse = false;
+  out.clear();
+  EXPECT_TRUE(pool.Allocate(6, &out));
+  EXPECT_THAT(Ids(out), ElementsAre(5, 6, 7, 8, 9, 10));
+  ASSERT_POOL_OK(pool);
 }
 
 // ---- Two pools, one budget ------------------------------------------------------------------

@@ -4,6 +4,8 @@
 // frees, preemption, finish, prefix-cache reset — under memory pressure. After every operation
 // the manager's own CheckInvariants must hold, and the test checks from outside:
 //   * a failed AllocateSlots changes nothing (usage, every request's tables, free orders);
+//     with a memory backing that refuses maps at random (Options::refuse_map_chance), a
+//     refused step changes no request's table and no pool's used blocks;
 //   * tables cover the step's tokens, slot mappings and state slots exist, and no two live
 //     requests write one slot (or one state slot) in one step;
 //   * a shadow of the KV memory: every slot records a fingerprint of the token prefix whose K/V
@@ -111,6 +113,7 @@ struct Stats {
   int64_t block_size = 0;
   int64_t host_loads = 0;  // LoadFromHost calls that started a load
   int64_t host_hits = 0;   // first allocations whose hit a load extended
+  int64_t refused_maps = 0;  // map attempts the backing refused
 
   void Add(const Stats& o) {
     host_loads += o.host_loads;
@@ -131,6 +134,7 @@ struct Stats {
     finished += o.finished;
     max_live = std::max(max_live, o.max_live);
     block_size = o.block_size;
+    refused_maps += o.refused_maps;
   }
 };
 
@@ -156,6 +160,40 @@ struct Options {
   bool avoid_empty_hits_with_state = false;
   // A host tier about as large as the device budget (kvpage accounting only).
   std::optional<HostTierPolicy> host_tier;
+  // The manager's memory backing refuses each map with this chance (0 = no backing).
+  double refuse_map_chance = 0;
+};
+
+// A memory backing that refuses maps at random, as a GPU near full would, and checks that the
+// manager never maps a chunk twice or unmaps one that is not mapped.
+class FlakyBacking final : public MemoryBacking {
+ public:
+  FlakyBacking(uint64_t seed, double refuse_chance) : rng_(seed), refuse_chance_(refuse_chance) {}
+  absl::Status MapChunk(int32_t pool, int32_t chunk) override {
+    if (std::bernoulli_distribution(refuse_chance_)(rng_)) {
+      ++refusals_;
+      return absl::ResourceExhaustedError(absl::StrCat("refused chunk ", chunk, " of pool ", pool));
+    }
+    if (!mapped_.insert({pool, chunk}).second) Misuse("mapped twice", pool, chunk);
+    return absl::OkStatus();
+  }
+  absl::Status UnmapChunk(int32_t pool, int32_t chunk) override {
+    if (!mapped_.erase({pool, chunk})) Misuse("unmapped while not mapped", pool, chunk);
+    return absl::OkStatus();
+  }
+  int64_t refusals() const { return refusals_; }
+  int64_t num_mapped() const { return static_cast<int64_t>(mapped_.size()); }
+  const std::string& misuse() const { return misuse_; }
+
+ private:
+  void Misuse(const char* what, int32_t pool, int32_t chunk) {
+    if (misuse_.empty()) misuse_ = absl::StrCat("chunk ", chunk, " of pool ", pool, " ", what);
+  }
+  std::mt19937_64 rng_;
+  const double refuse_chance_;
+  int64_t refusals_ = 0;
+  absl::flat_hash_set<std::pair<int32_t, int32_t>> mapped_;
+  std::string misuse_;
 };
 
 struct Req {
@@ -264,7 +302,12 @@ class Fuzzer {
     }
     // kvpage mode: about a dozen chunks per pool, so chunks are mapped, idle and moved.
     config.chunk_bytes = std::max<int64_t>(1, config.kv_budget_bytes / 12);
-    auto m = KvCacheManager::Create(spec_, config);
+    KvCacheConfig main_config = config;
+    if (opt_.refuse_map_chance > 0) {
+      backing_ = std::make_unique<FlakyBacking>(rng_(), opt_.refuse_map_chance);
+      main_config.backing = backing_.get();
+    }
+    auto m = KvCacheManager::Create(spec_, main_config);
     ASSERT_TRUE(m.ok()) << m.status();
     m_ = *std::move(m);
     ASSERT_EQ(m_->group_block_size(GroupId(first_attention_group())), bs_);
@@ -774,17 +817,24 @@ class Fuzzer {
                      hit.has_value() ? absl::StrCat(" hit ", hit->num_tokens) : "", " needs ",
                      *needed, " (len ", len, ")"));
     if (verbose_) Log(DescribeUsage(before.usage));
+    const int64_t refusals_before = backing_ != nullptr ? backing_->refusals() : 0;
     auto ok = m_->AllocateSlots(H(*m_, r->id), req);
     ASSERT_TRUE(ok.ok()) << ok.status();
     AssertOk(m_->CheckInvariants());
+    const bool refused = backing_ != nullptr && backing_->refusals() > refusals_before;
     // Write-back saves read blocks this step is about to overwrite: copy them first.
     if (*ok) {
       ASSERT_NO_FATAL_FAILURE(PumpTransfers());
     }
     if (!*ok) {
       ++stats_.failed_allocations;
-      Log("  -> false");
-      ASSERT_NO_FATAL_FAILURE(ExpectUnchanged(before, *r));
+      Log(refused ? "  -> false (map refused)" : "  -> false");
+      if (refused) {
+        ASSERT_FALSE(m_->backing_status().ok());
+        ASSERT_NO_FATAL_FAILURE(ExpectNoRequestChanged(before, *r));
+      } else {
+        ASSERT_NO_FATAL_FAILURE(ExpectUnchanged(before, *r));
+      }
       if (num_drafts > 0 && opt_.draft_flow == DraftFlow::kAppended) {
         // Nothing was allocated, so nothing can share the drafts' blocks.
         AssertOk(m_->RollbackTokens(H(*m_, r->id), num_drafts));
@@ -873,6 +923,36 @@ class Fuzzer {
     r->Push(bonus);
   }
 
+
+  // A step refused by the backing: no request's table (but for the window blocks the request
+  // released) and no pool's used blocks changed. Idle chunks may have been given back to make
+  // room (their kRemoved events are left for the router's mirror), and the hit's blocks went
+  // back to the cache.
+  void ExpectNoRequestChanged(const Snapshot& before, const Req& r) {
+    const Snapshot after = Take();
+    ASSERT_EQ(before.tables.size(), after.tables.size());
+    bool window_freed = false;
+    for (size_t q = 0; q < before.tables.size(); ++q) {
+      for (int32_t g = 0; g < m_->num_groups(); ++g) {
+        const auto& a = before.tables[q][g];
+        const auto& b = after.tables[q][g];
+        ASSERT_EQ(a.size(), b.size()) << "request r" << live_[q]->id.value << " group " << g;
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (a[i] == b[i]) continue;
+          ASSERT_EQ(live_[q]->id, r.id) << "refused allocation changed another request's table";
+          ASSERT_EQ(b[i], kNullBlock);
+          window_freed = true;
+        }
+      }
+    }
+    if (!window_freed) {
+      for (size_t i = 0; i < before.usage.pools.size(); ++i) {
+        ASSERT_EQ(before.usage.pools[i].used_blocks, after.usage.pools[i].used_blocks);
+      }
+    }
+    ASSERT_TRUE(m_->TakeSlotsToZero().empty());
+    ASSERT_TRUE(m_->TakeStateCopies().empty());
+  }
 
   void ExpectUnchanged(const Snapshot& before, const Req& r) {
     const Snapshot after = Take();
@@ -1296,6 +1376,14 @@ class Fuzzer {
     for (const PoolUsage& p : u.pools) ASSERT_EQ(p.used_blocks, 0);
     AssertOk(m_->CheckInvariants());
     ASSERT_EQ(m_->num_requests(), 0);
+    if (backing_ != nullptr) {
+      stats_.refused_maps = backing_->refusals();
+      ASSERT_EQ(backing_->misuse(), "");
+      m_->CompleteStep();  // no step pending: the release runs now
+      m_->ReleaseIdleChunks();
+      ASSERT_EQ(backing_->num_mapped(), 0);
+      ASSERT_EQ(m_->Usage().mapped_bytes, 0);
+    }
   }
 
   struct PairHash {
@@ -1312,6 +1400,7 @@ class Fuzzer {
   const Options opt_;
   Stats stats_;
 
+  std::unique_ptr<FlakyBacking> backing_;  // outlives m_
   std::unique_ptr<KvCacheManager> m_;
   std::unique_ptr<BlockHasher> hasher_;
   int64_t bs_ = 0;
@@ -1621,6 +1710,14 @@ void RunCase(const FuzzCase& fc, const Options& options, const std::vector<uint6
   if (options.host_tier.has_value()) {
     EXPECT_GT(total.host_hits, 0) << "no hit came from the host";
   }
+  if (options.refuse_map_chance > 0) {
+    std::printf("[ fuzz     ] %-18s refused maps %" PRId64 "\n", fc.model.c_str(),
+                total.refused_maps);
+    // (vllm accounting maps its one chunk once per run.)
+    if (fc.mode == AccountingMode::kKvpage) {
+      EXPECT_GT(total.refused_maps, 0) << "none refused";
+    }
+  }
 }
 
 // Run length from the environment, so anyone can run a long campaign without rebuilding:
@@ -1660,6 +1757,14 @@ TEST_P(KvCacheManagerFuzzTest, RandomOperations) {
 TEST_P(KvCacheManagerFuzzTest, RandomOperationsRollingBackCachedBlocks) {
   Options o;
   o.rollback_across_blocks = true;  // RollbackLeavesStaleHashInPool
+  RunCase(GetParam(), WithEnv(o), EnvSeeds());
+}
+
+// A backing that refuses one map in four: refused steps change no request, and the run still
+// ends with every block free, every chunk unmapped and the invariants holding.
+TEST_P(KvCacheManagerFuzzTest, RandomOperationsWithRefusedMaps) {
+  Options o;
+  o.refuse_map_chance = 0.25;
   RunCase(GetParam(), WithEnv(o), EnvSeeds());
 }
 

@@ -210,6 +210,20 @@ TEST(PlanCliErrorsTest, UnknownVllmVersion) {
                    "--vllm-version: unknown vLLM version '0.30'");
 }
 
+// A flag of another policy is refused, not ignored.
+TEST(PlanCliErrorsTest, VllmVersionUnderAnotherPolicy) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --vllm-version 0.29",
+                   "--vllm-version applies to --policy vllm (or --compare), not --policy kvpage");
+  ExpectUsageError("plan --model qwen3-8b --context 4K --policy llamacpp --vllm-version 0.33",
+                   "not --policy llamacpp");
+}
+
+// Past 1e9 GiB the budget is out of range, not "not positive".
+TEST(PlanCliErrorsTest, HugeKvBudget) {
+  ExpectUsageError("plan --model qwen3-8b --context 4K --kv-budget-gib 1e30",
+                   "--kv-budget-gib must be in (0, 1e9], got 1e+30");
+}
+
 TEST(PlanCliErrorsTest, UnknownPolicy) {
   ExpectUsageError("plan --model qwen3-8b --context 4K --policy sglang", "sglang");
 }

@@ -100,6 +100,8 @@ TEST(SimCliTest, BadValuesExitTwoNamingTheValue) {
   ExpectUsageError(kBase + " --gpu-memory-utilization 1.5", "1.5");
   ExpectUsageError(kBase + " --kv-budget-gib -3", "-3");
   ExpectUsageError(kBase + " --kv-budget-gib 1e30", "must be in (0, 1e9], got 1e+30");
+  ExpectUsageError(kBase + " --long-prefill-token-threshold 1073741825",
+                   "--long-prefill-token-threshold must be in [0, 2^30], got 1073741825");
   // GPU memory x tp used to overflow ("do not fit in -365804879733168576 bytes").
   ExpectUsageError(kBase + " --tp 4294967296", "--tp must be in [1, 1024], got 4294967296");
   ExpectUsageError(kBase + " --tp 1025", "--tp must be in [1, 1024], got 1025");

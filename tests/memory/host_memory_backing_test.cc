@@ -52,6 +52,16 @@ void TouchAll(char* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 4096) p[i] = 1;
 }
 
+// A cast integer that names no TensorPart is refused, not read as K.
+TEST(HostMemoryBacking, ViewOfAPartThatIsNotOneIsRefused) {
+  HostMemoryBacking backing;
+  ASSERT_TRUE(backing.Reserve(OneTensor()).ok());
+  const auto view = backing.View(GroupId(0), 0, static_cast<TensorPart>(99));
+  ASSERT_TRUE(absl::IsInvalidArgument(view.status())) << view.status();
+  EXPECT_EQ(view.status().message(), "tensor part 99 is not a TensorPart");
+  EXPECT_TRUE(backing.View(GroupId(0), 0, TensorPart::kValue).ok());
+}
+
 TEST(HostMemoryBacking, ReturnedChunkLeavesTheResidentSet) {
   HostMemoryBacking backing;
   ASSERT_TRUE(backing.Reserve(OneTensor()).ok());

@@ -114,7 +114,11 @@ TEST(PlansToJsonTest, OnePlanIsAnObjectWithTheContractKeys) {
   ASSERT_TRUE(j["rows"].is_array());
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const json& row : j["rows"]) {
-    EXPECT_EQ(Keys(row), kRowKeys);
+    // A vllm plan says whether vLLM would start (these rows would: no refusal, no fix).
+    std::set<std::string> keys = kRowKeys;
+    keys.insert("vllm_starts");
+    EXPECT_EQ(Keys(row), keys);
+    EXPECT_EQ(row["vllm_starts"], true);
     EXPECT_TRUE(row["max_concurrency"].is_null());
     for (const json& group : row["groups"]) EXPECT_EQ(Keys(group), kGroupKeys);
   }

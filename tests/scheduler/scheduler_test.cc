@@ -410,6 +410,26 @@ TEST(SchedulerTest, StopTokenAndMaxModelLenFinish) {
   EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
 }
 
+// More drafts than num_speculative_tokens are refused, naming the request, not cut short.
+TEST(SchedulerTest, DraftsBeyondNumSpeculativeTokensAreRefused) {
+  SchedulerConfig c = TinyConfig(100);
+  c.num_speculative_tokens = 2;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  ASSERT_TRUE(s->AddRequest(Req(4, Tokens(30, 0), 20)).ok());
+  const SchedulerOutput& o1 = s->Schedule();
+  ModelOutput m1 = SampleAll(o1);
+  m1.draft_token_ids = {40, 41, 42};
+  m1.draft_offsets = {0, 3};
+  const absl::Status st = s->Update(o1, m1).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_EQ(st.message(), "request 4 proposes 3 draft tokens, more than num_speculative_tokens 2");
+  m1.draft_token_ids = {40, 41};
+  m1.draft_offsets = {0, 2};
+  ASSERT_TRUE(s->Update(o1, m1).ok());
+  EXPECT_EQ(s->Schedule().requests[0].num_draft_tokens, 2);
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // Drafts: 1 + 2 tokens per step; rejected drafts are recomputed.
 TEST(SchedulerTest, SpeculativeDraftsAndRollback) {
   SchedulerConfig c = TinyConfig(100);

@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -159,6 +161,32 @@ TEST(SimulatorTest, PromptTooLongForMaxModelLenIsDroppedAndCounted) {
   EXPECT_EQ(r->requests[0].index, 1);
   EXPECT_EQ(r->requests[0].output_len, 24);
   EXPECT_EQ(r->prefix_cache.queried_tokens, 40);
+}
+
+// In a child limited to 512 MiB more private memory: a row claiming 2^31 − 1 output tokens
+// (its token times once reserved 16 GiB up front) runs to max_model_len. Exits 0 then.
+[[noreturn]] void RunHugeOutputRow() {
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.cost_model = &cost;
+  c.scheduler.max_model_len = 64;
+  const std::vector<TraceRequest> trace = {Request(0, 0.0, 40, 2147483647)};
+  std::ifstream status("/proc/self/status");
+  int64_t data_kib = -1;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmData:", 0) == 0) data_kib = std::atoll(line.c_str() + 7);
+  }
+  const rlim_t limit = static_cast<rlim_t>((data_kib + 512 * 1024) * 1024);
+  const rlimit rl{.rlim_cur = limit, .rlim_max = limit};
+  if (data_kib < 0 || setrlimit(RLIMIT_DATA, &rl) != 0) std::_Exit(3);
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  std::_Exit(r.ok() && r->requests.size() == 1 && r->requests[0].output_len == 24 ? 0 : 4);
+}
+
+TEST(SimulatorDeathTest, OutputLengthOfARowDoesNotSizeMemory) {
+  if (KVPAGE_UNDER_SANITIZER) GTEST_SKIP() << "the sanitizer's mappings count against RLIMIT_DATA";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(RunHugeOutputRow(), ::testing::ExitedWithCode(0), "");
 }
 
 // 4 MiB of KV holds one 16-token block of Qwen3-8B (147,456 B per token, 2.25 MiB per block):

@@ -125,7 +125,11 @@ TEST(MooncakeTest, MalformedRowsNameFileLineAndValue) {
       {R"({"timestamp": 6, "input_length": 10, "output_length": 2, "hash_ids": [-1]})",
        "hash id -1"},
       {R"({"timestamp": 6, "input_length": 10, "output_length": 2})", "'hash_ids'"},
-      {R"({"timestamp": 6, "input_length": 10,)", "not a JSON object"},
+      {R"({"timestamp": 6, "input_length": 10,)", "not valid JSON (parse error at line 1"},
+      {"[1, 2]", "not a JSON object: '[1, 2]'"},
+      // Invalid UTF-8 and a lone surrogate are named as such, not as "not a JSON object".
+      {"{\"timestamp\": 6, \"x\": \"\xff\"}", "ill-formed UTF-8 byte"},
+      {R"({"timestamp": 6, "x": "\ud800"})", "surrogate U+D800..U+DBFF must be followed by"},
       // The JSON reader would stop at the NUL and take the row, dropping what follows.
       {std::string(R"({"timestamp": 6, "input_length": 10, "output_length": 2, "hash_ids": [0]})"
                    "\0garbage", 81),

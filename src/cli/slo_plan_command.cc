@@ -77,7 +77,8 @@ void RegisterSloFlags(FlagSet& fs, SloFlags& f) {
   fs.String("model", &f.model, "Bundled model name or path to a config.json (required).");
   fs.String("gpu", &f.gpu,
             "GPU of every replica (required): " + absl::StrJoin(BundledGpuNames(), ", ") +
-                " (aliases a100, h100, h200) or a hardware JSON file.");
+                " (aliases " + absl::StrJoin(BundledGpuAliases(), ", ") +
+                ") or a hardware JSON file.");
   fs.Int("max-requests", &f.max_requests, "Replay only the first N requests (default all).");
   fs.String("routers", &f.routers,
             "Routers to compare, comma-separated (default round-robin,least-loaded,\n"

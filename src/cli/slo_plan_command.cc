@@ -28,6 +28,7 @@
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
 #include "sim/fleet.h"
+#include "sim/cost_model_summary.h"
 #include "sim/hardware_calibration.h"
 #include "sim/parallel_for.h"
 #include "sim/slo.h"
@@ -384,8 +385,12 @@ int RunSloPlan(const std::vector<std::string>& args) {
                   static_cast<int64_t>(trace->size()),
                   trace->back().arrival_s - trace->front().arrival_s, slo, max_replicas};
   const std::optional<SloAnswer> answer = PickSloAnswer(searches, slo);
-  const std::string json = SloFrontierJson(info, searches, answer);
-  std::cout << (f.format == "json" ? json : SloFrontierTable(info, searches, answer));
+  // Every replica runs the same GPU file, so one cost model priced every search.
+  const sim::CostModelSummary cost =
+      sim::SummarizeCostModel(replicas.front().gpu, replicas.front().calibration);
+  const std::string json = sim::WithCostModel(SloFrontierJson(info, searches, answer), cost);
+  std::cout << (f.format == "json" ? json
+                                   : SloFrontierTable(info, searches, answer) + cost.Line() + "\n");
   std::cout.flush();
   if (!f.plot.empty()) {
     if (int rc = PlotJson("plan", PlotScript(), json, f.plot); rc != 0) return rc;

@@ -328,6 +328,7 @@ TEST(PlanSloCliTest, SearchesEveryPairAndPicksTheFewestGpus) {
   }
   ASSERT_TRUE(j["answer"].is_object()) << j.dump();
   EXPECT_EQ(j["answer"]["gpus"].get<int64_t>(), fewest_gpus);
+  EXPECT_EQ(j["cost_model"]["kind"], "calibrated");  // kSlo runs on an H100
 }
 
 TEST(PlanSloCliTest, UnreachableSloReportsTheBoundAndExitsOne) {
@@ -336,6 +337,16 @@ TEST(PlanSloCliTest, UnreachableSloReportsTheBoundAndExitsOne) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("not met at 4 replicas (the search's upper bound)"));
   EXPECT_THAT(r.output, HasSubstr("Answer: no (tp, router) met the SLO within 4 replicas"));
+}
+
+// On a GPU without a measured calibration the answer is a roofline estimate, and says so.
+TEST(PlanSloCliTest, UncalibratedGpuEndsWithTheRooflineLine) {
+  const CommandResult r = RunKvpage(
+      "plan --trace mooncake_conversation_trace.jsonl --model qwen3-8b --gpu l40s "
+      "--max-requests 20 --slo ttft-p99=60s --routers round-robin --max-replicas 2");
+  EXPECT_THAT(r.output, HasSubstr("\ncost model: no measured calibration for L40S: roofline "
+                                  "estimate at 32% of peak dense FLOP/s"))
+      << r.output;
 }
 
 TEST(PlanCliErrorsTest, MissingModel) { ExpectUsageError("plan --context 4K", "--model"); }

@@ -46,8 +46,12 @@ struct GpuSpec {
   RooflineFactors roofline;
 };
 
-// Names of the bundled GPUs' files, sorted ("a100-sxm-80gb", "h100-sxm", "h200-sxm").
+// Names of the bundled GPUs' files, sorted ("a100-sxm-80gb", "b200-sxm", ...).
 std::vector<std::string> BundledGpuNames();
+
+// The first alias of each bundled GPU (its file name when it has none), sorted: the short
+// names help texts and error messages list ("a100", "b200", "gb200", ...).
+std::vector<std::string> BundledGpuAliases();
 
 // Looks up a bundled GPU by file name, name or alias (case-insensitive), else reads `name` as a
 // path to a hardware JSON file. NotFound when neither; InvalidArgument naming the field when a

@@ -90,7 +90,8 @@ int RunCost(const std::vector<std::string>& args) {
   CostFlags f;
   FlagSet fs(kCostUsage);
   fs.String("model", &f.model, "bundled model name or path to a config.json (required)");
-  fs.String("gpu", &f.gpu, "bundled GPU (a100, h100, h200) or path to a hardware JSON (required)");
+  fs.String("gpu", &f.gpu, "bundled GPU (" + absl::StrJoin(BundledGpuAliases(), ", ") +
+                                ") or path to a hardware JSON (required)");
   fs.String("batch", &f.batch, "CTX:NEW per request, comma-separated (required)");
   fs.Int("tp", &f.tp, "tensor-parallel degree; the calibration lists the profiled ones (default 1)");
   fs.String("format", &f.format, "text or json (default text)");

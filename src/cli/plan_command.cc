@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char* kPlanUsage =
     R"(Usage: kvpage plan --model M[,M…] --context L[,L…] [--policy kvpage|vllm|llamacpp | --compare]
-                   [policy flags] [--gpu a100|h100|h200 [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
+                   [policy flags] [--gpu GPU [--gpu-memory-utilization 0.9] | --kv-budget-gib X]
                    [--tp N] [--host-cache-gib N] [--format table|json|csv] [--plot FILE.png]
        kvpage plan --trace FILE --slo ttft-p99=2s,tpot-p99=100ms --model M --gpu G [flags]
                    (the fewest GPUs that serve a trace within an SLO; `kvpage plan --slo --help`)
@@ -94,7 +94,8 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Bool("swa-full", &f.swa_full, "llamacpp: --swa-full, full-size cache for sliding layers.");
   fs.String("gpu", &f.gpu,
             "GPU whose memory sets the KV budget: " + absl::StrJoin(BundledGpuNames(), ", ") +
-                " (aliases a100, h100, h200) or a hardware JSON file.\n"
+                " (aliases " + absl::StrJoin(BundledGpuAliases(), ", ") +
+                ") or a hardware JSON file.\n"
                 "Budget = memory x utilization - weights (activations not modelled).");
   fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
             "Fraction of GPU memory the runtime may use (default 0.9).");

@@ -25,6 +25,7 @@
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
+#include "sim/cost_model_summary.h"
 #include "sim/fleet.h"
 #include "sim/hardware_calibration.h"
 #include "sim/simulator.h"
@@ -34,7 +35,7 @@ namespace kvpage::cli {
 namespace {
 
 constexpr const char* kSimUsage =
-    R"(Usage: kvpage sim --model M --gpu a100|h100|h200 (--trace FILE | --synthetic N) [flags]
+    R"(Usage: kvpage sim --model M --gpu GPU (--trace FILE | --synthetic N) [flags]
 
 Replays a request trace through kvpage's scheduler and block manager on a virtual clock that
 a GPU cost model advances (the calibration in the --gpu file, else a roofline), and reports the metrics `vllm bench serve` reports (TTFT,
@@ -93,7 +94,8 @@ void RegisterSimFlags(FlagSet& fs, SimFlags& f) {
                 absl::StrJoin(BundledModelNames(), ", ") + ".");
   fs.String("gpu", &f.gpu,
             "GPU for the cost model and the KV budget (required): " +
-                absl::StrJoin(BundledGpuNames(), ", ") + " (aliases a100, h100, h200) or a\n"
+                absl::StrJoin(BundledGpuNames(), ", ") + " (aliases " +
+                absl::StrJoin(BundledGpuAliases(), ", ") + ") or a\n"
                 "hardware JSON file; its \"calibration\" object, when present, sets the step times.");
   fs.String("trace", &f.trace,
             "Trace file. A bare file name not found in the working directory is looked up in\n"
@@ -590,11 +592,12 @@ int WriteOutputDir(const sim::SimResult& r, const std::string& dir, const std::s
 
 // One run's JSON, or {"kvpage": {...}, "vllm": {...}} for several.
 std::string ResultsJson(const std::vector<std::string>& allocators,
-                        const std::vector<sim::SimResult>& results) {
-  if (results.size() == 1) return sim::SimResultToJson(results[0]);
+                        const std::vector<sim::SimResult>& results,
+                        const sim::CostModelSummary& cost) {
+  if (results.size() == 1) return sim::WithCostModel(sim::SimResultToJson(results[0]), cost);
   std::string json = "{\n";
   for (size_t i = 0; i < results.size(); ++i) {
-    const std::string one = sim::SimResultToJson(results[i]);
+    const std::string one = sim::WithCostModel(sim::SimResultToJson(results[i]), cost);
     // Indent the nested object by two spaces.
     std::string nested;
     for (size_t p = 0; p < one.size(); ++p) {
@@ -701,7 +704,8 @@ int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
     std::cerr << "kvpage sim: " << result.status().message() << "\n";
     return absl::IsInvalidArgument(result.status()) ? 2 : 1;
   }
-  const std::string json = sim::FleetResultToJson(*result, *config);
+  const sim::CostModelSummary cost = sim::SummarizeCostModel(base.gpu, base.calibration);
+  const std::string json = sim::WithCostModel(sim::FleetResultToJson(*result, *config), cost);
   if (f.output_json == "-") {
     std::cout << json;
   } else {
@@ -709,6 +713,7 @@ int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
                                  f.replicas, base.gpu.name,
                                  f.tp > 1 ? absl::StrCat(" (tp ", f.tp, ")") : "", f.router,
                                  trace->size())
+              << cost.Line() << "\n"
               << FleetTable(*result);
     if (!f.output_json.empty()) {
       if (absl::Status s = sim::WriteTextFile(f.output_json, json); !s.ok()) {
@@ -782,7 +787,8 @@ int RunSim(const std::vector<std::string>& args) {
     std::error_code ec;
     std::filesystem::create_directories(f.output_dir, ec);
   }
-  const std::string json = ResultsJson(allocators, results);
+  const sim::CostModelSummary cost = sim::SummarizeCostModel(base->gpu, base->calibration);
+  const std::string json = ResultsJson(allocators, results, cost);
   if (f.output_json == "-") {
     std::cout << json;
   } else {
@@ -790,6 +796,7 @@ int RunSim(const std::vector<std::string>& args) {
     for (size_t i = 0; i < results.size(); ++i) runs.emplace_back(allocators[i], &results[i]);
     std::cout << absl::StrFormat("%s on %s%s, %d requests\n", base->model.name, base->gpu.name,
                                  f.tp > 1 ? absl::StrCat(" x", f.tp) : "", trace->size())
+              << cost.Line() << "\n"
               << SummaryTable(runs);
     if (!f.output_json.empty()) {
       if (absl::Status s = sim::WriteTextFile(f.output_json, json); !s.ok()) {

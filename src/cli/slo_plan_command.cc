@@ -28,6 +28,7 @@
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
 #include "sim/fleet.h"
+#include "sim/cost_model_summary.h"
 #include "sim/hardware_calibration.h"
 #include "sim/parallel_for.h"
 #include "sim/slo.h"
@@ -77,7 +78,8 @@ void RegisterSloFlags(FlagSet& fs, SloFlags& f) {
   fs.String("model", &f.model, "Bundled model name or path to a config.json (required).");
   fs.String("gpu", &f.gpu,
             "GPU of every replica (required): " + absl::StrJoin(BundledGpuNames(), ", ") +
-                " (aliases a100, h100, h200) or a hardware JSON file.");
+                " (aliases " + absl::StrJoin(BundledGpuAliases(), ", ") +
+                ") or a hardware JSON file.");
   fs.Int("max-requests", &f.max_requests, "Replay only the first N requests (default all).");
   fs.String("routers", &f.routers,
             "Routers to compare, comma-separated (default round-robin,least-loaded,\n"
@@ -383,8 +385,12 @@ int RunSloPlan(const std::vector<std::string>& args) {
                   static_cast<int64_t>(trace->size()),
                   trace->back().arrival_s - trace->front().arrival_s, slo, max_replicas};
   const std::optional<SloAnswer> answer = PickSloAnswer(searches, slo);
-  const std::string json = SloFrontierJson(info, searches, answer);
-  std::cout << (f.format == "json" ? json : SloFrontierTable(info, searches, answer));
+  // Every replica runs the same GPU file, so one cost model priced every search.
+  const sim::CostModelSummary cost =
+      sim::SummarizeCostModel(replicas.front().gpu, replicas.front().calibration);
+  const std::string json = sim::WithCostModel(SloFrontierJson(info, searches, answer), cost);
+  std::cout << (f.format == "json" ? json
+                                   : SloFrontierTable(info, searches, answer) + cost.Line() + "\n");
   std::cout.flush();
   if (!f.plot.empty()) {
     if (int rc = PlotJson("plan", PlotScript(), json, f.plot); rc != 0) return rc;

@@ -115,6 +115,16 @@ std::vector<std::string> BundledGpuNames() {
   return names;
 }
 
+std::vector<std::string> BundledGpuAliases() {
+  std::vector<std::string> aliases;
+  for (const internal::BundledFile& f : internal::BundledHardwareFiles()) {
+    auto gpu = ParseGpuSpec(f.text, absl::StrCat("bundled:", f.name));
+    aliases.emplace_back(gpu.ok() && !gpu->aliases.empty() ? gpu->aliases.front() : f.name);
+  }
+  std::sort(aliases.begin(), aliases.end());
+  return aliases;
+}
+
 absl::StatusOr<GpuSpec> LoadGpu(absl::string_view name_or_path) {
   const std::string wanted = absl::AsciiStrToLower(name_or_path);
   for (const internal::BundledFile& f : internal::BundledHardwareFiles()) {
@@ -131,9 +141,9 @@ absl::StatusOr<GpuSpec> LoadGpu(absl::string_view name_or_path) {
     text << in.rdbuf();
     return ParseGpuSpec(text.str(), name_or_path);
   }
-  return absl::NotFoundError(absl::StrCat("unknown GPU '", name_or_path, "': not one of ",
-                                          absl::StrJoin(BundledGpuNames(), ", "),
-                                          " (or their aliases a100, h100, h200) and not a file"));
+  return absl::NotFoundError(absl::StrCat(
+      "unknown GPU '", name_or_path, "': not one of ", absl::StrJoin(BundledGpuNames(), ", "),
+      " (or their aliases ", absl::StrJoin(BundledGpuAliases(), ", "), ") and not a file"));
 }
 
 }  // namespace kvpage

@@ -90,6 +90,27 @@ TEST(PlanCliTest, GpuBudgetFillsMaxConcurrency) {
   }
 }
 
+TEST(PlanCliTest, Mi300xBudgetFromItsRocmSmiTotal) {
+  const json j = RunJson(std::string(kQwen) + " --policy kvpage --gpu mi300x --format json");
+  // MI300X: floor(206,141,652,992 × 0.9) = 185,527,487,692 − 16,381,470,720 B of weights.
+  EXPECT_EQ(j["kv_budget_bytes"].get<int64_t>(), 169'146'016'972);
+  // budget / (context × 147,456 B): 280.05, 35.0, 8.75 requests.
+  const int64_t want[] = {280, 35, 8};
+  ASSERT_EQ(j["rows"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(j["rows"][i]["max_concurrency"], want[i]) << i;
+}
+
+// A 70B model's 141 GB of weights on a 24 GB L4: the plan warns, with both sizes, and no
+// request fits.
+TEST(PlanCliTest, ModelLargerThanTheGpuSaysItDoesNotFit) {
+  const CommandResult r = RunKvpage("plan --model llama-3.1-70b --context 4K --gpu l4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the weights of llama-3.1-70b (141107412992 bytes) do not fit "
+                                  "in 21737609625 bytes (gpu memory 24152899584 x utilization "
+                                  "0.9); KV budget is 0"));
+  EXPECT_THAT(r.output, HasSubstr("budget 0.00 GiB"));
+}
+
 TEST(PlanCliTest, TensorParallelPlansOneGpuAndSaysSo) {
   // Qwen3-8B at tp 16: 8 KV heads, one per GPU (replicated twice): 36 x 2 x 128 x 2 B =
   // 18,432 B per token; budget 76,968,728,985 - ceil(16,381,470,720 / 16) = 75,944,887,065.
@@ -347,6 +368,7 @@ TEST(PlanSloCliTest, SearchesEveryPairAndPicksTheFewestGpus) {
   }
   ASSERT_TRUE(j["answer"].is_object()) << j.dump();
   EXPECT_EQ(j["answer"]["gpus"].get<int64_t>(), fewest_gpus);
+  EXPECT_EQ(j["cost_model"]["kind"], "calibrated");  // kSlo runs on an H100
 }
 
 TEST(PlanSloCliTest, UnreachableSloReportsTheBoundAndExitsOne) {
@@ -355,6 +377,16 @@ TEST(PlanSloCliTest, UnreachableSloReportsTheBoundAndExitsOne) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("not met at 4 replicas (the search's upper bound)"));
   EXPECT_THAT(r.output, HasSubstr("Answer: no (tp, router) met the SLO within 4 replicas"));
+}
+
+// On a GPU without a measured calibration the answer is a roofline estimate, and says so.
+TEST(PlanSloCliTest, UncalibratedGpuEndsWithTheRooflineLine) {
+  const CommandResult r = RunKvpage(
+      "plan --trace mooncake_conversation_trace.jsonl --model qwen3-8b --gpu l40s "
+      "--max-requests 20 --slo ttft-p99=60s --routers round-robin --max-replicas 2");
+  EXPECT_THAT(r.output, HasSubstr("\ncost model: no measured calibration for L40S: roofline "
+                                  "estimate at 32% of peak dense FLOP/s"))
+      << r.output;
 }
 
 TEST(PlanCliErrorsTest, MissingModel) { ExpectUsageError("plan --context 4K", "--model"); }

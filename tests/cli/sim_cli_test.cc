@@ -313,14 +313,44 @@ TEST(SimCliTest, GpuFileCalibrationIsUsed) {
   json a = json::parse(bundled.output);
   json b = json::parse(same.output);
   const json c = json::parse(slower.output);
-  a.erase("wall_seconds");
-  b.erase("wall_seconds");
+  EXPECT_EQ(a["cost_model"]["calibration"], "bundled:a100-sxm-80gb");
+  EXPECT_EQ(b["cost_model"]["calibration"], copy);
+  for (json* j : {&a, &b}) {
+    j->erase("wall_seconds");
+    j->erase("cost_model");
+  }
   EXPECT_EQ(a.dump(), b.dump());
   // 400 us more per GEMM x (36 layers x 4 + LM head) = 58 ms more per step; every request
   // waits for at least one step before its first token.
   EXPECT_GE(c["mean_ttft_ms"].get<double>() - a["mean_ttft_ms"].get<double>(), 58.0);
   std::filesystem::remove(copy);
   std::filesystem::remove(slow);
+}
+
+// A GPU without a measured calibration is priced by the roofline, and the output says so.
+TEST(SimCliTest, UncalibratedGpuSaysItIsARooflineEstimate) {
+  const std::string args = "sim --model qwen3-8b --gpu l4 --synthetic 8 --prompt-len 256 "
+                           "--output-len 8 --arrival burst";
+  const CommandResult text = RunKvpage(args);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("qwen3-8b on L4, 8 requests\n"
+                                     "cost model: no measured calibration for L4: roofline "
+                                     "estimate at 32% of peak dense FLOP/s and 80% of memory "
+                                     "bandwidth"));
+  const CommandResult out = RunKvpage(args + " --output-json -");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const json j = json::parse(out.output);
+  EXPECT_EQ(j["completed"], 8);
+  EXPECT_EQ(j["cost_model"]["kind"], "roofline");
+  EXPECT_TRUE(j["cost_model"]["calibration"].is_null());
+  EXPECT_EQ(j["cost_model"]["mfu"], 0.32);
+  EXPECT_EQ(j["cost_model"]["hbm_efficiency"], 0.8);
+
+  const CommandResult h100 = RunKvpage(
+      "sim --model qwen3-8b --gpu h100 --synthetic 8 --prompt-len 256 --output-len 8 "
+      "--arrival burst --output-json -");
+  ASSERT_EQ(h100.exit_code, 0) << h100.output;
+  EXPECT_EQ(json::parse(h100.output)["cost_model"]["kind"], "calibrated");
 }
 
 TEST(SimCliTest, OutputDirWritesCsvsAndPlot) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 
 namespace kvpage {
 namespace {
@@ -209,7 +211,82 @@ GpuSpec MustLoadGpu(const std::string& name) {
 }
 
 TEST(GpuTest, BundledGpuNames) {
-  EXPECT_THAT(BundledGpuNames(), ElementsAre("a100-sxm-80gb", "h100-sxm", "h200-sxm"));
+  EXPECT_THAT(BundledGpuNames(),
+              ElementsAre("a100-sxm-80gb", "b200-sxm", "gb200", "h100-sxm", "h20", "h200-sxm",
+                          "l4", "l40s", "mi300x", "mi325x", "rtx-pro-6000-server"));
+  EXPECT_THAT(BundledGpuAliases(), ElementsAre("a100", "b200", "gb200", "h100", "h20", "h200",
+                                               "l4", "l40s", "mi300x", "mi325x", "rtx-pro-6000"));
+}
+
+// One bundled file's figures, as its README row states them.
+struct GpuFigures {
+  const char* alias;
+  const char* name;
+  int64_t memory_bytes;
+  int64_t bandwidth;
+  int64_t bf16;
+  int64_t fp8;
+  double mfu;  // roofline factor (no calibration for these GPUs)
+};
+
+TEST(GpuTest, NewBundledGpusLoadWithTheirSourcedFigures) {
+  const GpuFigures kGpus[] = {
+      // 183359 MiB, 7.7 TB/s, 4.5 / 9 PFLOPS sparse halved
+      {"b200", "B200-SXM-180GB", 192'265'846'784, 7'700'000'000'000, 2'250'000'000'000'000,
+       4'500'000'000'000'000, 0.45},
+      // 189471 MiB per GPU, 8 TB/s, 5 / 10 PFLOPS sparse halved
+      {"gb200", "GB200", 198'674'743'296, 8'000'000'000'000, 2'500'000'000'000'000,
+       5'000'000'000'000'000, 0.45},
+      // 97871 MiB, 4.0 TB/s, 148 / 296 TFLOPS dense
+      {"h20", "H20-96GB", 102'625'181'696, 4'000'000'000'000, 148'000'000'000'000,
+       296'000'000'000'000, 0.45},
+      // 46068 MiB, 864 GB/s, 362.05 dense, 1466 sparse halved
+      {"l40s", "L40S", 48'305'799'168, 864'000'000'000, 362'050'000'000'000,
+       733'000'000'000'000, 0.32},
+      // 23034 MiB, 300 GB/s, 242 / 485 sparse halved
+      {"l4", "L4", 24'152'899'584, 300'000'000'000, 121'000'000'000'000, 242'500'000'000'000,
+       0.32},
+      // 97887 MiB, 512-bit x 28 Gbps, 4000 FP4 TOPS sparse -> 500 bf16 / 1000 fp8 dense
+      {"rtx-pro-6000", "RTX-PRO-6000-Blackwell-Server", 102'641'958'912, 1'792'000'000'000,
+       500'000'000'000'000, 1'000'000'000'000'000, 0.32},
+      // rocm-smi total, 5.3 TB/s, 1307.4 / 2614.9 dense
+      {"mi300x", "MI300X", 206'141'652'992, 5'300'000'000'000, 1'307'400'000'000'000,
+       2'614'900'000'000'000, 0.45},
+      // 256 GiB (datasheet; no rocm-smi log), 6 TB/s
+      {"mi325x", "MI325X", 274'877'906'944, 6'000'000'000'000, 1'307'400'000'000'000,
+       2'614'900'000'000'000, 0.45},
+  };
+  for (const GpuFigures& want : kGpus) {
+    SCOPED_TRACE(want.alias);
+    const GpuSpec gpu = MustLoadGpu(want.alias);
+    EXPECT_EQ(gpu.name, want.name);
+    EXPECT_EQ(gpu.memory_bytes, want.memory_bytes);
+    EXPECT_EQ(gpu.hbm_bandwidth_bytes_per_s, want.bandwidth);
+    EXPECT_EQ(gpu.peak_dense_flops_bf16, want.bf16);
+    EXPECT_EQ(gpu.peak_dense_flops_fp16, want.bf16);
+    EXPECT_EQ(gpu.peak_dense_flops_fp8, want.fp8);
+    EXPECT_EQ(gpu.roofline.mfu, want.mfu);
+    EXPECT_EQ(gpu.roofline.hbm_efficiency, 0.8);
+    EXPECT_DOUBLE_EQ(gpu.roofline.step_overhead_s, 126e-6);
+    // Every name and alias finds the same file, in any case.
+    EXPECT_EQ(MustLoadGpu(gpu.name).memory_bytes, want.memory_bytes);
+    for (const std::string& alias : gpu.aliases) {
+      EXPECT_EQ(MustLoadGpu(absl::AsciiStrToUpper(alias)).name, want.name) << alias;
+    }
+  }
+}
+
+// No two bundled GPUs share a name or alias: LoadGpu would silently return the first.
+TEST(GpuTest, BundledNamesAndAliasesAreUnique) {
+  std::set<std::string> seen;
+  for (const std::string& file : BundledGpuNames()) {
+    const GpuSpec gpu = MustLoadGpu(file);
+    std::vector<std::string> keys = gpu.aliases;
+    keys.push_back(absl::AsciiStrToLower(gpu.name));
+    keys.push_back(file);
+    std::set<std::string> own(keys.begin(), keys.end());  // a file may repeat its own name
+    for (const std::string& key : own) EXPECT_TRUE(seen.insert(key).second) << key;
+  }
 }
 
 TEST(GpuTest, H100ByAlias) {
@@ -245,6 +322,8 @@ TEST(GpuTest, UnknownGpuIsNotFound) {
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(gpu.status().message(), HasSubstr("'tpu'"));
   EXPECT_THAT(gpu.status().message(), HasSubstr("h100-sxm"));
+  EXPECT_THAT(gpu.status().message(), HasSubstr("(or their aliases a100, b200, gb200, h100, h20, "
+                                                "h200, l4, l40s, mi300x, mi325x, rtx-pro-6000)"));
 }
 
 // A complete hardware document with `memory_bytes` and bandwidth given as JSON literals.

@@ -124,6 +124,57 @@ TieredHit CollectHit(const KvCacheManager::Impl& m, absl::Span<const BlockHash> 
   return hit;
 }
 
+// Whether the pools can hold the hit's device blocks (those sitting free leave the free lists)
+// and take a block for each load. Idle chunks holding hit blocks stop being idle: they cannot
+// be given away for the loads.
+bool CanHold(const KvCacheManager::Impl& m, const TieredHit& hit) {
+  std::vector<int64_t> need(m.pools.size(), 0), pinned(m.pools.size(), 0);
+  std::vector<std::pair<int32_t, int32_t>> idle;  // (pool, chunk)
+  for (const auto& [pool, b] : hit.device) {
+    const BlockPool& p = *m.pools[pool];
+    if (p.ref_count(b) != 0) continue;
+    ++need[pool];
+    if (p.IsIdleChunk(p.ChunkIndex(b))) idle.emplace_back(pool, p.ChunkIndex(b));
+  }
+  std::sort(idle.begin(), idle.end());
+  idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
+  for (const auto& [pool, chunk] : idle) ++pinned[pool];
+  for (const KvCacheManager::Impl::Load& l : hit.loads) ++need[l.pool];
+  return m.CanTake(need, pinned);
+}
+
+// Holds the hit's device blocks for the request, takes a device block for each load and
+// queues the loads. False, with nothing changed, when the backing refuses the chunks.
+bool StartLoads(KvCacheManager::Impl& m, const RequestState& st, TieredHit& hit) {
+  // Pinned first: taking device blocks may evict (write-back: save) and so claim host slots.
+  for (const KvCacheManager::Impl::Load& l : hit.loads) m.tiers[l.pool]->Pin(l.host);
+  KvCacheManager::Impl::Held& h = m.held[st.slot];
+  for (const auto& [pool, b] : hit.device) {
+    m.pools[pool]->Touch({b});
+    h.blocks.emplace_back(pool, b);
+  }
+  std::vector<int64_t> need(m.pools.size(), 0);
+  for (const KvCacheManager::Impl::Load& l : hit.loads) ++need[l.pool];
+  m.MakeRoom(need);
+  if (!m.PremapChunks(need)) {  // the request computes its prefix instead
+    for (const KvCacheManager::Impl::Load& l : hit.loads) m.tiers[l.pool]->Unpin(l.host);
+    m.ReleaseHeld(st.slot);
+    return false;
+  }
+  for (KvCacheManager::Impl::Load& l : hit.loads) {
+    m.scratch_blocks.clear();
+    m.TakeFromPool(l.pool, 1, absl::MakeSpan(need), m.ReservedForOthers(l.pool, need),
+                   &m.scratch_blocks);
+    l.device = m.scratch_blocks[0].value;
+    l.slot = st.slot;
+    l.generation = m.generations[st.slot];
+    m.queued_loads.push_back(l);
+  }
+  m.budget->DropPremapped();
+  h.loads_in_flight = static_cast<int32_t>(hit.loads.size());
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
@@ -147,47 +198,7 @@ absl::StatusOr<int64_t> KvCacheManager::LoadFromHost(RequestHandle request) {
   const int64_t tiered = m.LongestHitLength(hashes, max_blocks, nullptr, HitScope::kDeviceAndHost);
   if (tiered <= on_device) return 0;
   TieredHit hit = CollectHit(m, hashes, tiered);
-  // Device blocks sitting free leave the free lists when held; loads take new blocks.
-  // Idle chunks holding them stop being idle: they cannot be given away for the loads.
-  std::vector<int64_t> need(m.pools.size(), 0), pinned(m.pools.size(), 0);
-  std::vector<std::pair<int32_t, int32_t>> idle;  // (pool, chunk)
-  for (const auto& [pool, b] : hit.device) {
-    const BlockPool& p = *m.pools[pool];
-    if (p.ref_count(b) != 0) continue;
-    ++need[pool];
-    if (p.IsIdleChunk(p.ChunkIndex(b))) idle.emplace_back(pool, p.ChunkIndex(b));
-  }
-  std::sort(idle.begin(), idle.end());
-  idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
-  for (const auto& [pool, chunk] : idle) ++pinned[pool];
-  for (const Impl::Load& l : hit.loads) ++need[l.pool];
-  if (!m.CanTake(need, pinned)) return 0;
-  // Pinned first: taking device blocks may evict (write-back: save) and so claim host slots.
-  for (const Impl::Load& l : hit.loads) m.tiers[l.pool]->Pin(l.host);
-  Impl::Held& h = m.held[st->slot];
-  for (const auto& [pool, b] : hit.device) {
-    m.pools[pool]->Touch({b});
-    h.blocks.emplace_back(pool, b);
-  }
-  std::fill(need.begin(), need.end(), 0);
-  for (const Impl::Load& l : hit.loads) ++need[l.pool];
-  m.MakeRoom(need);
-  if (!m.PremapChunks(need)) {  // the backing refused: undo, the request computes instead
-    for (const Impl::Load& l : hit.loads) m.tiers[l.pool]->Unpin(l.host);
-    m.ReleaseHeld(st->slot);
-    return 0;
-  }
-  for (Impl::Load& l : hit.loads) {
-    m.scratch_blocks.clear();
-    m.TakeFromPool(l.pool, 1, absl::MakeSpan(need), m.ReservedForOthers(l.pool, need),
-                   &m.scratch_blocks);
-    l.device = m.scratch_blocks[0].value;
-    l.slot = st->slot;
-    l.generation = m.generations[st->slot];
-    m.queued_loads.push_back(l);
-  }
-  m.budget->DropPremapped();
-  h.loads_in_flight = static_cast<int32_t>(hit.loads.size());
+  if (!CanHold(m, hit) || !StartLoads(m, *st, hit)) return 0;
   const int64_t tokens = (tiered - on_device) * m.block_size;
   m.host_stats.loaded_tokens += tokens;
   return tokens;

@@ -928,10 +928,12 @@ class Fuzzer {
   // released) and no pool's used blocks changed. Idle chunks may have been given back to make
   // room (their kRemoved events are left for the router's mirror), and the hit's blocks went
   // back to the cache.
-  void ExpectNoRequestChanged(const Snapshot& before, const Req& r) {
-    const Snapshot after = Take();
+  // Every live request's tables after a step that was refused or failed: only r's entries
+  // may have changed, and only to the null block (blocks it released; `windows_only`: of a
+  // sliding window). Sets *released when some did.
+  void ExpectOnlyReleases(const Snapshot& before, const Snapshot& after, const Req& r,
+                          bool windows_only, bool* released) {
     ASSERT_EQ(before.tables.size(), after.tables.size());
-    bool window_freed = false;
     for (size_t q = 0; q < before.tables.size(); ++q) {
       for (int32_t g = 0; g < m_->num_groups(); ++g) {
         const auto& a = before.tables[q][g];
@@ -939,12 +941,21 @@ class Fuzzer {
         ASSERT_EQ(a.size(), b.size()) << "request r" << live_[q]->id.value << " group " << g;
         for (size_t i = 0; i < a.size(); ++i) {
           if (a[i] == b[i]) continue;
-          ASSERT_EQ(live_[q]->id, r.id) << "refused allocation changed another request's table";
+          ASSERT_EQ(live_[q]->id, r.id) << "a failed allocation changed another request's table";
+          if (windows_only) {
+            ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
+          }
           ASSERT_EQ(b[i], kNullBlock);
-          window_freed = true;
+          *released = true;
         }
       }
     }
+  }
+
+  void ExpectNoRequestChanged(const Snapshot& before, const Req& r) {
+    const Snapshot after = Take();
+    bool window_freed = false;
+    ASSERT_NO_FATAL_FAILURE(ExpectOnlyReleases(before, after, r, false, &window_freed));
     if (!window_freed) {
       for (size_t i = 0; i < before.usage.pools.size(); ++i) {
         ASSERT_EQ(before.usage.pools[i].used_blocks, after.usage.pools[i].used_blocks);
@@ -956,23 +967,9 @@ class Fuzzer {
 
   void ExpectUnchanged(const Snapshot& before, const Req& r) {
     const Snapshot after = Take();
-    ASSERT_EQ(before.tables.size(), after.tables.size());
+    // AllocateSlots releases dead window blocks of the request even when it fails.
     bool window_freed = false;
-    for (size_t q = 0; q < before.tables.size(); ++q) {
-      for (int32_t g = 0; g < m_->num_groups(); ++g) {
-        const auto& a = before.tables[q][g];
-        const auto& b = after.tables[q][g];
-        ASSERT_EQ(a.size(), b.size()) << "request r" << live_[q]->id.value << " group " << g;
-        for (size_t i = 0; i < a.size(); ++i) {
-          if (a[i] == b[i]) continue;
-          // AllocateSlots releases dead window blocks of the request even when it fails.
-          ASSERT_EQ(live_[q]->id, r.id) << "failed allocation changed another request's table";
-          ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
-          ASSERT_EQ(b[i], kNullBlock);
-          window_freed = true;
-        }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectOnlyReleases(before, after, r, true, &window_freed));
     if (!window_freed) {
       ASSERT_NO_FATAL_FAILURE(ExpectSameUsage(before.usage, after.usage));
       for (int32_t g = 0; g < m_->num_groups(); ++g) {

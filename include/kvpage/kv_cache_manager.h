@@ -361,6 +361,13 @@ class KvCacheManager {
   absl::StatusOr<CacheHit> GetComputedBlocks(RequestHandle request);
   // Finds blocks for the step's tokens in every group, all-or-nothing: true on success, false
   // (and nothing changed but out-of-window frees) when memory is short. Errors for misuse.
+  // Once the request holds blocks, num_computed_tokens may move ahead of the last step the
+  // manager saw as far as the blocks it holds reach (a caller skips quiet steps, see the top
+  // of this file; past them it is InvalidArgument). It may go back before the start of that
+  // step (a recompute after a failed KV load) under RollbackTokens' rules: FailedPrecondition
+  // with linear-attention state, or when a sliding window has freed a block the window of
+  // the first recomputed token reads. Nothing is checked about tokens in between: whether
+  // their K/V was written is the caller's to know.
   absl::StatusOr<bool> AllocateSlots(RequestHandle request, const AllocationRequest& step);
   // AllocateSlots for many running requests at once, in order (no hits, no lookahead): the
   // decode step of a continuous batch. Steps that end before their request's NextEvent are

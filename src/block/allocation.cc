@@ -88,6 +88,7 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
                                                    req.num_processed_tokens));
   }
   const CacheHit* hit = RealHit(req);
+  if (hit == nullptr && st.allocated) KVPAGE_RETURN_IF_ERROR(CheckStepOrder(st, c));
   if (hit == nullptr) {
     if (!st.allocated && c > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -105,6 +106,20 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
     const StepArgs step = ArgsFor(req, *g);
     KVPAGE_RETURN_IF_ERROR(hit != nullptr ? g->CheckHit(r, step) : g->Validate(r, step));
   }
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Impl::CheckStepOrder(const RequestState& st, int64_t c) const {
+  const int64_t begin = summaries[st.slot].step_begin;
+  if (c >= begin) return absl::OkStatus();
+  // Going back (a recompute after a failed KV load, say) is a rollback of computed tokens:
+  // token c is computed again and its attention must still find what it reads.
+  if (has_state_groups) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "num_computed_tokens ", c, " of request ", st.id.value, " goes back before ", begin,
+        ", where its last step began: its linear-attention state cannot go back"));
+  }
+  for (const auto& g : groups) KVPAGE_RETURN_IF_ERROR(g->CheckRollback(st.slot, st.id, c + 1));
   return absl::OkStatus();
 }
 
@@ -155,7 +170,10 @@ bool IsPlain(const AllocationRequest& req) {
 
 absl::StatusOr<bool> KvCacheManager::Impl::Allocate(RequestState& st, const AllocationRequest& req) {
   step_open = true;
-  if (IsPlain(req) && IsQuiet(st.slot, req.num_computed_tokens, req.num_new_tokens)) return true;
+  if (IsPlain(req) && IsQuiet(st.slot, req.num_computed_tokens, req.num_new_tokens)) {
+    NoteStep(st.slot, req.num_computed_tokens);
+    return true;
+  }
   return AllocateStep(st, req);
 }
 
@@ -181,6 +199,7 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
       pending_commits.push_back(st.slot);
     }
     st.allocated = r.allocated = true;
+    NoteStep(st.slot, c);
     if (has_host_tier()) ReleaseHeld(st.slot);  // the hit holds its own references now
   }
   RefreshNextEvent(r);  // a failed step may still have released window blocks
@@ -285,6 +304,7 @@ void KvCacheManager::Impl::FreeRequestBlocks(RequestState& st) {
   }
   for (const auto& g : groups) g->Free(r);
   st.allocated = false;
+  NoteStep(st.slot, 0);
   RefreshNextEvent(View(st));
 }
 

@@ -367,7 +367,10 @@ absl::StatusOr<int64_t> KvCacheManager::AllocateDecodeStep(absl::Span<const Deco
   for (size_t i = 0; i < steps.size(); ++i) {
     const DecodeStep& step = steps[i];
     const int32_t slot = step.request.slot_;
-    if (m.IsQuiet(slot, step.num_computed_tokens, step.num_new_tokens)) continue;
+    if (m.IsQuiet(slot, step.num_computed_tokens, step.num_new_tokens)) {
+      m.NoteStep(slot, step.num_computed_tokens);
+      continue;
+    }
     KVPAGE_ASSIGN_OR_RETURN(const bool ok,
                             m.AllocateStep(*m.states[slot],
                                            {.num_computed_tokens = step.num_computed_tokens,

@@ -102,6 +102,9 @@ class KvCacheManager::Impl {
   absl::StatusOr<bool> AllocateStep(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
                                       const AllocationRequest& req) const;
+  // A step of a request that holds blocks going back before its last step's start is a
+  // rollback: KvCacheManager::RollbackTokens' rules.
+  absl::Status CheckStepOrder(const internal::RequestState& st, int64_t c) const;
   absl::Status ValidateAllocation(const internal::RequestState& st,
                                   const internal::RequestView& r,
                                   const AllocationRequest& req) const;
@@ -114,11 +117,14 @@ class KvCacheManager::Impl {
   // The general case: all or nothing across the pools, moving chunks between them through the
   // budget; takes the hit first. False (nothing taken) when memory is short.
   bool TakeAcrossPools(const internal::RequestView& r, const AllocationRequest& req);
-  // A step of n tokens after c that needs nothing (KvCacheManager::NextEvent).
+  // A step of n tokens after c that needs nothing (KvCacheManager::NextEvent) and does not go
+  // back before the last step the manager saw (AllocateStep judges that).
   bool IsQuiet(int32_t slot, int64_t c, int64_t n) const {
     const Summary& s = summaries[slot];
-    return n > 0 && c >= 0 && c <= s.num_tokens && n < s.next_event - c;
+    return n > 0 && c >= s.step_begin && c <= s.num_tokens && n < s.next_event - c;
   }
+  // Records that a step after c computed tokens got its slots.
+  void NoteStep(int32_t slot, int64_t c) { summaries[slot].step_begin = c; }
   void RemoveSkipped(internal::RequestState& st, int64_t num_processed);
   // Commits the request's last step in every group: its pending full blocks and state
   // snapshot join the prefix cache (CompleteStep, or before a state group's next step).
@@ -247,6 +253,9 @@ class KvCacheManager::Impl {
   struct Summary {
     int64_t num_tokens = 0;  // all the request's tokens (vector and tail)
     int64_t next_event = 0;  // KvCacheManager::NextEvent
+    // The computed-token count of the last step the manager saw (0 while the request holds
+    // no blocks). Steps a caller skips (quiet ones) only move forward from it.
+    int64_t step_begin = 0;
   };
   std::vector<Summary> summaries;
   std::vector<int32_t> tails;  // block_size tokens per slot (see RequestState::tokens)

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,74 @@ TEST(InputBounds, DecodeAtTheLargestMaxModelLenAllocates) {
   EXPECT_EQ(m->BlockTable(h, GroupId(0))->size(), 9u);
   EXPECT_LE(*m->NextEvent(h), 145);
   EXPECT_TRUE(m->CheckInvariants().ok());
+}
+
+// ---- Computed-token counts between steps ----
+
+// A request with 100 prompt tokens allocated, then 20 decode steps of one token: it holds
+// 120 tokens with 120 computed and slots through its last step's end (120).
+std::unique_ptr<KvCacheManager> DecodedRequest(const char* model, RequestHandle* h) {
+  KvCacheConfig config = TinyConfig();
+  config.kv_budget_bytes = int64_t{64} << 20;
+  auto m = *KvCacheManager::Create(testing::TinyModel(model), config);
+  *h = *m->AddRequest({RequestId(1), Tokens(100)});
+  EXPECT_TRUE(*m->AllocateSlots(*h, {.num_new_tokens = 100}));
+  for (int64_t c = 100; c < 120; ++c) {
+    m->CompleteStep();
+    EXPECT_TRUE(m->AppendTokens(*h, {7}).ok());
+    EXPECT_TRUE(*m->AllocateSlots(*h, {.num_computed_tokens = c, .num_new_tokens = 1}));
+  }
+  m->CompleteStep();
+  EXPECT_TRUE(m->AppendTokens(*h, {7}).ok());  // 121 tokens, 120 computed
+  return m;
+}
+
+// Skipping ahead is what a caller that skips quiet steps does (NextEvent): taken while the
+// held blocks reach, refused past them. 8 blocks of 16 hold 128 tokens.
+TEST(InputBounds, ComputedTokensMayMoveAheadOnlyAsFarAsTheBlocksReach) {
+  RequestHandle h;
+  auto m = DecodedRequest(testing::kTinyFull, &h);
+  ASSERT_TRUE(m->AppendTokens(h, std::vector<int32_t>(20, 7)).ok());  // 141 tokens
+  EXPECT_TRUE(*m->AllocateSlots(h, {.num_computed_tokens = 125, .num_new_tokens = 1}));
+  auto r = m->AllocateSlots(h, {.num_computed_tokens = 140, .num_new_tokens = 1});
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "num_computed_tokens 140 exceeds the 128 tokens the request holds blocks for");
+  EXPECT_TRUE(m->CheckInvariants().ok());
+}
+
+// Going back is a recompute: fine for full attention, refused where it cannot be served.
+TEST(InputBounds, ComputedTokensThatGoBackFollowTheRollbackRules) {
+  {
+    RequestHandle h;
+    auto m = DecodedRequest(testing::kTinyFull, &h);
+    ASSERT_TRUE(*m->AllocateSlots(h, {.num_computed_tokens = 64, .num_new_tokens = 57}));
+    EXPECT_EQ(m->BlockTable(h, GroupId(0))->size(), 8u);
+    EXPECT_TRUE(m->CheckInvariants().ok());
+  }
+  {
+    // Window 32: the last step (token 119, window 88..119) freed blocks 0-4 (tokens 0..79),
+    // so token 64's window (33..64) is gone; token 112's (81..112) starts in block 5, held.
+    RequestHandle h;
+    auto m = DecodedRequest(testing::kTinyHybridSwa, &h);
+    auto r = m->AllocateSlots(h, {.num_computed_tokens = 64, .num_new_tokens = 57});
+    ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("is already freed"));
+    ASSERT_TRUE(*m->AllocateSlots(h, {.num_computed_tokens = 112, .num_new_tokens = 9}));
+    EXPECT_TRUE(m->CheckInvariants().ok());
+  }
+  {
+    // Every step of a state model reaches the manager (NextEvent is 0), so the last one began
+    // at 119. A quiet step going back was taken before.
+    RequestHandle h;
+    auto m = DecodedRequest(testing::kTinyGdn, &h);
+    auto r = m->AllocateSlots(h, {.num_computed_tokens = 118, .num_new_tokens = 3});
+    ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+    EXPECT_EQ(r.status().message(),
+              "num_computed_tokens 118 of request 1 goes back before 119, where its last step "
+              "began: its linear-attention state cannot go back");
+    EXPECT_TRUE(m->CheckInvariants().ok());
+  }
 }
 
 // ---- Map units ----

@@ -24,7 +24,7 @@ set(public_model dtype model_spec catalog vllm_version tensor_parallel)
 set(public_block types block_hash block_pool memory_budget memory_layout kv_events
     kv_cache_manager)
 set(public_memory host_memory_backing cuda_vmm_backing)
-set(public_scheduler scheduler step_image)
+set(public_scheduler scheduler step_image metrics)
 set(public_planner planner plan_format)
 set(public_kernels kernel_layout kernel_reference)
 set(public_device device_step_tables)

@@ -76,7 +76,7 @@ struct Metrics {
   int64_t prompt_tokens_cached = 0;  // of which prefix hits
   // Counters the recorder keeps.
   int64_t generation_tokens = 0;     // sampled tokens applied by Update
-  int64_t requests_stop = 0;         // finished on a stop token
+  int64_t requests_stop = 0;         // finished on a stop token (or a server's stop string)
   int64_t requests_length = 0;       // max_new_tokens or max_model_len reached
   int64_t requests_abort = 0;        // the scheduler's count of Abort calls
   // Histograms the recorder keeps.
@@ -103,6 +103,9 @@ class MetricsRecorder {
   // The step's Update: tokens generated, first tokens, finished requests.
   void ObserveUpdate(const SchedulerOutput& output, const ModelOutput& model_output,
                      const UpdateResult& result, double now_seconds);
+  // A request the server ended with Scheduler::Finish (Update's finished requests are
+  // observed by ObserveUpdate).
+  void ObserveFinish(const FinishedRequest& finished, double now_seconds);
 
   // The metrics as of now: the recorder's own plus the scheduler's gauges and counters.
   Metrics Snapshot(const Scheduler& scheduler) const;

@@ -198,6 +198,9 @@ struct FinishedRequest {
   RequestId id;
   FinishReason reason = FinishReason::kStop;
   int32_t num_output_tokens = 0;
+  // Prompt tokens the prefix cache (device or host tier) served at the request's first
+  // admission (vLLM's num_cached_tokens); 0 if it never ran.
+  int64_t num_cached_tokens = 0;
 };
 
 struct StepStats {
@@ -251,6 +254,11 @@ class Scheduler {
   // a prefix hit (KvCacheManager::CompleteStep). Under kVllm accounting blocks are cached when
   // allocated, so a request admitted in the same step may read them: run it.
   absl::Status Abort(RequestId id);
+  // Ends a waiting or running request for a reason the server found (a stop string, a
+  // client gone: kStop, kAborted, ...) at once, as Abort does (same rules between Schedule
+  // and Update), but counted as finished (kAborted counts as an abort) and answered with its
+  // FinishedRequest. NotFound if unknown or already finished.
+  absl::StatusOr<FinishedRequest> Finish(RequestId id, FinishReason reason);
 
   // Decides the next step. The returned output lives in the scheduler until the next call.
   // While the latest output has not been through Update, Schedule returns it again unchanged:

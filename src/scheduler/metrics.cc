@@ -163,16 +163,21 @@ void MetricsRecorder::ObserveUpdate(const SchedulerOutput& output,
     it->second.sampled = true;
     m_.time_to_first_token_seconds.Observe(now_seconds - it->second.arrival);
   }
-  for (const FinishedRequest& f : result.finished) {
-    if (f.reason == FinishReason::kAborted) continue;
-    ++(f.reason == FinishReason::kStop ? m_.requests_stop : m_.requests_length);
-    m_.request_generation_tokens.Observe(f.num_output_tokens);
-    auto it = timelines_.find(f.id);
-    if (it == timelines_.end()) continue;
-    m_.e2e_latency_seconds.Observe(now_seconds - it->second.arrival);
-    m_.request_prompt_tokens.Observe(static_cast<double>(it->second.prompt_tokens));
-    timelines_.erase(it);
+  for (const FinishedRequest& f : result.finished) ObserveFinish(f, now_seconds);
+}
+
+void MetricsRecorder::ObserveFinish(const FinishedRequest& f, double now_seconds) {
+  auto it = timelines_.find(f.id);
+  if (f.reason == FinishReason::kAborted) {
+    if (it != timelines_.end()) timelines_.erase(it);
+    return;
   }
+  ++(f.reason == FinishReason::kStop ? m_.requests_stop : m_.requests_length);
+  m_.request_generation_tokens.Observe(f.num_output_tokens);
+  if (it == timelines_.end()) return;
+  m_.e2e_latency_seconds.Observe(now_seconds - it->second.arrival);
+  m_.request_prompt_tokens.Observe(static_cast<double>(it->second.prompt_tokens));
+  timelines_.erase(it);
 }
 
 Metrics MetricsRecorder::Snapshot(const Scheduler& scheduler) const {

@@ -330,6 +330,7 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
     waiting.erase(waiting.begin());
     if (reserve_others) outstanding += remaining - n;
     if (!r.resumed) {
+      r.num_cached_tokens = c;
       stats.admitted_prompt_tokens += r.num_tokens;
       stats.prefix_hit_tokens += c;
       stats.host_hit_tokens += std::min(r.loaded_tokens, c);

@@ -311,33 +311,50 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
 }
 
 absl::Status Scheduler::Abort(RequestId id) {
+  absl::StatusOr<int32_t> q = impl_->Remove(id);
+  if (!q.ok()) return q.status();
+  ++impl_->stats.aborted;
+  impl_->Release(*q);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FinishedRequest> Scheduler::Finish(RequestId id, FinishReason reason) {
   Impl& s = *impl_;
-  auto it = s.index_of.find(id);
-  if (it == s.index_of.end()) {
+  absl::StatusOr<int32_t> q = s.Remove(id);
+  if (!q.ok()) return q.status();
+  const SchedRequest& r = s.reqs[*q];
+  const FinishedRequest finished{r.id, reason, static_cast<int32_t>(r.NumOutput()),
+                                 std::max<int64_t>(0, r.num_cached_tokens)};
+  ++(reason == FinishReason::kAborted ? s.stats.aborted : s.stats.finished);
+  s.Release(*q);
+  return finished;
+}
+
+absl::StatusOr<int32_t> Scheduler::Impl::Remove(RequestId id) {
+  auto it = index_of.find(id);
+  if (it == index_of.end()) {
     return absl::NotFoundError(absl::StrCat("request ", id.value, " is not queued or running"));
   }
   const int32_t q = it->second;
-  if (s.reqs[q].status == RequestStatus::kWaiting || s.reqs[q].status == RequestStatus::kLoading) {
-    s.waiting.erase(q);
-    std::erase(s.loading, q);
+  if (reqs[q].status == RequestStatus::kWaiting || reqs[q].status == RequestStatus::kLoading) {
+    waiting.erase(q);
+    std::erase(loading, q);
     // A load in flight keeps its blocks until its transfer completes.
-    if (s.reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(s.kv->Free(s.reqs[q].kv));
+    if (reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(kv->Free(reqs[q].kv));
   } else {
-    if (!s.applied) {
+    if (!applied) {
       // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
-      if (s.reqs[q].scheduled_step == s.step) {
-        std::replace(s.scheduled.begin(), s.scheduled.end(), q, -1);
+      if (reqs[q].scheduled_step == step) {
+        std::replace(scheduled.begin(), scheduled.end(), q, -1);
       }
       // The server may not have run that output yet: its block tables must not change under
       // it when the last row moves into this one's place.
-      s.FreezeOutputTables();
+      FreezeOutputTables();
     }
-    s.LeaveRunning(q);
+    LeaveRunning(q);
   }
-  s.pending_finished.push_back(id);
-  ++s.stats.aborted;
-  s.Release(q);
-  return absl::OkStatus();
+  pending_finished.push_back(id);
+  return q;
 }
 
 // ---- Queues ----
@@ -479,7 +496,8 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
 
 void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& update) {
   SchedRequest& r = reqs[q];
-  update.finished.push_back({r.id, reason, static_cast<int32_t>(r.NumOutput())});
+  update.finished.push_back({r.id, reason, static_cast<int32_t>(r.NumOutput()),
+                             std::max<int64_t>(0, r.num_cached_tokens)});
   pending_finished.push_back(r.id);
   LeaveRunning(q);
   Release(q);

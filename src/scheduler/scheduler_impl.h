@@ -83,6 +83,7 @@ struct alignas(64) SchedRequest {
   // attention's hit ends), so recurrent state is snapshotted there. 0 = none.
   int64_t chunk_stop = 0;
   int64_t loaded_tokens = 0;  // prompt tokens its last host-tier load brought back
+  int64_t num_cached_tokens = -1;  // prefix-hit tokens at its first admission (-1 before)
   bool host_load_failed = false;  // a load failed: it computes its prefix instead
   double arrival_time = 0;
   uint64_t seq = 0;  // order of AddRequest: the last tie-break
@@ -203,6 +204,10 @@ class Scheduler::Impl {
                     UpdateResult& update);
   // Request q finished: report it, free its blocks and row, release its index.
   void Finish(int32_t q, FinishReason reason, UpdateResult& update);
+  // Takes a live request out of the queues or the batch (Abort, Scheduler::Finish) and lists
+  // it in the next output's finished_ids; the caller counts it and Releases it. NotFound for
+  // an id that is not queued or running.
+  absl::StatusOr<int32_t> Remove(RequestId id);
 
   // ---- Batch tables (batch_tables.cc) ----
   void InitTables();

@@ -130,6 +130,22 @@ TEST_F(MetricsRun, RendersPrometheusText) {
       "vllm:request_queue_time_seconds_bucket{model_name=\"tiny\",le=\"1\"} 4\n"));
 }
 
+// A request the server finishes itself counts by its reason; an aborted one only in the
+// scheduler's abort count.
+TEST_F(MetricsRun, CountsFinishCalls) {
+  ASSERT_TRUE(scheduler_->AddRequest({.id = RequestId(9), .prompt_token_ids = Tokens(30, 900),
+                                      .max_new_tokens = 8}).ok());
+  recorder_.ObserveArrival(RequestId(9), 30, 10.0);
+  auto f = scheduler_->Finish(RequestId(9), FinishReason::kStop);
+  ASSERT_TRUE(f.ok()) << f.status();
+  recorder_.ObserveFinish(*f, 12.0);
+  const Metrics m = recorder_.Snapshot(*scheduler_);
+  EXPECT_EQ(m.requests_stop, 1);
+  EXPECT_EQ(m.e2e_latency_seconds.count, 4u);
+  EXPECT_EQ(m.e2e_latency_seconds.sum, 3 * 3.5 + 2.0);
+  EXPECT_EQ(m.request_prompt_tokens.sum, 20 + 21 + 20 + 30);
+}
+
 TEST(Metrics, EscapesTheModelName) {
   const std::string text = RenderPrometheus(Metrics{}, "a\"b\\c\nd");
   EXPECT_THAT(text, HasSubstr("vllm:num_requests_waiting{model_name=\"a\\\"b\\\\c\\nd\"} 0\n"));

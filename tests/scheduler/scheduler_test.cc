@@ -714,6 +714,44 @@ TEST(SchedulerTest, AbortFreesAtOnce) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// Finish ends a request for the server's reason, with its FinishedRequest: the second turn
+// of a conversation hit 96 cached tokens at admission; a waiting request never ran.
+TEST(SchedulerTest, FinishEndsARequestWithItsReasonAndCachedTokens) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(100));
+  ASSERT_TRUE(s->AddRequest(Req(0, Tokens(100, 7), /*max_new=*/1)).ok());
+  UpdateResult first = Step(*s);
+  ASSERT_EQ(first.finished.size(), 1u);
+  EXPECT_EQ(first.finished[0].num_cached_tokens, 0);
+  ASSERT_TRUE(s->AddRequest(Req(1, Concat(Tokens(100, 7), Tokens(30, 900)))).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, Tokens(40, 300))).ok());
+  const SchedulerOutput& out = s->Schedule();
+  ASSERT_EQ(out.requests.size(), 2u);
+  // Between Schedule and Update, as Abort: the step's output stays as it was.
+  absl::StatusOr<FinishedRequest> f = s->Finish(RequestId(1), FinishReason::kStop);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->id, RequestId(1));
+  EXPECT_EQ(f->reason, FinishReason::kStop);
+  EXPECT_EQ(f->num_output_tokens, 0);
+  EXPECT_EQ(f->num_cached_tokens, 96);
+  EXPECT_SCHED_INVARIANTS(*s);
+  ASSERT_TRUE(s->Update(out, SampleAll(out)).ok());
+  ASSERT_TRUE(s->AddRequest(Req(3, Tokens(40, 600))).ok());
+  f = s->Finish(RequestId(3), FinishReason::kAborted);  // waiting: counted as an abort
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->num_cached_tokens, 0);
+  f = s->Finish(RequestId(2), FinishReason::kLength);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->num_output_tokens, 1);
+  EXPECT_EQ(s->Finish(RequestId(2), FinishReason::kStop).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->stats().finished, 3);
+  EXPECT_EQ(s->stats().aborted, 1);
+  EXPECT_THAT(s->Schedule().finished_ids, ElementsAre(RequestId(1), RequestId(3), RequestId(2)));
+  EXPECT_EQ(s->kv_cache().Usage().used_bytes, 0);
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+  EXPECT_SCHED_INVARIANTS(*s);
+}
+
 // An abort between Schedule and Update of a steady decode step moves the last row into the
 // aborted one's place: Update must still give each request its own sampled token.
 TEST(SchedulerTest, AbortInASteadyStepKeepsEachTokenWithItsRequest) {

@@ -64,7 +64,7 @@ struct BlockHashExtras {
 
   // InvalidArgument naming the item for a multimodal item with an empty identifier, or whose
   // placeholder tokens [offset, offset + length) are empty or not within a prompt of
-  // `num_prompt_tokens` tokens, or items not sorted by offset.
+  // `num_prompt_tokens` tokens, or items not sorted by offset or overlapping.
   absl::Status Validate(int64_t num_prompt_tokens) const;
 };
 

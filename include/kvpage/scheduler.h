@@ -92,6 +92,13 @@ struct RequestSpec {
   double arrival_time = 0;              // seconds, the caller's clock
   std::string cache_salt;               // requests with different salts never share blocks
   int64_t lora_id = 0;                  // 0 = none
+  // Images and other multimodal inputs behind placeholder tokens of the prompt: sorted by
+  // offset, apart, inside the prompt, non-empty identifiers (BlockHashExtras::Validate). A
+  // block shares KV only with blocks of the same items at the same places.
+  std::vector<MultimodalItem> mm_items;
+  // Never read the prefix cache (prompt logprobs need every position computed); the
+  // request's blocks are still cached for others.
+  bool skip_prefix_cache_read = false;
 };
 
 enum class FinishReason : uint8_t { kStop, kLength, kMaxModelLen, kAborted };

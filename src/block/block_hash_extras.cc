@@ -1,4 +1,5 @@
-// BlockHashExtras::Validate: multimodal items must lie within the prompt they describe.
+// BlockHashExtras::Validate: multimodal items must lie within the prompt they describe, in
+// order and apart.
 #include "absl/strings/str_cat.h"
 #include "kvpage/block_hash.h"
 
@@ -27,6 +28,13 @@ absl::Status BlockHashExtras::Validate(int64_t num_prompt_tokens) const {
       return absl::InvalidArgumentError(
           absl::StrCat("multimodal items are not sorted by offset: item ", i, " at ",
                        item.offset, " follows one at ", mm_items[i - 1].offset));
+    }
+    // (The previous item ends by the prompt's end, so its end does not overflow.)
+    if (i > 0 && item.offset < mm_items[i - 1].offset + mm_items[i - 1].length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "multimodal item ", i, " ('", item.identifier, "') at offset ", item.offset,
+          " overlaps item ", i - 1, " ('", mm_items[i - 1].identifier, "'), which ends at ",
+          mm_items[i - 1].offset + mm_items[i - 1].length));
     }
   }
   return absl::OkStatus();

@@ -251,6 +251,8 @@ CacheHit Scheduler::Impl::Admit(SchedRequest& r) {
     r.tokens = {};
     spec.extras.lora_id = r.lora_id;
     spec.extras.cache_salt = r.cache_salt;
+    spec.extras.mm_items = r.mm_items;  // kept: a preempted request is added again
+    spec.skip_prefix_cache_read = r.skip_prefix_cache_read;
     absl::StatusOr<RequestHandle> added = kv->AddRequest(std::move(spec));
     KVPAGE_DCHECK(added.ok());  // the id is not in the cache; the tokens were checked
     r.kv = added.ok() ? *added : RequestHandle();

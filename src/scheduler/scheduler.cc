@@ -270,6 +270,14 @@ absl::Status ValidateRequest(const RequestSpec& spec, int64_t max_model_len, uin
                                               "-token prompt; max_model_len ", max_model_len,
                                               " leaves no room for an output token"));
   }
+  if (!spec.mm_items.empty()) {
+    BlockHashExtras extras;
+    extras.mm_items = spec.mm_items;
+    if (absl::Status items = extras.Validate(len); !items.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", spec.id.value, ": ", items.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -305,6 +313,8 @@ absl::Status Scheduler::AddRequest(RequestSpec spec) {
   r.seq = s.next_seq++;
   r.cache_salt = std::move(spec.cache_salt);
   r.lora_id = spec.lora_id;
+  r.mm_items = std::move(spec.mm_items);
+  r.skip_prefix_cache_read = spec.skip_prefix_cache_read;
   s.index_of.emplace(r.id, q);
   s.PushWaiting(q, /*front=*/false);
   return absl::OkStatus();

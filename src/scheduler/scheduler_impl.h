@@ -90,6 +90,8 @@ struct alignas(64) SchedRequest {
   int64_t queue_key = 0;  // FCFS: place in the waiting queue (Scheduler::Impl::PushWaiting)
   std::string cache_salt;
   int64_t lora_id = 0;
+  std::vector<MultimodalItem> mm_items;
+  bool skip_prefix_cache_read = false;
 
   int64_t NumOutput() const { return num_tokens - prompt_len; }
   // A plain decode step: one known token, no drafts.

@@ -714,6 +714,46 @@ TEST(SchedulerTest, AbortFreesAtOnce) {
   EXPECT_SCHED_INVARIANTS(*s);
 }
 
+// Multimodal items reach the KV cache's hashes: the same 384 placeholder tokens behind a
+// different image share only the 64 tokens before the image; behind the same image, all but
+// the last block (the last token is always computed). Overlapping items are refused.
+TEST(SchedulerTest, MultimodalItemsDecideWhatIsShared) {
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), TinyConfig(200));
+  const std::vector<int32_t> prompt = Tokens(384, 7);
+  auto with_image = [&](int64_t id, std::string image) {
+    RequestSpec r = Req(id, prompt, /*max_new=*/1);
+    r.mm_items.push_back({.identifier = std::move(image), .offset = 64, .length = 256});
+    return r;
+  };
+  auto computed_at_admission = [&](RequestSpec r) -> int64_t {
+    EXPECT_TRUE(s->AddRequest(std::move(r)).ok());
+    const SchedulerOutput& out = s->Schedule();
+    EXPECT_EQ(out.requests.size(), 1u);
+    const int64_t c = out.requests.empty() ? -1 : out.requests[0].num_computed_tokens;
+    EXPECT_TRUE(s->Update(out, SampleAll(out)).ok());
+    EXPECT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
+    return c;
+  };
+  EXPECT_EQ(computed_at_admission(with_image(0, "img-a")), 0);
+  EXPECT_EQ(computed_at_admission(with_image(1, "img-b")), 64);
+  EXPECT_EQ(computed_at_admission(with_image(2, "img-a")), 368);
+  RequestSpec plain = Req(3, prompt, /*max_new=*/1);
+  plain.skip_prefix_cache_read = true;
+  EXPECT_EQ(computed_at_admission(std::move(plain)), 0);
+
+  RequestSpec overlap = with_image(4, "img-a");
+  overlap.mm_items.push_back({.identifier = "img-c", .offset = 300, .length = 10});
+  const absl::Status st = s->AddRequest(std::move(overlap));
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_EQ(st.message(),
+            "request 4: multimodal item 1 ('img-c') at offset 300 overlaps item 0 ('img-a'), "
+            "which ends at 320");
+  RequestSpec outside = with_image(5, "img-a");
+  outside.mm_items[0].length = 400;
+  EXPECT_TRUE(absl::IsInvalidArgument(s->AddRequest(std::move(outside))));
+  EXPECT_FALSE(s->HasUnfinishedRequests());
+}
+
 // Finish ends a request for the server's reason, with its FinishedRequest: the second turn
 // of a conversation hit 96 cached tokens at admission; a waiting request never ran.
 TEST(SchedulerTest, FinishEndsARequestWithItsReasonAndCachedTokens) {

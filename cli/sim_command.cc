@@ -79,7 +79,6 @@ int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
   return 0;
 }
 
-
 // Replays the trace under each allocator's accounting into results. Returns 0, or the exit
 // code after a message on stderr.
 int SimulateEach(const SimFlags& f, const std::vector<std::string>& allocators,

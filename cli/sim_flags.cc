@@ -146,10 +146,10 @@ void RegisterHostTierFlags(FlagSet& fs, SimFlags& f) {
             "queue for both directions (default 32, a conservative round figure for PCIe Gen5).");
 }
 
-
 // The largest --tp taken.
 constexpr int64_t kMaxTp = 1024;
 
+// InvalidArgument naming --flag unless 1 <= v <= max.
 absl::Status Positive(const char* flag, int64_t v, int64_t max = int64_t{1} << 30) {
   if (v < 1 || v > max) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [1, ", max,
@@ -202,7 +202,6 @@ absl::StatusOr<sim::ArrivalOptions> Arrivals(const SimFlags& f, const FlagSet& f
   }
   return a;
 }
-
 
 // --synthetic N: N requests (at most --max-requests) of --prompt-len and --output-len tokens.
 absl::StatusOr<std::vector<sim::TraceRequest>> SyntheticTrace(const SimFlags& f,
@@ -288,8 +287,7 @@ absl::Status SetHostTier(const SimFlags& f, const FlagSet& fs, sim::SimConfig& c
   return absl::OkStatus();
 }
 
-
-// --model and --gpu, the GPU's calibration, and the vocabulary token ids stay inside.
+// --model and --gpu with its calibration; token ids kept inside the model's vocabulary.
 absl::Status SetModelAndGpu(const SimFlags& f, sim::SimConfig& c) {
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (f.gpu.empty()) return absl::InvalidArgumentError("--gpu is required");
@@ -496,6 +494,5 @@ absl::StatusOr<sim::FleetConfig> MakeFleetConfig(const SimFlags& f, const sim::S
   c.overlap_weight = f.overlap_weight;
   return c;
 }
-
 
 }  // namespace kvpage::cli

@@ -6,6 +6,9 @@
 #   kernels (src/kernels_ref, kernels/) -> model only         internal: any layer may use it
 #   device (src/device: the step's tables on the GPU) -> scheduler, kernels
 #   events (src/events: KV events on the wire, their publisher) -> block; sim may use it
+#   cli (cli/: the kvpage command line, an application) -> the library and sim
+# Nothing under src/ includes sim/ or cli/: a file in a folder no layer names yet is checked
+# against the library's layers as a whole.
 cmake_minimum_required(VERSION 3.25)
 
 set(allowed_model model internal)
@@ -18,6 +21,8 @@ set(allowed_kernels model kernels internal)
 set(allowed_device model block scheduler kernels device internal)
 set(allowed_events model block events internal)
 set(allowed_internal internal)
+set(allowed_cli model block scheduler planner sim events memory internal cli)
+set(allowed_library model block scheduler planner kernels memory device events internal)
 
 # The layer of each public header in include/kvpage/.
 set(public_model dtype model_spec catalog vllm_version tensor_parallel)
@@ -49,6 +54,8 @@ function(layer_of_include path out)
     set(layer internal)
   elseif(path MATCHES "^(model|block|scheduler|planner|sim|kernels|memory|device|events)/")
     set(layer ${CMAKE_MATCH_1})
+  elseif(path MATCHES "^cli/")
+    set(layer cli)
   endif()
   set(${out} "${layer}" PARENT_SCOPE)
 endfunction()
@@ -72,15 +79,25 @@ endfunction()
 foreach(layer model block scheduler planner memory device events internal)
   file(GLOB_RECURSE files ${SOURCE_DIR}/src/${layer}/*.h ${SOURCE_DIR}/src/${layer}/*.cc)
   check_files(${layer} ${files})
+  list(APPEND src_checked ${files})
 endforeach()
 file(GLOB files ${SOURCE_DIR}/src/profile/*.h ${SOURCE_DIR}/src/profile/*.cc)
 check_files(internal ${files})
+list(APPEND src_checked ${files})
 file(GLOB files ${SOURCE_DIR}/sim/*.h ${SOURCE_DIR}/sim/*.cc)
 check_files(sim ${files})
 file(GLOB_RECURSE files ${SOURCE_DIR}/src/kernels_ref/*.cc ${SOURCE_DIR}/kernels/*.h
      ${SOURCE_DIR}/kernels/*.cc ${SOURCE_DIR}/kernels/*.cuh ${SOURCE_DIR}/kernels/*.cu
      ${SOURCE_DIR}/include/kvpage/cuda/*.h)
 check_files(kernels ${files})
+list(APPEND src_checked ${files})
+# Every other file under src/ (a folder no layer above names): no arrow up to sim/ or cli/.
+file(GLOB_RECURSE files ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cc ${SOURCE_DIR}/src/*.cu
+     ${SOURCE_DIR}/src/*.cuh)
+list(REMOVE_ITEM files ${src_checked})
+check_files(library ${files})
+file(GLOB_RECURSE files ${SOURCE_DIR}/cli/*.h ${SOURCE_DIR}/cli/*.cc)
+check_files(cli ${files})
 file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h)
 foreach(file IN LISTS files)
   get_filename_component(name ${file} NAME)

@@ -78,7 +78,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kvpage.pc
 
 if(TARGET kvpage_cli)
   install(TARGETS kvpage_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT kvpage_runtime)
-  # What the CLI reads at run time, found relative to bin/ (see src/cli/cli_util.h).
+  # What the CLI reads at run time, found relative to bin/ (see cli/cli_util.h).
   set(_kvpage_share ${CMAKE_INSTALL_DATADIR}/kvpage)
   install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/plot_plan.py ${PROJECT_SOURCE_DIR}/scripts/plot_sim.py
                    ${PROJECT_SOURCE_DIR}/scripts/plot_slo.py

@@ -23,9 +23,12 @@
 //                         [--kv-events-endpoint tcp://*:5557]
 //                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
 //                         [--kv-events-linger-s 0] [--kv-events-wait-s 0]
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,8 +36,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kvpage/catalog.h"
 #include "kvpage/kv_event_publisher.h"
 #include "kvpage/scheduler.h"
@@ -58,41 +63,78 @@ struct Options {
   double kv_events_wait_s = 0;
 };
 
+// Whole-string parses of a flag's value; false on anything else (the caller names the flag).
+bool ParseInteger(const std::string& text, long long min, long long* out) {
+  char* end = nullptr;
+  const long long number = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || number < min) return false;
+  *out = number;
+  return true;
+}
+
+bool ParseSeconds(const std::string& text, double* out) {
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (!(seconds >= 0) || end == text.c_str() || *end != '\0') return false;
+  *out = seconds;
+  return true;
+}
+
+// One setter per kind of flag: text, a positive count, a hash seed >= 0, seconds >= 0.
+template <auto Field>
+bool SetText(const std::string& value, Options* o) {
+  o->*Field = value;
+  return true;
+}
+
+template <auto Field>
+bool SetCount(const std::string& value, Options* o) {
+  long long number = 0;
+  if (!ParseInteger(value, 1, &number)) return false;
+  o->*Field = static_cast<std::remove_reference_t<decltype(o->*Field)>>(number);
+  return true;
+}
+
+bool SetHashSeed(const std::string& value, Options* o) {
+  long long number = 0;
+  if (!ParseInteger(value, 0, &number)) return false;
+  o->hash_seed = static_cast<uint64_t>(number);
+  return true;
+}
+
+template <auto Field>
+bool SetSeconds(const std::string& value, Options* o) {
+  return ParseSeconds(value, &(o->*Field));
+}
+
+struct Flag {
+  const char* name;
+  bool (*set)(const std::string& value, Options* o);
+};
+
+constexpr Flag kFlags[] = {
+    {"--model", SetText<&Options::model>},
+    {"--trace", SetText<&Options::trace>},
+    {"--requests", SetCount<&Options::requests>},
+    {"--kv-budget-mib", SetCount<&Options::kv_budget_mib>},
+    {"--max-num-seqs", SetCount<&Options::max_num_seqs>},
+    {"--seed", SetCount<&Options::seed>},
+    {"--block-size", SetCount<&Options::block_size>},
+    {"--hash-seed", SetHashSeed},
+    {"--kv-events-endpoint", SetText<&Options::kv_events_endpoint>},
+    {"--kv-events-replay-endpoint", SetText<&Options::kv_events_replay_endpoint>},
+    {"--kv-events-topic", SetText<&Options::kv_events_topic>},
+    {"--kv-events-linger-s", SetSeconds<&Options::kv_events_linger_s>},
+    {"--kv-events-wait-s", SetSeconds<&Options::kv_events_wait_s>},
+};
+
+// "--flag value" pairs into *o; false after a message naming the first bad one.
 bool ParseArgs(int argc, char** argv, Options* o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    char* end = nullptr;
-    const long long number = std::strtoll(value.c_str(), &end, 10);
-    const bool numeric = end != value.c_str() && *end == '\0' && number > 0;
-    if (flag == "--model") {
-      o->model = value;
-    } else if (flag == "--trace") {
-      o->trace = value;
-    } else if (flag == "--requests" && numeric) {
-      o->requests = number;
-    } else if (flag == "--kv-budget-mib" && numeric) {
-      o->kv_budget_mib = number;
-    } else if (flag == "--max-num-seqs" && numeric) {
-      o->max_num_seqs = static_cast<int32_t>(number);
-    } else if (flag == "--seed" && numeric) {
-      o->seed = static_cast<uint32_t>(number);
-    } else if (flag == "--block-size" && numeric) {
-      o->block_size = static_cast<int32_t>(number);
-    } else if (flag == "--hash-seed" && end != value.c_str() && *end == '\0' && number >= 0) {
-      o->hash_seed = static_cast<uint64_t>(number);
-    } else if (flag == "--kv-events-endpoint") {
-      o->kv_events_endpoint = value;
-    } else if (flag == "--kv-events-replay-endpoint") {
-      o->kv_events_replay_endpoint = value;
-    } else if (flag == "--kv-events-topic") {
-      o->kv_events_topic = value;
-    } else if (flag == "--kv-events-linger-s" && std::strtod(value.c_str(), &end) >= 0 &&
-               end != value.c_str() && *end == '\0') {
-      o->kv_events_linger_s = std::strtod(value.c_str(), nullptr);
-    } else if (flag == "--kv-events-wait-s" && std::strtod(value.c_str(), &end) >= 0 &&
-               end != value.c_str() && *end == '\0') {
-      o->kv_events_wait_s = std::strtod(value.c_str(), nullptr);
-    } else {
+    const Flag* known = std::find_if(std::begin(kFlags), std::end(kFlags),
+                                     [&flag](const Flag& f) { return flag == f.name; });
+    if (known == std::end(kFlags) || !known->set(value, o)) {
       std::fprintf(stderr, "server_loop: bad flag or value: %s %s\n", flag.c_str(), value.c_str());
       return false;
     }
@@ -153,25 +195,28 @@ int64_t CheckStep(const kvpage::SchedulerOutput& out) {
   return errors;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options opt;
-  if (!ParseArgs(argc, argv, &opt)) return 2;
-  auto model = kvpage::LoadModel(opt.model);
-  if (!model.ok()) {
-    std::fprintf(stderr, "server_loop: %s\n", std::string(model.status().message()).c_str());
-    return 2;
+// The model and the first --requests requests of the trace; false after a message.
+bool LoadInputs(const Options& opt, kvpage::ModelSpec* model,
+                std::vector<kvpage::sim::TraceRequest>* trace) {
+  auto loaded = kvpage::LoadModel(opt.model);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(loaded.status().message()).c_str());
+    return false;
   }
+  *model = *std::move(loaded);
   kvpage::sim::TraceOptions trace_options;
   trace_options.max_requests = opt.requests;
   trace_options.seed = opt.seed;
-  auto trace = kvpage::sim::ReadTrace(kvpage::sim::TraceFormat::kMooncake, opt.trace, trace_options);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "server_loop: %s\n", std::string(trace.status().message()).c_str());
-    return 2;
+  auto read = kvpage::sim::ReadTrace(kvpage::sim::TraceFormat::kMooncake, opt.trace, trace_options);
+  if (!read.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(read.status().message()).c_str());
+    return false;
   }
+  *trace = *std::move(read);
+  return true;
+}
 
+kvpage::SchedulerConfig MakeConfig(const Options& opt) {
   kvpage::SchedulerConfig config;
   config.kv.kv_budget_bytes = opt.kv_budget_mib << 20;
   config.kv.hash_seed = opt.hash_seed.value_or(opt.seed);
@@ -179,32 +224,34 @@ int main(int argc, char** argv) {
   config.kv.enable_kv_events = !opt.kv_events_endpoint.empty();
   config.max_num_seqs = opt.max_num_seqs;
   config.max_num_batched_tokens = 8192;
-  auto created = kvpage::Scheduler::Create(*model, config);
-  if (!created.ok()) {
-    std::fprintf(stderr, "server_loop: %s\n", std::string(created.status().message()).c_str());
-    return 2;
-  }
-  kvpage::Scheduler& scheduler = **created;
-  std::unique_ptr<kvpage::KvEventPublisher> publisher;
-  if (config.kv.enable_kv_events) {
-    auto made = kvpage::KvEventPublisher::Create(
-        {.endpoint = opt.kv_events_endpoint,
-         .replay_endpoint = opt.kv_events_replay_endpoint,
-         .topic = opt.kv_events_topic},
-        kvpage::KvEventGroupInfos(scheduler.kv_cache()));
-    if (!made.ok()) {
-      std::fprintf(stderr, "server_loop: %s\n", std::string(made.status().message()).c_str());
-      return 2;
-    }
-    publisher = *std::move(made);
-    std::printf("publishing KV events on %s%s%s\n", publisher->endpoint().c_str(),
-                publisher->replay_endpoint().empty() ? "" : ", replay on ",
-                publisher->replay_endpoint().c_str());
-    std::fflush(stdout);  // a router waiting on a pipe reads where to connect now
-    std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_wait_s));
-  }
+  return config;
+}
+
+// With --kv-events-endpoint: the publisher, bound and announced on stdout, after
+// --kv-events-wait-s. Without: nullptr. An error when it cannot bind.
+absl::StatusOr<std::unique_ptr<kvpage::KvEventPublisher>> StartPublisher(
+    const Options& opt, const kvpage::Scheduler& scheduler) {
+  if (opt.kv_events_endpoint.empty()) return std::unique_ptr<kvpage::KvEventPublisher>();
+  auto made = kvpage::KvEventPublisher::Create(
+      {.endpoint = opt.kv_events_endpoint,
+       .replay_endpoint = opt.kv_events_replay_endpoint,
+       .topic = opt.kv_events_topic},
+      kvpage::KvEventGroupInfos(scheduler.kv_cache()));
+  if (!made.ok()) return made.status();
+  std::unique_ptr<kvpage::KvEventPublisher> publisher = *std::move(made);
+  std::printf("publishing KV events on %s%s%s\n", publisher->endpoint().c_str(),
+              publisher->replay_endpoint().empty() ? "" : ", replay on ",
+              publisher->replay_endpoint().c_str());
+  std::fflush(stdout);  // a router waiting on a pipe reads where to connect now
+  std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_wait_s));
+  return publisher;
+}
+
+// Every request arrives at once; returns how many the scheduler refused.
+int64_t AddRequests(const std::vector<kvpage::sim::TraceRequest>& trace,
+                    kvpage::Scheduler& scheduler) {
   int64_t skipped = 0;
-  for (const kvpage::sim::TraceRequest& t : *trace) {
+  for (const kvpage::sim::TraceRequest& t : trace) {
     kvpage::RequestSpec spec;
     spec.id = kvpage::RequestId(t.index);
     spec.prompt_token_ids = kvpage::sim::PromptTokens(t);
@@ -212,10 +259,30 @@ int main(int argc, char** argv) {
     spec.arrival_time = t.arrival_s;
     if (!scheduler.AddRequest(std::move(spec)).ok()) ++skipped;  // longer than the model allows
   }
+  return skipped;
+}
 
-  std::mt19937 rng(opt.seed);
+struct LoopStats {
   int64_t errors = 0, steps = 0, tokens = 0, finished = 0, peak_running = 0;
   double peak_usage = 0;
+};
+
+// The fake forward pass: one random token per request that reached its last token.
+void FakeForward(const kvpage::SchedulerOutput& out, std::mt19937& rng,
+                 kvpage::ModelOutput& result) {
+  result.sampled_token_ids.clear();
+  result.sampled_offsets.assign(1, 0);
+  for (const kvpage::ScheduledRequest& r : out.requests) {
+    if (r.samples) result.sampled_token_ids.push_back(static_cast<int32_t>(rng() % 100000));
+    result.sampled_offsets.push_back(static_cast<int32_t>(result.sampled_token_ids.size()));
+  }
+}
+
+// Steps until every request finished, checking each step and publishing its KV events.
+// Returns 0, or 1 after a message when a step cannot run or its update fails.
+int RunLoop(const Options& opt, kvpage::Scheduler& scheduler,
+            kvpage::KvEventPublisher* publisher, LoopStats& stats) {
+  std::mt19937 rng(opt.seed);
   kvpage::ModelOutput result;
   while (scheduler.HasUnfinishedRequests()) {
     const kvpage::SchedulerOutput& out = scheduler.Schedule();
@@ -223,14 +290,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "server_loop: nothing can run (a request larger than the cache?)\n");
       return 1;
     }
-    errors += CheckStep(out);
-    // The fake forward pass: one random token per request that reached its last token.
-    result.sampled_token_ids.clear();
-    result.sampled_offsets.assign(1, 0);
-    for (const kvpage::ScheduledRequest& r : out.requests) {
-      if (r.samples) result.sampled_token_ids.push_back(static_cast<int32_t>(rng() % 100000));
-      result.sampled_offsets.push_back(static_cast<int32_t>(result.sampled_token_ids.size()));
-    }
+    stats.errors += CheckStep(out);
+    FakeForward(out, rng, result);
     auto update = scheduler.Update(out, result);
     if (!update.ok()) {
       std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
@@ -240,46 +301,80 @@ int main(int argc, char** argv) {
       const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
       publisher->Publish(now.count(), scheduler.DrainKvEvents());
     }
-    ++steps;
-    tokens += out.total_num_scheduled_tokens;
-    finished += static_cast<int64_t>(update->finished.size());
-    peak_running = std::max<int64_t>(peak_running, out.num_rows);
+    ++stats.steps;
+    stats.tokens += out.total_num_scheduled_tokens;
+    stats.finished += static_cast<int64_t>(update->finished.size());
+    stats.peak_running = std::max<int64_t>(stats.peak_running, out.num_rows);
     const double usage = scheduler.kv_cache().Usage().usage;
-    peak_usage = std::max(peak_usage, usage);
-    if (steps % 100 == 0) {
+    stats.peak_usage = std::max(stats.peak_usage, usage);
+    if (stats.steps % 100 == 0) {
       std::printf("step %6lld  running %3d  waiting %4d  tokens %5lld  kv usage %5.1f%%\n",
-                  static_cast<long long>(steps), update->stats.num_running,
+                  static_cast<long long>(stats.steps), update->stats.num_running,
                   update->stats.num_waiting, static_cast<long long>(out.total_num_scheduled_tokens),
                   100 * usage);
     }
   }
+  return 0;
+}
+
+void PrintSummary(const Options& opt, const kvpage::Scheduler& scheduler, const LoopStats& s,
+                  int64_t skipped) {
   const kvpage::SchedulerStats& stats = scheduler.stats();
   std::printf("\n%s, %lld requests (%lld longer than max_model_len %lld skipped), KV budget %lld MiB\n",
-              opt.model.c_str(), static_cast<long long>(finished), static_cast<long long>(skipped),
+              opt.model.c_str(), static_cast<long long>(s.finished), static_cast<long long>(skipped),
               static_cast<long long>(scheduler.max_model_len()),
               static_cast<long long>(opt.kv_budget_mib));
   std::printf("steps %lld, tokens %lld (%.1f per step), peak running %lld, peak KV usage %.1f%%\n",
-              static_cast<long long>(steps), static_cast<long long>(tokens),
-              steps > 0 ? static_cast<double>(tokens) / steps : 0.0,
-              static_cast<long long>(peak_running), 100 * peak_usage);
+              static_cast<long long>(s.steps), static_cast<long long>(s.tokens),
+              s.steps > 0 ? static_cast<double>(s.tokens) / s.steps : 0.0,
+              static_cast<long long>(s.peak_running), 100 * s.peak_usage);
   std::printf("preemptions %lld, prefix-cache hits %lld of %lld prompt tokens\n",
               static_cast<long long>(stats.preemptions), static_cast<long long>(stats.prefix_hit_tokens),
               static_cast<long long>(stats.admitted_prompt_tokens));
-  std::printf("invalid table rows or slots: %lld\n", static_cast<long long>(errors));
-  if (publisher != nullptr) {
-    publisher->Flush(absl::Seconds(10));
-    const kvpage::KvEventPublisherStats ev = publisher->stats();
-    std::printf("KV events: %lld batches (%lld bytes) published, %lld dropped\n",
-                static_cast<long long>(ev.published_batches),
-                static_cast<long long>(ev.published_bytes),
-                static_cast<long long>(ev.dropped_batches));
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_linger_s));
-    publisher->Shutdown();
+  std::printf("invalid table rows or slots: %lld\n", static_cast<long long>(s.errors));
+}
+
+// Flushes what is queued, reports the publisher's counts, lingers, and shuts it down.
+void StopPublisher(const Options& opt, kvpage::KvEventPublisher& publisher) {
+  publisher.Flush(absl::Seconds(10));
+  const kvpage::KvEventPublisherStats ev = publisher.stats();
+  std::printf("KV events: %lld batches (%lld bytes) published, %lld dropped\n",
+              static_cast<long long>(ev.published_batches),
+              static_cast<long long>(ev.published_bytes),
+              static_cast<long long>(ev.dropped_batches));
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::duration<double>(opt.kv_events_linger_s));
+  publisher.Shutdown();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!ParseArgs(argc, argv, &opt)) return 2;
+  kvpage::ModelSpec model;
+  std::vector<kvpage::sim::TraceRequest> trace;
+  if (!LoadInputs(opt, &model, &trace)) return 2;
+  auto created = kvpage::Scheduler::Create(model, MakeConfig(opt));
+  if (!created.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(created.status().message()).c_str());
+    return 2;
   }
+  kvpage::Scheduler& scheduler = **created;
+  auto started = StartPublisher(opt, scheduler);
+  if (!started.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(started.status().message()).c_str());
+    return 2;
+  }
+  std::unique_ptr<kvpage::KvEventPublisher> publisher = *std::move(started);
+  const int64_t skipped = AddRequests(trace, scheduler);
+  LoopStats stats;
+  if (int rc = RunLoop(opt, scheduler, publisher.get(), stats); rc != 0) return rc;
+  PrintSummary(opt, scheduler, stats, skipped);
+  if (publisher != nullptr) StopPublisher(opt, *publisher);
   if (scheduler.kv_cache().Usage().used_bytes != 0) {
     std::printf("blocks still held after every request finished\n");
     return 1;
   }
-  return errors == 0 ? 0 : 1;
+  return stats.errors == 0 ? 0 : 1;
 }

@@ -194,6 +194,40 @@ struct WallTime {
   double fraction = 0.0;
 };
 
+// Whether s has the punctuation of "YYYY-MM-DD HH:MM:SS" ('T' may join date and time).
+bool HasWallTimeShape(absl::string_view s) {
+  return s.size() >= 19 && s[4] == '-' && s[7] == '-' && (s[10] == ' ' || s[10] == 'T') &&
+         s[13] == ':' && s[16] == ':';
+}
+
+// The year, month, day, hour, minute and second of a string HasWallTimeShape accepts; false
+// when a field is not all digits or out of its range (the day only below: its month's length
+// is checked apart, for its own message).
+bool ParseWallTimeFields(absl::string_view s, int64_t (&f)[6]) {
+  const size_t pos[6] = {0, 5, 8, 11, 14, 17}, len[6] = {4, 2, 2, 2, 2, 2};
+  for (int i = 0; i < 6; ++i) {
+    absl::string_view part = s.substr(pos[i], len[i]);
+    if (!std::all_of(part.begin(), part.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(part, &f[i])) {
+      return false;
+    }
+  }
+  return f[1] >= 1 && f[1] <= 12 && f[2] >= 1 && f[3] <= 23 && f[4] <= 59 && f[5] <= 60;
+}
+
+// Adds ".digits" (what follows the seconds; may be empty) to *fraction; false on anything else.
+bool AddWallTimeFraction(absl::string_view rest, double* fraction) {
+  if (rest.empty()) return true;
+  if (rest[0] != '.' || rest.size() == 1) return false;
+  double scale = 0.1;
+  for (char c : rest.substr(1)) {
+    if (!absl::ascii_isdigit(c)) return false;
+    *fraction += (c - '0') * scale;
+    scale /= 10;
+  }
+  return true;
+}
+
 absl::StatusOr<WallTime> ParseWallTime(absl::string_view cell, absl::string_view source,
                                        int64_t line) {
   absl::string_view s = cell;
@@ -202,36 +236,15 @@ absl::StatusOr<WallTime> ParseWallTime(absl::string_view cell, absl::string_view
     return LineError(source, line, absl::StrCat("TIMESTAMP '", cell,
                                                 "' is not 'YYYY-MM-DD HH:MM:SS[.fraction]'"));
   };
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') ||
-      s[13] != ':' || s[16] != ':') {
-    return bad();
-  }
   int64_t f[6];
-  const size_t pos[6] = {0, 5, 8, 11, 14, 17}, len[6] = {4, 2, 2, 2, 2, 2};
-  for (int i = 0; i < 6; ++i) {
-    absl::string_view part = s.substr(pos[i], len[i]);
-    if (!std::all_of(part.begin(), part.end(), absl::ascii_isdigit) ||
-        !absl::SimpleAtoi(part, &f[i])) {
-      return bad();
-    }
-  }
-  if (f[1] < 1 || f[1] > 12 || f[2] < 1 || f[3] > 23 || f[4] > 59 || f[5] > 60) return bad();
+  if (!HasWallTimeShape(s) || !ParseWallTimeFields(s, f)) return bad();
   if (f[2] > DaysInMonth(f[0], f[1])) {
     return LineError(source, line, absl::StrCat("TIMESTAMP '", cell, "': ", s.substr(0, 7),
                                                 " has ", DaysInMonth(f[0], f[1]), " days"));
   }
   WallTime t;
   t.seconds = DaysFromCivil(f[0], f[1], f[2]) * 86400 + f[3] * 3600 + f[4] * 60 + f[5];
-  absl::string_view rest = s.substr(19);
-  if (!rest.empty()) {
-    if (rest[0] != '.' || rest.size() == 1) return bad();
-    double scale = 0.1;
-    for (char c : rest.substr(1)) {
-      if (!absl::ascii_isdigit(c)) return bad();
-      t.fraction += (c - '0') * scale;
-      scale /= 10;
-    }
-  }
+  if (!AddWallTimeFraction(s.substr(19), &t.fraction)) return bad();
   return t;
 }
 

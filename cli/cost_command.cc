@@ -2,6 +2,7 @@
 // model `kvpage sim` advances its clock with.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,11 +85,7 @@ int Fail(const absl::Status& status) {
   return absl::IsInvalidArgument(status) || absl::IsNotFound(status) ? 2 : 1;
 }
 
-}  // namespace
-
-int RunCost(const std::vector<std::string>& args) {
-  CostFlags f;
-  FlagSet fs(kCostUsage);
+void RegisterCostFlags(FlagSet& fs, CostFlags& f) {
   fs.String("model", &f.model, "bundled model name or path to a config.json (required)");
   fs.String("gpu", &f.gpu, "bundled GPU (" + absl::StrJoin(BundledGpuAliases(), ", ") +
                                 ") or path to a hardware JSON (required)");
@@ -97,76 +94,118 @@ int RunCost(const std::vector<std::string>& args) {
   fs.String("format", &f.format, "text or json (default text)");
   fs.String("cost-model", &f.cost_model,
             "auto (calibrated when the GPU file has a calibration), calibrated or roofline");
-  if (int rc = 0; !ParseFlagsOrExit(fs, args, "cost", &rc)) return rc;
-  if (f.model.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
-  if (f.gpu.empty()) return Fail(absl::InvalidArgumentError("--gpu is required"));
+}
+
+// The flags' own values, before any file is read; InvalidArgument naming the bad one.
+absl::Status CheckCostFlags(const CostFlags& f) {
+  if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (f.gpu.empty()) return absl::InvalidArgumentError("--gpu is required");
   if (f.format != "text" && f.format != "json") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--format must be text or json, got '", f.format, "'")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format must be text or json, got '", f.format, "'"));
   }
   if (f.cost_model != "auto" && f.cost_model != "calibrated" && f.cost_model != "roofline") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--cost-model must be auto, calibrated or roofline, got '", f.cost_model, "'")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cost-model must be auto, calibrated or roofline, got '", f.cost_model, "'"));
   }
   if (f.tp < 1 || f.tp > 1024) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, 1024], got ", f.tp)));
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, 1024], got ", f.tp));
   }
-  auto step = ParseCostBatch(f.batch);
-  if (!step.ok()) return Fail(step.status());
-  auto model = LoadModel(f.model);
-  if (!model.ok()) return Fail(model.status());
-  auto gpu = LoadGpu(f.gpu);
-  if (!gpu.ok()) return Fail(gpu.status());
-  sim::RooflineOptions options;
-  options.tp = static_cast<int32_t>(f.tp);
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<sim::GpuCalibration> cal = absl::NotFoundError("not asked for");
-  if (f.cost_model != "roofline") {
-    cal = sim::LoadGpuCalibration(f.gpu);
-    if (!cal.ok() && (f.cost_model == "calibrated" || !absl::IsNotFound(cal.status()))) {
-      return Fail(cal.status());
-    }
-  }
-  const std::string header_base =
-      absl::StrFormat("%s on %s, tp %d: %d request%s, %d new token%s\n", model->name,
-                      gpu->name, f.tp, step->requests.size(),
-                      step->requests.size() == 1 ? "" : "s", step->NumNewTokens(),
-                      step->NumNewTokens() == 1 ? "" : "s");
-  if (cal.ok()) {
-    auto m = sim::CalibratedCostModel::Create(*model, *gpu, *cal, options);
-    if (!m.ok()) return Fail(m.status());
-    const sim::CalibratedStepCost c = (*m)->Cost(*step);
-    const std::vector<Term> terms = {{"linear", c.linear_s},     {"lm_head", c.lm_head_s},
-                                     {"attention", c.attention_s}, {"small_ops", c.small_ops_s},
-                                     {"all_reduce", c.all_reduce_s}};
-    if (f.format == "json") {
-      PrintJson(f, gpu->name, "calibrated", *step, terms, c.total_s,
-                {{"gemm_efficiency", c.gemm_efficiency}, {"mfu", c.mfu}, {"flops", c.flops},
-                 {"bytes", c.bytes}});
-    } else {
-      PrintText(absl::StrCat(header_base, "cost model: calibrated (", cal->source, ")\n"), terms,
-                c.total_s,
-                absl::StrFormat("GEMM efficiency at %d tokens %.3f; step MFU %.3f; %.4g FLOP and "
-                                "%.4g bytes per GPU\n",
-                                step->NumNewTokens(), c.gemm_efficiency, c.mfu, c.flops, c.bytes));
-    }
-    return 0;
-  }
-  auto m = sim::RooflineCostModel::Create(*model, *gpu, options);
+// The calibration of --gpu, or nullopt for the roofline (--cost-model roofline, or auto and
+// the GPU file has none). An error when --cost-model calibrated finds none, or the file's
+// calibration is broken.
+absl::StatusOr<std::optional<sim::GpuCalibration>> Calibration(const CostFlags& f) {
+  if (f.cost_model == "roofline") return std::optional<sim::GpuCalibration>();
+  absl::StatusOr<sim::GpuCalibration> cal = sim::LoadGpuCalibration(f.gpu);
+  if (cal.ok()) return std::optional<sim::GpuCalibration>(*std::move(cal));
+  if (f.cost_model == "calibrated" || !absl::IsNotFound(cal.status())) return cal.status();
+  return std::optional<sim::GpuCalibration>();
+}
+
+// What every step the command prices shares: the model, the GPU and the batch.
+struct CostInputs {
+  ModelSpec model;
+  GpuSpec gpu;
+  sim::StepShape step;
+  sim::RooflineOptions options;
+  std::string header;  // "<model> on <gpu>, tp T: N requests, M new tokens\n"
+};
+
+absl::StatusOr<CostInputs> LoadCostInputs(const CostFlags& f) {
+  CostInputs in;
+  auto step = ParseCostBatch(f.batch);
+  if (!step.ok()) return step.status();
+  in.step = *std::move(step);
+  auto model = LoadModel(f.model);
+  if (!model.ok()) return model.status();
+  in.model = *std::move(model);
+  auto gpu = LoadGpu(f.gpu);
+  if (!gpu.ok()) return gpu.status();
+  in.gpu = *std::move(gpu);
+  in.options.tp = static_cast<int32_t>(f.tp);
+  const size_t requests = in.step.requests.size();
+  const int64_t new_tokens = in.step.NumNewTokens();
+  in.header = absl::StrFormat("%s on %s, tp %d: %d request%s, %d new token%s\n", in.model.name,
+                              in.gpu.name, f.tp, requests, requests == 1 ? "" : "s", new_tokens,
+                              new_tokens == 1 ? "" : "s");
+  return in;
+}
+
+int PrintCalibrated(const CostFlags& f, const CostInputs& in, const sim::GpuCalibration& cal) {
+  auto m = sim::CalibratedCostModel::Create(in.model, in.gpu, cal, in.options);
   if (!m.ok()) return Fail(m.status());
-  const sim::StepCost c = (*m)->Cost(*step);
+  const sim::CalibratedStepCost c = (*m)->Cost(in.step);
+  const std::vector<Term> terms = {{"linear", c.linear_s},     {"lm_head", c.lm_head_s},
+                                   {"attention", c.attention_s}, {"small_ops", c.small_ops_s},
+                                   {"all_reduce", c.all_reduce_s}};
+  if (f.format == "json") {
+    PrintJson(f, in.gpu.name, "calibrated", in.step, terms, c.total_s,
+              {{"gemm_efficiency", c.gemm_efficiency}, {"mfu", c.mfu}, {"flops", c.flops},
+               {"bytes", c.bytes}});
+  } else {
+    PrintText(absl::StrCat(in.header, "cost model: calibrated (", cal.source, ")\n"), terms,
+              c.total_s,
+              absl::StrFormat("GEMM efficiency at %d tokens %.3f; step MFU %.3f; %.4g FLOP and "
+                              "%.4g bytes per GPU\n",
+                              in.step.NumNewTokens(), c.gemm_efficiency, c.mfu, c.flops, c.bytes));
+  }
+  return 0;
+}
+
+int PrintRoofline(const CostFlags& f, const CostInputs& in) {
+  auto m = sim::RooflineCostModel::Create(in.model, in.gpu, in.options);
+  if (!m.ok()) return Fail(m.status());
+  const sim::StepCost c = (*m)->Cost(in.step);
   const std::vector<Term> terms = {
       {"compute", c.compute_s}, {"memory", c.memory_s}, {"overhead", c.overhead_s}};
   if (f.format == "json") {
-    PrintJson(f, gpu->name, "roofline", *step, terms, c.total_s,
+    PrintJson(f, in.gpu.name, "roofline", in.step, terms, c.total_s,
               {{"flops", c.flops}, {"bytes", c.bytes}});
   } else {
-    PrintText(absl::StrCat(header_base,
+    PrintText(absl::StrCat(in.header,
                            "cost model: roofline, total = max(compute, memory) + overhead\n"),
               terms, c.total_s,
               absl::StrFormat("%.4g FLOP and %.4g bytes per GPU\n", c.flops, c.bytes));
   }
   return 0;
+}
+
+}  // namespace
+
+int RunCost(const std::vector<std::string>& args) {
+  CostFlags f;
+  FlagSet fs(kCostUsage);
+  RegisterCostFlags(fs, f);
+  if (int rc = 0; !ParseFlagsOrExit(fs, args, "cost", &rc)) return rc;
+  if (absl::Status s = CheckCostFlags(f); !s.ok()) return Fail(s);
+  auto inputs = LoadCostInputs(f);
+  if (!inputs.ok()) return Fail(inputs.status());
+  auto cal = Calibration(f);
+  if (!cal.ok()) return Fail(cal.status());
+  return cal->has_value() ? PrintCalibrated(f, *inputs, **cal) : PrintRoofline(f, *inputs);
 }
 
 }  // namespace kvpage::cli

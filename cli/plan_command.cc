@@ -1,4 +1,5 @@
 // `kvpage plan` and `kvpage models`.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -284,6 +285,132 @@ int DrawPlot(const std::vector<Plan>& plans, const std::string& png) {
   return PlotJson("plan", PlotScript(), PlansToJson(plans), png);
 }
 
+// The flags that need no file: --format, --compare against --policy, --host-cache-gib.
+absl::Status CheckPlanFlags(const PlanFlags& f, const FlagSet& fs) {
+  if (f.format != "table" && f.format != "json" && f.format != "csv") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format must be table, json or csv, got '", f.format, "'"));
+  }
+  if (f.compare && fs.WasSet("policy")) {
+    return absl::InvalidArgumentError("--compare and --policy exclude each other");
+  }
+  if (!fs.WasSet("host-cache-gib")) return absl::OkStatus();
+  if (!(f.host_cache_gib > 0) || f.host_cache_gib > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host-cache-gib must be in (0, 1e9], got ", f.host_cache_gib));
+  }
+  if (f.format == "csv") {
+    return absl::InvalidArgumentError("--host-cache-gib needs --format table or json");
+  }
+  return absl::OkStatus();
+}
+
+// The three policies with --compare, else --policy.
+absl::StatusOr<std::vector<Policy>> Policies(const PlanFlags& f, const FlagSet& fs) {
+  if (f.compare) return std::vector<Policy>{Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp};
+  auto p = ParsePolicy(f.policy);
+  if (!p.ok()) return p.status();
+  if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return s;
+  return std::vector<Policy>{*p};
+}
+
+// The plot's contexts: powers of two from 1K up to the longest context, then that context.
+std::vector<int64_t> PlotSweep(const std::vector<int64_t>& contexts) {
+  std::vector<int64_t> sweep;
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
+  for (int64_t c = 1024; c <= longest; c *= 2) sweep.push_back(c);
+  if (sweep.empty() || sweep.back() != longest) sweep.push_back(longest);
+  return sweep;
+}
+
+// What `kvpage plan` computes: one plan per (model, policy), in that order.
+struct PlanRun {
+  std::vector<int64_t> contexts;
+  std::vector<Policy> policies;
+  PlanOptions options;
+  std::vector<Plan> plans;
+  std::vector<int64_t> sweep;                   // PlotSweep(contexts)
+  std::vector<Plan> plot_plans;                 // with --plot, over `sweep`
+  std::vector<HostTierCapacity> host_capacity;  // per plan, with --host-cache-gib
+};
+
+// Appends one model's plans under every policy to run.
+absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& model,
+                       PlanRun& run) {
+  auto budget = Budget(f, fs, model);
+  if (!budget.ok()) return budget.status();
+  const bool host = fs.WasSet("host-cache-gib");
+  HostTierCapacity capacity;
+  if (host) {
+    auto c = HostCapacity(model, run.options, run.contexts[0],
+                          static_cast<int64_t>(f.host_cache_gib * 1073741824.0));
+    if (!c.ok()) return c.status();
+    capacity = *c;
+  }
+  for (Policy policy : run.policies) {
+    PlanOptions o = run.options;
+    o.policy = policy;
+    auto plan = MakePlan(model, o, run.contexts, *budget);
+    if (!plan.ok()) {
+      return absl::Status(plan.status().code(),
+                          absl::StrCat(model.name, " under ", PolicyName(policy), ": ",
+                                       plan.status().message()));
+    }
+    run.plans.push_back(*std::move(plan));
+    if (host) run.host_capacity.push_back(capacity);
+    if (!f.plot.empty()) {
+      auto swept = MakePlan(model, o, run.sweep, *budget);
+      if (!swept.ok()) return swept.status();
+      run.plot_plans.push_back(*std::move(swept));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Contexts, models, options and policies from the flags, then every plan.
+absl::StatusOr<PlanRun> MakePlans(const PlanFlags& f, const FlagSet& fs) {
+  PlanRun run;
+  if (absl::Status s = ParseTokenCountList("context", f.context, &run.contexts); !s.ok()) {
+    return s;
+  }
+  auto models = LoadModels(f.model);
+  if (!models.ok()) return models.status();
+  auto options = ToOptions(f);
+  if (!options.ok()) return options.status();
+  run.options = *options;
+  auto policies = Policies(f, fs);
+  if (!policies.ok()) return policies.status();
+  run.policies = *std::move(policies);
+  run.sweep = PlotSweep(run.contexts);
+  for (const ModelSpec& model : *models) {
+    if (absl::Status s = PlanModel(f, fs, model, run); !s.ok()) return s;
+  }
+  return run;
+}
+
+// The table (one per model, the policies side by side with --compare), JSON or CSV.
+void PrintPlans(const PlanFlags& f, bool host, const PlanRun& run) {
+  if (f.format == "json") {
+    std::cout << (host ? PlansToJsonWithHost(run.plans, run.host_capacity)
+                       : PlansToJson(run.plans));
+    return;
+  }
+  if (f.format == "csv") {
+    std::cout << PlansToCsv(run.plans);
+    return;
+  }
+  const size_t per_model = run.policies.size();
+  for (size_t i = 0; i < run.plans.size(); i += per_model) {
+    if (i > 0) std::cout << "\n";
+    if (f.compare) {
+      std::cout << CompareTable(absl::MakeConstSpan(run.plans).subspan(i, per_model));
+    } else {
+      std::cout << PlanToTable(run.plans[i]);
+    }
+    if (host) std::cout << HostCapacityLine(run.plans[i].model, run.host_capacity[i]);
+  }
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -292,90 +419,12 @@ int RunPlan(const std::vector<std::string>& args) {
   FlagSet fs(kPlanUsage);
   RegisterPlanFlags(fs, f);
   if (int rc = 0; !ParseFlagsOrExit(fs, args, "plan", &rc)) return rc;
-  if (f.format != "table" && f.format != "json" && f.format != "csv") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--format must be table, json or csv, got '", f.format, "'")));
-  }
-  if (f.compare && fs.WasSet("policy")) {
-    return Fail(absl::InvalidArgumentError("--compare and --policy exclude each other"));
-  }
-  const bool host = fs.WasSet("host-cache-gib");
-  if (host && (!(f.host_cache_gib > 0) || f.host_cache_gib > 1e9)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--host-cache-gib must be in (0, 1e9], got ", f.host_cache_gib)));
-  }
-  if (host && f.format == "csv") {
-    return Fail(absl::InvalidArgumentError("--host-cache-gib needs --format table or json"));
-  }
-  std::vector<int64_t> contexts;
-  if (absl::Status s = ParseTokenCountList("context", f.context, &contexts); !s.ok()) return Fail(s);
-  auto models = LoadModels(f.model);
-  if (!models.ok()) return Fail(models.status());
-  auto base = ToOptions(f);
-  if (!base.ok()) return Fail(base.status());
-  std::vector<Policy> policies;
-  if (f.compare) {
-    policies = {Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp};
-  } else {
-    auto p = ParsePolicy(f.policy);
-    if (!p.ok()) return Fail(p.status());
-    policies = {*p};
-    if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return Fail(s);
-  }
-
-  std::vector<int64_t> sweep;
-  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
-  for (int64_t c = 1024; c <= longest; c *= 2) sweep.push_back(c);
-  if (sweep.empty() || sweep.back() != longest) sweep.push_back(longest);
-
-  std::vector<Plan> plans, plot_plans;
-  std::vector<HostTierCapacity> host_capacity;  // per plan, with --host-cache-gib
-  for (const ModelSpec& model : *models) {
-    auto budget = Budget(f, fs, model);
-    if (!budget.ok()) return Fail(budget.status());
-    HostTierCapacity capacity;
-    if (host) {
-      auto c = HostCapacity(model, *base, contexts[0],
-                            static_cast<int64_t>(f.host_cache_gib * 1073741824.0));
-      if (!c.ok()) return Fail(c.status());
-      capacity = *c;
-    }
-    for (Policy policy : policies) {
-      PlanOptions o = *base;
-      o.policy = policy;
-      auto plan = MakePlan(model, o, contexts, *budget);
-      if (!plan.ok()) {
-        return Fail(absl::Status(plan.status().code(),
-                                 absl::StrCat(model.name, " under ", PolicyName(policy), ": ",
-                                              plan.status().message())));
-      }
-      plans.push_back(*std::move(plan));
-      if (host) host_capacity.push_back(capacity);
-      if (!f.plot.empty()) {
-        auto swept = MakePlan(model, o, sweep, *budget);
-        if (!swept.ok()) return Fail(swept.status());
-        plot_plans.push_back(*std::move(swept));
-      }
-    }
-  }
-
-  if (f.format == "json") {
-    std::cout << (host ? PlansToJsonWithHost(plans, host_capacity) : PlansToJson(plans));
-  } else if (f.format == "csv") {
-    std::cout << PlansToCsv(plans);
-  } else {
-    for (size_t i = 0; i < plans.size(); i += policies.size()) {
-      if (i > 0) std::cout << "\n";
-      if (f.compare) {
-        std::cout << CompareTable(absl::MakeConstSpan(plans).subspan(i, policies.size()));
-      } else {
-        std::cout << PlanToTable(plans[i]);
-      }
-      if (host) std::cout << HostCapacityLine(plans[i].model, host_capacity[i]);
-    }
-  }
+  if (absl::Status s = CheckPlanFlags(f, fs); !s.ok()) return Fail(s);
+  auto run = MakePlans(f, fs);
+  if (!run.ok()) return Fail(run.status());
+  PrintPlans(f, fs.WasSet("host-cache-gib"), *run);
   std::cout.flush();
-  if (!f.plot.empty()) return DrawPlot(plot_plans, f.plot);
+  if (!f.plot.empty()) return DrawPlot(run->plot_plans, f.plot);
   return 0;
 }
 

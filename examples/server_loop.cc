@@ -17,12 +17,17 @@
 // --kv-events-wait-s waits that long before the run (a subscriber joining over TCP misses what
 // is published before its subscription arrives).
 //
+// With --metrics-port it serves kvpage's metrics (kvpage/metrics.h, vLLM's names) at
+// http://127.0.0.1:PORT/metrics, updated after every step (0 picks a free port; the line
+// "serving metrics on ..." names it), and keeps serving the final figures --metrics-linger-s.
+//
 //   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
 //                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
 //                         [--block-size 16] [--hash-seed SEED (default: --seed)]
 //                         [--kv-events-endpoint tcp://*:5557]
 //                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
 //                         [--kv-events-linger-s 0] [--kv-events-wait-s 0]
+//                         [--metrics-port PORT] [--metrics-linger-s 0]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -41,7 +46,9 @@
 
 #include "absl/status/statusor.h"
 #include "kvpage/catalog.h"
+#include "metrics_endpoint.h"
 #include "kvpage/kv_event_publisher.h"
+#include "kvpage/metrics.h"
 #include "kvpage/scheduler.h"
 #include "sim/trace.h"
 
@@ -61,6 +68,8 @@ struct Options {
   std::string kv_events_topic;
   double kv_events_linger_s = 0;
   double kv_events_wait_s = 0;
+  std::optional<int32_t> metrics_port;  // unset: no endpoint
+  double metrics_linger_s = 0;
 };
 
 // Whole-string parses of a flag's value; false on anything else (the caller names the flag).
@@ -95,6 +104,13 @@ bool SetCount(const std::string& value, Options* o) {
   return true;
 }
 
+bool SetMetricsPort(const std::string& value, Options* o) {
+  long long number = 0;
+  if (!ParseInteger(value, 0, &number) || number > 65535) return false;
+  o->metrics_port = static_cast<int32_t>(number);
+  return true;
+}
+
 bool SetHashSeed(const std::string& value, Options* o) {
   long long number = 0;
   if (!ParseInteger(value, 0, &number)) return false;
@@ -126,6 +142,8 @@ constexpr Flag kFlags[] = {
     {"--kv-events-topic", SetText<&Options::kv_events_topic>},
     {"--kv-events-linger-s", SetSeconds<&Options::kv_events_linger_s>},
     {"--kv-events-wait-s", SetSeconds<&Options::kv_events_wait_s>},
+    {"--metrics-port", SetMetricsPort},
+    {"--metrics-linger-s", SetSeconds<&Options::metrics_linger_s>},
 };
 
 // "--flag value" pairs into *o; false after a message naming the first bad one.
@@ -247,9 +265,23 @@ absl::StatusOr<std::unique_ptr<kvpage::KvEventPublisher>> StartPublisher(
   return publisher;
 }
 
+// The metrics, and where they are served (null without --metrics-port).
+struct Metrics {
+  kvpage::MetricsRecorder recorder;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  void Publish(const kvpage::Scheduler& scheduler, const std::string& model) {
+    if (endpoint != nullptr) endpoint->Set(kvpage::RenderPrometheus(recorder.Snapshot(scheduler), model));
+  }
+};
+
 // Every request arrives at once; returns how many the scheduler refused.
 int64_t AddRequests(const std::vector<kvpage::sim::TraceRequest>& trace,
-                    kvpage::Scheduler& scheduler) {
+                    kvpage::Scheduler& scheduler, Metrics& metrics) {
   int64_t skipped = 0;
   for (const kvpage::sim::TraceRequest& t : trace) {
     kvpage::RequestSpec spec;
@@ -257,7 +289,12 @@ int64_t AddRequests(const std::vector<kvpage::sim::TraceRequest>& trace,
     spec.prompt_token_ids = kvpage::sim::PromptTokens(t);
     spec.max_new_tokens = t.output_len;
     spec.arrival_time = t.arrival_s;
-    if (!scheduler.AddRequest(std::move(spec)).ok()) ++skipped;  // longer than the model allows
+    const int64_t prompt_len = static_cast<int64_t>(spec.prompt_token_ids.size());
+    if (!scheduler.AddRequest(std::move(spec)).ok()) {
+      ++skipped;  // longer than the model allows
+      continue;
+    }
+    metrics.recorder.ObserveArrival(kvpage::RequestId(t.index), prompt_len, metrics.Now());
   }
   return skipped;
 }
@@ -281,7 +318,7 @@ void FakeForward(const kvpage::SchedulerOutput& out, std::mt19937& rng,
 // Steps until every request finished, checking each step and publishing its KV events.
 // Returns 0, or 1 after a message when a step cannot run or its update fails.
 int RunLoop(const Options& opt, kvpage::Scheduler& scheduler,
-            kvpage::KvEventPublisher* publisher, LoopStats& stats) {
+            kvpage::KvEventPublisher* publisher, Metrics& metrics, LoopStats& stats) {
   std::mt19937 rng(opt.seed);
   kvpage::ModelOutput result;
   while (scheduler.HasUnfinishedRequests()) {
@@ -290,6 +327,7 @@ int RunLoop(const Options& opt, kvpage::Scheduler& scheduler,
       std::fprintf(stderr, "server_loop: nothing can run (a request larger than the cache?)\n");
       return 1;
     }
+    metrics.recorder.ObserveSchedule(out, metrics.Now());
     stats.errors += CheckStep(out);
     FakeForward(out, rng, result);
     auto update = scheduler.Update(out, result);
@@ -297,6 +335,8 @@ int RunLoop(const Options& opt, kvpage::Scheduler& scheduler,
       std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
       return 1;
     }
+    metrics.recorder.ObserveUpdate(out, result, *update, metrics.Now());
+    metrics.Publish(scheduler, opt.model);
     if (publisher != nullptr) {  // never blocks: a slow router drops, the loop goes on
       const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
       publisher->Publish(now.count(), scheduler.DrainKvEvents());
@@ -347,6 +387,21 @@ void StopPublisher(const Options& opt, kvpage::KvEventPublisher& publisher) {
   publisher.Shutdown();
 }
 
+// With --metrics-port: the endpoint, announced on stdout. False after a message when the
+// port cannot be bound.
+bool StartMetrics(const Options& opt, Metrics& metrics) {
+  if (!opt.metrics_port.has_value()) return true;
+  auto endpoint = MetricsEndpoint::Start(*opt.metrics_port);
+  if (!endpoint.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(endpoint.status().message()).c_str());
+    return false;
+  }
+  metrics.endpoint = *std::move(endpoint);
+  std::printf("serving metrics on http://127.0.0.1:%d/metrics\n", metrics.endpoint->port());
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,11 +422,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<kvpage::KvEventPublisher> publisher = *std::move(started);
-  const int64_t skipped = AddRequests(trace, scheduler);
+  Metrics metrics;
+  if (!StartMetrics(opt, metrics)) return 2;
+  const int64_t skipped = AddRequests(trace, scheduler, metrics);
   LoopStats stats;
-  if (int rc = RunLoop(opt, scheduler, publisher.get(), stats); rc != 0) return rc;
+  if (int rc = RunLoop(opt, scheduler, publisher.get(), metrics, stats); rc != 0) return rc;
   PrintSummary(opt, scheduler, stats, skipped);
   if (publisher != nullptr) StopPublisher(opt, *publisher);
+  if (metrics.endpoint != nullptr) {
+    metrics.Publish(scheduler, opt.model);
+    std::printf("final metrics served for %.0f s\n", opt.metrics_linger_s);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt.metrics_linger_s));
+  }
   if (scheduler.kv_cache().Usage().used_bytes != 0) {
     std::printf("blocks still held after every request finished\n");
     return 1;

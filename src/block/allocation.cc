@@ -176,8 +176,8 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
   }
   const bool ok = at_hand ? TakeAtHand(r) : TakeAcrossPools(r, req);
   if (ok) {
-    // Newly full blocks of known tokens join the prefix cache once the step has run.
-    if (CacheFullBlocks(r, c + req.num_new_tokens) || has_state_groups) {
+    // Newly full blocks of known tokens (and a state step) commit once the step has run.
+    if (CacheFullBlocks(r, c + req.num_new_tokens)) {
       pending_commits.push_back(st.slot);
     }
     st.allocated = r.allocated = true;

@@ -383,12 +383,31 @@ class KvCacheManager {
   // request is next allocated, rolled back, has skipped blocks removed, or is freed; appending
   // tokens does not move it.
   absl::StatusOr<int64_t> NextEvent(RequestHandle request) const;
+  // The rule NextEvent states: a step of n tokens after c computed ones with c + n <
+  // next_event needs nothing (written without overflow).
+  static bool StepIsQuiet(int64_t next_event, int64_t c, int64_t n) { return n < next_event - c; }
   // Blocks (all pools together) AllocateSlots would need to take from the pools for this
   // step. Same arguments; changes nothing.
   absl::StatusOr<int64_t> BlocksNeeded(RequestHandle request, const AllocationRequest& step) const;
   // Frees sliding-window blocks that no token from `num_processed_tokens` on can reach.
   // InvalidArgument when the count is outside [0, the request's tokens].
   absl::Status RemoveSkippedBlocks(RequestHandle request, int64_t num_processed_tokens);
+
+  // ---- What the model's layer kinds ask of a scheduler (each kind's group answers) ---------
+  // RemoveSkippedBlocks can free blocks of a running request (a sliding window).
+  bool frees_skipped_blocks() const;
+  // RollbackTokens can drop tokens a request has computed (not with linear-attention state,
+  // which every step overwrites): speculative decoding needs it.
+  bool can_roll_back() const;
+  // A prefill chunk should end on a multiple of this many tokens (or at
+  // CacheHit::match_tokens), so that a later request with the same prefix can resume where it
+  // ended (linear-attention state is kept at block boundaries, with prefix caching); 0 when any
+  // end serves.
+  int32_t prefill_alignment() const;
+  // Bytes a request of `num_tokens` tokens holds at least, in the groups whose blocks grow
+  // with every token (full attention, MLA): a lower bound on what it needs, computed without
+  // building it. INT64_MAX when it overflows.
+  int64_t MinBytesFor(int64_t num_tokens) const;
 
   // ---- What the kernels read ---------------------------------------------------------------
   int32_t num_groups() const;
@@ -404,12 +423,22 @@ class KvCacheManager {
   // for a group that is not an attention group.
   absl::StatusOr<absl::Span<const BlockId>> BlockTable(RequestHandle request,
                                                        GroupId group) const;
+  // The rules from a table to what the kernels read, used by FillBlockTableRow, FillSlotMapping
+  // and the Scheduler's batch tables: manager block b is kernel blocks b·r … b·r + r − 1 (r =
+  // group_block_size / kernel_block_size), and the token at position p, in table entry
+  // p / block_size = b, has slot b·block_size + p % block_size.
+  static int32_t KernelBlock(BlockId block, int32_t ratio, int32_t k) {
+    return block.value * ratio + k;
+  }
+  static int64_t SlotOf(BlockId block, int64_t block_size, int64_t pos) {
+    return int64_t{block.value} * block_size + pos % block_size;
+  }
   // Writes the table as int32 kernel-block ids into `row` (padded with 0): each manager block b
-  // expands to b·r … b·r + r − 1 with r = group_block_size / kernel_block_size.
+  // expands to KernelBlock(b, r, 0 … r − 1) with r = group_block_size / kernel_block_size.
   // InvalidArgument if kernel_block_size does not divide the block size or the row is short.
   absl::Status FillBlockTableRow(RequestHandle request, GroupId group, int32_t kernel_block_size,
                                  absl::Span<int32_t> row) const;
-  // slot = block_table[pos / bs] · bs + pos % bs for positions [start, start + out.size()).
+  // SlotOf(block_table[pos / bs], bs, pos) for positions [start, start + out.size()).
   // InvalidArgument if a position has no block (or only the null block).
   absl::Status FillSlotMapping(RequestHandle request, GroupId group, int64_t start,
                                absl::Span<int64_t> out) const;

@@ -110,16 +110,12 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
 }
 
 absl::Status KvCacheManager::Impl::CheckStepOrder(const RequestState& st, int64_t c) const {
-  const int64_t begin = summaries[st.slot].step_begin;
-  if (c >= begin) return absl::OkStatus();
-  // Going back (a recompute after a failed KV load, say) is a rollback of computed tokens:
-  // token c is computed again and its attention must still find what it reads.
-  if (has_state_groups) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "num_computed_tokens ", c, " of request ", st.id.value, " goes back before ", begin,
-        ", where its last step began: its linear-attention state cannot go back"));
-  }
-  for (const auto& g : groups) KVPAGE_RETURN_IF_ERROR(g->CheckRollback(st.slot, st.id, c + 1));
+  if (c >= summaries[st.slot].step_begin) return absl::OkStatus();
+  // Going back (a recompute after a failed KV load, say): each group says whether it can
+  // compute token c again (a window already moved on, state that cannot go back). The
+  // tokens stay, so blocks shared with other requests are rewritten with what they hold.
+  const RequestView r = View(st);
+  for (const auto& g : groups) KVPAGE_RETURN_IF_ERROR(g->CheckRecompute(r, st.id, c));
   return absl::OkStatus();
 }
 
@@ -194,8 +190,8 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
   }
   const bool ok = at_hand ? TakeAtHand(r) : TakeAcrossPools(r, req);
   if (ok) {
-    // Newly full blocks of known tokens join the prefix cache once the step has run.
-    if (CacheFullBlocks(r, c + req.num_new_tokens) || has_state_groups) {
+    // Newly full blocks of known tokens (and a state step) commit once the step has run.
+    if (CacheFullBlocks(r, c + req.num_new_tokens)) {
       pending_commits.push_back(st.slot);
     }
     st.allocated = r.allocated = true;

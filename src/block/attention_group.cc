@@ -111,6 +111,19 @@ bool AttentionGroup::CacheFull(const RequestView& r, int64_t full) {
   return true;
 }
 
+void AttentionGroup::Release(const RequestView& r, int64_t processed) {
+  TableState& t = tables_[r.slot];
+  const int64_t dead = std::min<int64_t>(SkippedTokens(processed) / layout().block_size,
+                                         static_cast<int64_t>(t.blocks.size()));
+  // Last to first, so the later blocks of the prefix are evicted first; blocks before
+  // num_released went in earlier calls.
+  for (int64_t i = dead - 1; i >= t.num_released; --i) {
+    pool().Free({t.blocks[i]});
+    t.blocks[i] = kNullBlock;
+  }
+  t.num_released = std::max(t.num_released, dead);
+}
+
 void AttentionGroup::Commit(const RequestView& r) {
   TableState& t = tables_[r.slot];
   // A rollback may have dropped hashes since the blocks became pending (Uncache lowers
@@ -162,6 +175,21 @@ void AttentionGroup::Uncache(int32_t slot, int64_t first) {
   }
   t.num_cached = std::min(t.num_cached, first);
   t.num_published = std::min(t.num_published, first);
+}
+
+absl::Status AttentionGroup::CheckRollback(const RequestView& r, RequestId id,
+                                           int64_t keep) const {
+  // Blocks that were full only with the dropped tokens were cached under hashes that are now
+  // wrong. The request will rewrite them, so no other request may share them.
+  const TableState& t = tables_[r.slot];
+  for (int64_t i = keep / ctx().hash_block_size; i < t.num_cached; ++i) {
+    if (t.blocks[i] != kNullBlock && pool().ref_count(t.blocks[i]) > 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot roll back request ", id.value, ": block ", t.blocks[i].value, " of group ",
+          layout().id.value, " holding those tokens is shared with another request"));
+    }
+  }
+  return CheckRecompute(r, id, keep - 1);
 }
 
 absl::Status AttentionGroup::CountRefs(int32_t slot, RequestId id,

@@ -2,8 +2,8 @@
 //
 // AttentionGroup keeps what full attention, MLA and sliding windows share: one table entry per
 // block of tokens, grown as the request computes, offered to the prefix cache block by block.
-// FullAttentionGroup needs every block from the start. SlidingWindowGroup (its own file) also
-// releases the blocks its window has moved past.
+// FullAttentionGroup needs every block from the start. SlidingWindowGroup (its own file) skips
+// the tokens its window has moved past (SkippedTokens), whose blocks Release frees.
 #ifndef KVPAGE_BLOCK_ATTENTION_GROUP_H_
 #define KVPAGE_BLOCK_ATTENTION_GROUP_H_
 
@@ -28,6 +28,7 @@ class AttentionGroup : public GroupManager {
                const StateOutputs& outputs) override;
   void Grow(const RequestView& r, int64_t n) override;
   bool CacheFull(const RequestView& r, int64_t full) override;
+  void Release(const RequestView& r, int64_t processed) override;
   void Commit(const RequestView& r) override;
   void DropPending(const RequestView& r) override;
   void Free(const RequestView& r) override;
@@ -35,6 +36,8 @@ class AttentionGroup : public GroupManager {
   absl::Span<const BlockId> Table(int32_t slot) const override { return tables_[slot].blocks; }
   int64_t NumCached(int32_t slot) const override { return tables_[slot].num_cached; }
   void Uncache(int32_t slot, int64_t first) override;
+  // Refuses when a block the rolled-back tokens completed is shared with another request.
+  absl::Status CheckRollback(const RequestView& r, RequestId id, int64_t keep) const override;
   absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const override;
 
  protected:
@@ -46,7 +49,7 @@ class AttentionGroup : public GroupManager {
     // [0, num_published) are in it, the rest pending until the step writing them commits.
     int64_t num_cached = 0;
     int64_t num_published = 0;
-    int64_t num_released = 0;  // sliding window: blocks [0, n) are null
+    int64_t num_released = 0;  // blocks [0, n) are null (skipped, Release)
   };
   TableState& table(int32_t slot) { return tables_[slot]; }
   const TableState& table(int32_t slot) const { return tables_[slot]; }
@@ -72,6 +75,8 @@ class FullAttentionGroup final : public AttentionGroup {
  public:
   using AttentionGroup::AttentionGroup;
 
+  // Every block of the sequence stays.
+  int64_t MinBlocksFor(int64_t tokens) const override { return BlocksFor(tokens); }
   int hit_rank() const override { return 0; }
   int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
                     HitScope scope) const override;

@@ -1,8 +1,11 @@
-// The one place that maps a layer kind to its group manager: a new kind adds its class here.
+// What the block manager builds for each layer kind (group_factory.h).
+#include "block/group_factory.h"
+
 #include "block/attention_group.h"
-#include "block/group_manager.h"
 #include "block/recurrent_group.h"
 #include "block/sliding_window_group.h"
+#include "internal/status_macros.h"
+#include "model/kv_sizing.h"
 
 namespace kvpage::internal {
 
@@ -18,6 +21,33 @@ std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockP
       return std::make_unique<RecurrentGroup>(layout, pool, context);
   }
   return nullptr;
+}
+
+int32_t GroupBlockSize(const LayerSpec& spec, int32_t block_size) {
+  return spec.IsAttention() ? block_size : 0;
+}
+
+absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int32_t block_size,
+                                                      DType kv_dtype) {
+  if (spec.IsAttention()) {
+    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, kv_dtype));
+    return std::vector<CacheTensor>{CacheTensor{
+        .kind = spec.kind == LayerKind::kMla ? CacheTensorKind::kMlaLatent : CacheTensorKind::kKv,
+        .dtype = kv_dtype,
+        .block_bytes = token_bytes * block_size,
+        .block_size = block_size,
+        .attention = spec.attention}};
+  }
+  const LinearStateShape& s = spec.linear;
+  return std::vector<CacheTensor>{
+      CacheTensor{.kind = CacheTensorKind::kConvState,
+                  .dtype = s.conv_dtype,
+                  .block_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype),
+                  .linear = s},
+      CacheTensor{.kind = CacheTensorKind::kRecurrentState,
+                  .dtype = s.recurrent_dtype,
+                  .block_bytes = s.RecurrentValues() * BytesPerValue(s.recurrent_dtype),
+                  .linear = s}};
 }
 
 }  // namespace kvpage::internal

@@ -12,12 +12,18 @@
 //                 CacheFull (the full blocks the step writes become pending); once the step
 //                 has run, Commit (pending blocks and state snapshots join the prefix cache),
 //                 or, if the request leaves first, DropPending.
-//   windows       Release: free blocks no unprocessed token can reach.
+//   skipped       SkippedTokens: the leading tokens no later token reads (a window's past);
+//                 Release frees their blocks.
 //   NextEvent     the first computed-token count at which the group must hear of the request
 //                 again (KvCacheManager::NextEvent is the least over the groups).
+//   the model     what the kind asks of the manager and the scheduler: whether a running
+//                 request's step can Grow in place, whether computed tokens roll back, the
+//                 multiple a prefill chunk should end on, the blocks a sequence needs at least.
+//                 The coordinator reads these once, at Build, over all groups.
 //
 // Kinds: FullAttentionGroup (full attention and MLA), SlidingWindowGroup, RecurrentGroup
-// (linear attention). Adding a kind means one subclass and a line in MakeGroupManager.
+// (linear attention), built by MakeGroupManager (group_factory.h). Adding a kind means one
+// subclass and its lines in group_factory.cc.
 #ifndef KVPAGE_BLOCK_GROUP_MANAGER_H_
 #define KVPAGE_BLOCK_GROUP_MANAGER_H_
 
@@ -110,10 +116,30 @@ class GroupManager {
 
   const GroupLayout& layout() const { return layout_; }
   BlockPool& pool() const { return *pool_; }
-  bool is_attention() const { return layout_.block_size > 0; }
+  // The group keeps a block table per request (BlockTable); else state slots (Slots).
+  bool has_table() const { return layout_.block_size > 0; }
 
   // Room for the records of `slots` requests (slots only grow).
   virtual void Resize(size_t slots) = 0;
+
+  // ---- What the kind asks of the manager and the scheduler ----
+  // The sliding window in tokens (KvCacheManager::group_window); 0 when every earlier token
+  // is read.
+  virtual int32_t window() const { return 0; }
+  // Of the first `processed` tokens, how many leading ones no token from `processed` on reads
+  // (vLLM's get_num_skipped_tokens): their blocks are dead. 0 for kinds that read them all.
+  virtual int64_t SkippedTokens(int64_t /*processed*/) const { return 0; }
+  // Blocks a request of `tokens` tokens holds at least at its longest: a lower bound on what
+  // it needs, 0 for kinds whose holdings stop growing (KvCacheManager::MinBytesFor).
+  virtual int64_t MinBlocksFor(int64_t /*tokens*/) const { return 0; }
+  // A running request's step can take its new blocks with Grow (no plan, no hit).
+  virtual bool grows_in_place() const { return true; }
+  // Tokens a request has computed can be rolled back (RollbackTokens): the group keeps what
+  // each token wrote, rather than one state every step overwrites.
+  virtual bool rolls_back() const { return true; }
+  // A prefill chunk should end on a multiple of this many tokens so that a later request can
+  // resume where it ended (KvCacheManager::prefill_alignment); 0 when any end serves.
+  virtual int32_t prefill_alignment() const { return 0; }
 
   // ---- Prefix hits ----
   // Order in which the coordinator asks the groups (lower first): kinds whose answer only
@@ -166,10 +192,12 @@ class GroupManager {
   // Takes n new blocks from the group's own pool and makes them the request's: a running
   // request's plain step (attention groups; KvCacheManager::Impl::TakeAtHand).
   virtual void Grow(const RequestView& r, int64_t n) = 0;
-  // Full blocks [0, full) will be offered to the prefix cache when the step commits (attention
-  // groups; vllm accounting offers them at once, as vLLM does). True when some are pending.
+  // After Install: full blocks [0, full) will be offered to the prefix cache when the step
+  // commits (attention groups; vllm accounting offers them at once, as vLLM does). True when
+  // the step left something for Commit: pending blocks, or a state step (recurrent groups).
   virtual bool CacheFull(const RequestView& /*r*/, int64_t /*full*/) { return false; }
-  // Frees blocks no token from `processed` on can reach (sliding windows).
+  // Frees the blocks of the SkippedTokens(processed) leading tokens, and what else the group
+  // holds that no token from `processed` on needs.
   virtual void Release(const RequestView& /*r*/, int64_t /*processed*/) {}
   // A step was installed and not committed yet (recurrent groups).
   virtual bool HasPendingStep(int32_t /*slot*/) const { return false; }
@@ -193,10 +221,18 @@ class GroupManager {
   // Drops the prefix-cache entries (or pending offers) of blocks [first, NumCached) (a
   // rollback).
   virtual void Uncache(int32_t /*slot*/, int64_t /*first*/) {}
-  // FailedPrecondition when rolling request `id` back to `keep` tokens would need a block the
-  // group has already freed (a sliding window: the window of token keep − 1).
-  virtual absl::Status CheckRollback(int32_t /*slot*/, RequestId /*id*/, int64_t /*keep*/) const {
+  // FailedPrecondition when the group cannot compute token `c` of request `id` again (its
+  // computed count going back): a block that token's attention reads is freed already (a
+  // sliding window), or the group keeps state every step overwrites (rolls_back() false).
+  virtual absl::Status CheckRecompute(const RequestView& /*r*/, RequestId /*id*/,
+                                      int64_t /*c*/) const {
     return absl::OkStatus();
+  }
+  // FailedPrecondition when rolling request `id` back to `keep` tokens cannot be done: token
+  // keep − 1 cannot be computed again (CheckRecompute), or a block holding dropped tokens is
+  // shared with another request (attention groups).
+  virtual absl::Status CheckRollback(const RequestView& r, RequestId id, int64_t keep) const {
+    return CheckRecompute(r, id, keep - 1);
   }
   // Adds one to refs[b] for every block b the request holds; InternalError for a block that
   // is not a mapped block of the pool.
@@ -223,10 +259,6 @@ class GroupManager {
   BlockPool* const pool_;
   const GroupContext* const ctx_;
 };
-
-// The group manager for a layer group of `layout.kind` (group_factory.cc).
-std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockPool* pool,
-                                               const GroupContext* context);
 
 }  // namespace kvpage::internal
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "block/manager_impl.h"
@@ -60,8 +61,24 @@ int32_t KvCacheManager::group_block_size(GroupId group) const {
   return g != nullptr ? g->block_size : 0;
 }
 int32_t KvCacheManager::group_window(GroupId group) const {
-  const internal::GroupLayout* g = impl_->GroupLayoutOf(group);
-  return g != nullptr && g->kind == LayerKind::kSlidingWindow ? g->window : 0;
+  return impl_->GroupLayoutOf(group) != nullptr ? impl_->groups[group.value]->window() : 0;
+}
+
+bool KvCacheManager::can_roll_back() const { return impl_->rolls_back; }
+bool KvCacheManager::frees_skipped_blocks() const { return impl_->frees_skipped; }
+int32_t KvCacheManager::prefill_alignment() const { return impl_->prefill_alignment; }
+
+int64_t KvCacheManager::MinBytesFor(int64_t num_tokens) const {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t bytes = 0;
+  for (const auto& g : impl_->groups) {
+    const int64_t blocks = g->MinBlocksFor(std::max<int64_t>(num_tokens, 0));
+    const int64_t block_bytes = g->pool().block_bytes();
+    if (blocks == 0) continue;
+    if (blocks > kMax / block_bytes - bytes / block_bytes) return kMax;
+    bytes += blocks * block_bytes;
+  }
+  return bytes;
 }
 
 // ---- Requests ----
@@ -248,26 +265,12 @@ absl::Status KvCacheManager::RollbackTokens(RequestHandle request, int64_t num_t
                                                    ": it has ", generated, " generated tokens"));
   }
   if (num_tokens == 0) return absl::OkStatus();
-  if (m.has_state_groups && st->allocated) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot roll back request ", st->id.value, ": its linear-attention state already "
-        "includes those tokens and has no checkpoint to return to"));
-  }
-  // Blocks that were full only with the dropped tokens were cached under hashes that are now
-  // wrong. The request will rewrite them, so no other request may share them.
   const int64_t keep = m.NumTokens(st->slot) - num_tokens;
+  const internal::RequestView r = m.View(*st);
+  for (const auto& g : m.groups) KVPAGE_RETURN_IF_ERROR(g->CheckRollback(r, st->id, keep));
+  // Blocks that were full only with the dropped tokens were cached under hashes that are now
+  // wrong: they leave the prefix cache.
   const int64_t first = keep / m.block_size;
-  for (const auto& g : m.groups) {
-    const absl::Span<const BlockId> table = g->Table(st->slot);
-    for (int64_t i = first; i < g->NumCached(st->slot); ++i) {
-      if (table[i] != kNullBlock && g->pool().ref_count(table[i]) > 1) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot roll back request ", st->id.value, ": block ", table[i].value, " of group ",
-            g->layout().id.value, " holding those tokens is shared with another request"));
-      }
-    }
-  }
-  for (const auto& g : m.groups) KVPAGE_RETURN_IF_ERROR(g->CheckRollback(st->slot, st->id, keep));
   for (const auto& g : m.groups) g->Uncache(st->slot, first);
   m.FlushTokens(*st);
   st->tokens.resize(keep);
@@ -413,7 +416,7 @@ absl::StatusOr<absl::Span<const BlockId>> KvCacheManager::BlockTable(RequestHand
   const RequestState* st = impl_->Get(request);
   if (st == nullptr) return impl_->Stale(request);
   if (group.value < 0 || group.value >= num_groups() ||
-      !impl_->groups[group.value]->is_attention()) {
+      !impl_->groups[group.value]->has_table()) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group.value, " is not an attention group"));
   }
   return impl_->groups[group.value]->Table(st->slot);
@@ -428,14 +431,14 @@ absl::Status KvCacheManager::FillBlockTableRow(RequestHandle request, GroupId gr
     return absl::InvalidArgumentError(absl::StrCat("kernel block size ", kernel_block_size,
                                                    " does not divide block size ", bs));
   }
-  const int64_t ratio = bs / kernel_block_size;
+  const int32_t ratio = bs / kernel_block_size;
   if (static_cast<int64_t>(table.size()) * ratio > static_cast<int64_t>(row.size())) {
     return absl::InvalidArgumentError(absl::StrCat("row of ", row.size(), " entries cannot hold ",
                                                    table.size() * ratio, " kernel blocks"));
   }
   size_t k = 0;
   for (BlockId b : table) {
-    for (int64_t j = 0; j < ratio; ++j) row[k++] = static_cast<int32_t>(b.value * ratio + j);
+    for (int32_t j = 0; j < ratio; ++j) row[k++] = KernelBlock(b, ratio, j);
   }
   std::fill(row.begin() + k, row.end(), 0);
   return absl::OkStatus();
@@ -452,7 +455,7 @@ absl::Status KvCacheManager::FillSlotMapping(RequestHandle request, GroupId grou
       return absl::InvalidArgumentError(absl::StrCat("the request holds no block for position ",
                                                      pos, " in group ", group.value));
     }
-    out[i] = int64_t{table[index].value} * bs + pos % bs;
+    out[i] = SlotOf(table[index], bs, pos);
   }
   return absl::OkStatus();
 }
@@ -462,7 +465,7 @@ absl::StatusOr<StateSlots> KvCacheManager::GetStateSlots(RequestHandle request,
   const RequestState* st = impl_->Get(request);
   if (st == nullptr) return impl_->Stale(request);
   if (group.value < 0 || group.value >= num_groups() ||
-      impl_->groups[group.value]->is_attention()) {
+      impl_->groups[group.value]->has_table()) {
     return absl::InvalidArgumentError(absl::StrCat("group ", group.value, " is not a linear-attention group"));
   }
   return impl_->groups[group.value]->Slots(st->slot);

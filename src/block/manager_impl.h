@@ -121,7 +121,7 @@ class KvCacheManager::Impl {
   // back before the last step the manager saw (AllocateStep judges that).
   bool IsQuiet(int32_t slot, int64_t c, int64_t n) const {
     const Summary& s = summaries[slot];
-    return n > 0 && c >= s.step_begin && c <= s.num_tokens && n < s.next_event - c;
+    return n > 0 && c >= s.step_begin && c <= s.num_tokens && StepIsQuiet(s.next_event, c, n);
   }
   // Records that a step after c computed tokens got its slots.
   void NoteStep(int32_t slot, int64_t c) { summaries[slot].step_begin = c; }
@@ -235,11 +235,14 @@ class KvCacheManager::Impl {
   std::vector<std::unique_ptr<internal::GroupManager>> groups;
   std::vector<const internal::GroupManager*> hit_order;  // groups by hit_rank
   std::unique_ptr<BlockHasher> hasher;
-  bool has_state_groups = false;  // a step of such a model always moves a state slot
-  // Attention groups only, a pool each: a running request's plain step (no hit, lookahead or
-  // reserve) takes what its own pools have at hand (HasBlocksAtHand) and moves no chunk
-  // between pools.
+  // What the groups answer for the model, read once at Build (group_manager.h, "the model").
+  // A pool per group, every group grows_in_place: a running request's plain step (no hit,
+  // lookahead or reserve) takes what its own pools have at hand (HasBlocksAtHand) and moves
+  // no chunk between pools.
   bool own_pool_steps = false;
+  bool rolls_back = true;         // every group rolls_back
+  bool frees_skipped = false;     // some group skips tokens (of a long enough request)
+  int32_t prefill_alignment = 0;  // the largest group's prefill_alignment
 
   // Requests by slot. A slot is reused after Free, with its generation bumped, so a handle
   // names (slot, generation).

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "block/group_factory.h"
 #include "block/manager_impl.h"
 #include "block/memory_description.h"
 #include "internal/status_macros.h"
@@ -115,7 +116,7 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
     g.num_layers = group.num_layers();
     g.window = group.spec.sliding_window;
     g.pool = static_cast<int32_t>(i);
-    g.block_size = group.spec.IsAttention() ? m.block_size : 0;
+    g.block_size = internal::GroupBlockSize(group.spec, m.block_size);
     for (int64_t tb : tensors[i]) g.block_bytes += tb;
     if (g.block_bytes > budget) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -174,7 +175,7 @@ absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DT
     g.kind = spec.kind;
     g.num_layers = layers;
     g.padding_layers = padding;
-    g.block_size = spec.IsAttention() ? m.block_size : 0;
+    g.block_size = internal::GroupBlockSize(spec, m.block_size);
     g.window = spec.sliding_window;
     g.pool = 0;
     g.block_bytes = block_id_bytes;
@@ -300,13 +301,17 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .async_scheduling = config.async_scheduling,
       .decode_snapshot_interval_blocks = config.decode_snapshot_interval_blocks};
+  m->own_pool_steps = m->pools.size() == layouts.size();
   for (const GroupLayout& g : layouts) {
     m->groups.push_back(internal::MakeGroupManager(g, m->pools[g.pool].get(), &m->context));
-    m->hit_order.push_back(m->groups.back().get());
-    m->has_state_groups |= !m->groups.back()->is_attention();
+    const internal::GroupManager& group = *m->groups.back();
+    m->hit_order.push_back(&group);
+    m->own_pool_steps &= group.grows_in_place();
+    m->rolls_back &= group.rolls_back();
+    m->frees_skipped |= group.SkippedTokens(std::numeric_limits<int64_t>::max()) > 0;
+    m->prefill_alignment = std::max(m->prefill_alignment, group.prefill_alignment());
   }
   std::ranges::stable_sort(m->hit_order, {}, &internal::GroupManager::hit_rank);
-  m->own_pool_steps = m->pools.size() == m->groups.size() && !m->has_state_groups;
   m->step_need.resize(m->pools.size());
   m->step_check.resize(m->pools.size());
   m->step_fresh.resize(m->groups.size());

@@ -2,33 +2,11 @@
 #include "block/memory_description.h"
 
 #include "absl/strings/str_cat.h"
+#include "block/group_factory.h"
 #include "internal/status_macros.h"
 #include "model/kv_sizing.h"
 
 namespace kvpage::internal {
-
-absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int32_t block_size,
-                                                      DType kv_dtype) {
-  if (spec.IsAttention()) {
-    KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, kv_dtype));
-    return std::vector<CacheTensor>{CacheTensor{
-        .kind = spec.kind == LayerKind::kMla ? CacheTensorKind::kMlaLatent : CacheTensorKind::kKv,
-        .dtype = kv_dtype,
-        .block_bytes = token_bytes * block_size,
-        .block_size = block_size,
-        .attention = spec.attention}};
-  }
-  const LinearStateShape& s = spec.linear;
-  return std::vector<CacheTensor>{
-      CacheTensor{.kind = CacheTensorKind::kConvState,
-                  .dtype = s.conv_dtype,
-                  .block_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype),
-                  .linear = s},
-      CacheTensor{.kind = CacheTensorKind::kRecurrentState,
-                  .dtype = s.recurrent_dtype,
-                  .block_bytes = s.RecurrentValues() * BytesPerValue(s.recurrent_dtype),
-                  .linear = s}};
-}
 
 absl::StatusOr<MemoryLayout> DescribeMemory(const ModelSpec& model, const KvCacheConfig& config,
                                             DType kv_dtype,

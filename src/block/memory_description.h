@@ -14,12 +14,6 @@
 
 namespace kvpage::internal {
 
-// The tensors of one layer (block_size: tokens per attention block): the K/V or latent tensor
-// of an attention layer, the conv and recurrent state of a linear-attention layer. Their group,
-// pool and layer are left for the caller.
-absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int32_t block_size,
-                                                      DType kv_dtype);
-
 // The pools and, in kvpage mode (one group per ModelSpec group, in order), every layer's
 // tensors. The tensors of a pool add up to its block bytes.
 absl::StatusOr<MemoryLayout> DescribeMemory(const ModelSpec& model, const KvCacheConfig& config,

@@ -26,8 +26,9 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   int64_t longest = 0;  // the longest prefix one group serves alone
   length = LongestHitLength(hashes, length, &longest);
   hit.num_tokens = hit.match_tokens = std::max<int64_t>(length, 0) * block_size;
-  if (has_state_groups) {
-    // vllm mode: vLLM's shared-prefix junction, where full attention's hit ends.
+  if (prefill_alignment > 0) {
+    // Where prefill chunks stop so that later requests resume there (Scheduler). vllm mode:
+    // vLLM's shared-prefix junction, where full attention's hit ends.
     hit.match_tokens = config.mode == AccountingMode::kKvpage
                            ? std::max(hit.num_tokens, KnownLength(hashes, max_blocks) * block_size)
                            : longest * block_size;

@@ -159,6 +159,14 @@ void RecurrentGroup::Free(const RequestView& r) {
   s = State{};
 }
 
+absl::Status RecurrentGroup::CheckRecompute(const RequestView& r, RequestId id,
+                                            int64_t /*c*/) const {
+  if (!r.allocated) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot roll back request ", id.value, ": its linear-attention state already includes "
+      "those tokens and has no checkpoint to return to"));
+}
+
 StateSlots RecurrentGroup::Slots(int32_t slot) const {
   return StateSlots{states_[slot].read, states_[slot].write};
 }

@@ -23,6 +23,13 @@ class RecurrentGroup final : public GroupManager {
   using GroupManager::GroupManager;
 
   void Resize(size_t slots) override { states_.resize(std::max(states_.size(), slots)); }
+  // Every step moves the state (Plan and Install, never Grow), and overwrites it.
+  bool grows_in_place() const override { return false; }
+  bool rolls_back() const override { return false; }
+  // With prefix caching, a state is kept only at block boundaries (SnapshotBlock).
+  int32_t prefill_alignment() const override {
+    return ctx().enable_prefix_caching ? ctx().hash_block_size : 0;
+  }
   int hit_rank() const override { return 2; }
   int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
                     HitScope scope) const override;
@@ -40,15 +47,18 @@ class RecurrentGroup final : public GroupManager {
   int64_t FreshBlocks(const RequestView& r, const StepArgs& step) const override;
   void Install(const RequestView& r, absl::Span<const BlockId> fresh,
                const StateOutputs& outputs) override;
-  // Never a plain step's own-pool growth: a model with recurrent state has none
-  // (KvCacheManager::Impl::own_pool_steps).
+  // Never called: grows_in_place() is false (KvCacheManager::Impl::own_pool_steps).
   void Grow(const RequestView&, int64_t) override { KVPAGE_DCHECK(false); }
+  // The state the step writes (and its snapshot) is pending until the step commits.
+  bool CacheFull(const RequestView& r, int64_t) override { return states_[r.slot].step_pending; }
   // GroupContext::align_state_blocks: frees the state block the last committed step replaced.
   void Release(const RequestView& r, int64_t processed) override;
   bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
   void Commit(const RequestView& r) override;
   void DropPending(const RequestView& r) override { states_[r.slot].snapshot_block = -1; }
   void Free(const RequestView& r) override;
+  // Refuses once the request has computed: its state includes every computed token.
+  absl::Status CheckRecompute(const RequestView& r, RequestId id, int64_t c) const override;
   int64_t NextEvent(const RequestView&) const override { return 0; }  // every step moves it
   StateSlots Slots(int32_t slot) const override;
   absl::Status CountRefs(int32_t slot, RequestId id, std::vector<int32_t>& refs) const override;

@@ -148,7 +148,9 @@ std::vector<KvEventGroupInfo> KvEventGroupInfos(const KvCacheManager& manager) {
     KvEventGroupInfo info{.block_size = manager.group_block_size(GroupId(g)),
                           .kind = KvCacheSpecKindName(kind)};
     if (info.block_size == 0) info.block_size = hash_block_size;
-    if (kind == LayerKind::kSlidingWindow) info.sliding_window = manager.group_window(GroupId(g));
+    if (const int32_t window = manager.group_window(GroupId(g)); window > 0) {
+      info.sliding_window = window;
+    }
     infos.push_back(std::move(info));
   }
   return infos;

@@ -20,9 +20,9 @@ void Scheduler::Impl::InitTables() {
     g.changed.assign(rows, {0, 0});
     g.changed_rows.clear();
     out.attention.push_back(AttentionBatch{.group = g.id,
-                                           .kind = g.kind,
+                                           .kind = kv->group_kind(g.id),
                                            .kernel_block_size = g.block_size / g.ratio,
-                                           .window = g.window,
+                                           .window = kv->group_window(g.id),
                                            .max_blocks_per_row = g.stride});
   }
   out.states.clear();
@@ -88,13 +88,17 @@ void Scheduler::Impl::SyncRow(SchedRequest& r) {
     g.MarkChanged(r.row, first_new * g.ratio, size * g.ratio);
     for (int32_t i = first_new; i < size; ++i) {
       if (table[i] == kNullBlock) continue;
+      int32_t* const entries = row + static_cast<size_t>(i) * g.ratio;
       for (int32_t k = 0; k < g.ratio; ++k) {
-        row[static_cast<size_t>(i) * g.ratio + k] = table[i].value * g.ratio + k;
+        entries[k] = KvCacheManager::KernelBlock(table[i], g.ratio, k);
       }
     }
     sync.blocks = std::max(sync.blocks, size);
-    const int64_t last = size - 1;
-    sync.last_block_offset = size > 0 ? (int64_t{table[last].value} - last) * g.block_size : 0;
+    // Slots run on within a block: the last one's slot of p is p plus this.
+    const int64_t last_start = int64_t{size - 1} * g.block_size;
+    sync.last_block_offset =
+        size > 0 ? KvCacheManager::SlotOf(table[size - 1], g.block_size, last_start) - last_start
+                 : 0;
   }
   r.row_stale = false;
 }
@@ -159,7 +163,7 @@ absl::Status Scheduler::Impl::CheckTables() const {
       for (int32_t i = 0; i < g.stride; ++i) {
         const size_t block = static_cast<size_t>(i / g.ratio);
         const int32_t want = block < table.size() && table[block] != kNullBlock
-                                 ? table[block].value * g.ratio + i % g.ratio
+                                 ? KvCacheManager::KernelBlock(table[block], g.ratio, i % g.ratio)
                                  : 0;
         if (data[i] != want) {
           return absl::InternalError(absl::StrCat("row ", row, " of group ", g.id.value,

@@ -41,10 +41,10 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   // until then, and it comes last in the running order: requests ahead of it that need memory
   // would preempt it (FCFS takes the last) for blocks it no longer needs. Release them all first.
   // (vLLM releases a request's blocks only in its own allocate_slots, so vllm accounting waits.)
-  if (!has_sliding_groups || config.kv.mode == AccountingMode::kVllm) return;
+  if (!kv->frees_skipped_blocks() || config.kv.mode == AccountingMode::kVllm) return;
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
-    if (r.num_computed + 1 < r.next_event) continue;  // nothing due (see NextEvent)
+    if (r.QuietStep(1)) continue;  // nothing due
     [[maybe_unused]] const absl::Status released = kv->RemoveSkippedBlocks(r.kv, r.num_computed);
     KVPAGE_DCHECK(released.ok());
     RefreshNextEvent(r);
@@ -59,12 +59,12 @@ int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget)
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
   }
   n = std::min({n, budget, max_model_len - r.num_computed});
-  if (has_state_groups && config.kv.enable_prefix_caching) n = StateAlignedChunk(r, n);
+  if (prefill_alignment > 0) n = AlignedChunk(r, n);
   return static_cast<int32_t>(n);
 }
 
-int64_t Scheduler::Impl::StateAlignedChunk(const SchedRequest& r, int64_t n) const {
-  const int64_t bs = cache_block_size;
+int64_t Scheduler::Impl::AlignedChunk(const SchedRequest& r, int64_t n) const {
+  const int64_t bs = prefill_alignment;
   const int64_t start = r.num_computed;
   if (config.kv.mode == AccountingMode::kKvpage) {
     // A prompt chunk ends on a block boundary when it can, so the state there is snapshotted
@@ -191,8 +191,9 @@ size_t Scheduler::Impl::ScheduleDecodeRun(size_t i, int64_t& budget) {
   size_t j = i;
   for (; j < end && reqs[running[j]].PlainDecode(); ++j) {
     SchedRequest& r = reqs[running[j]];
+    const bool quiet = r.QuietStep(1);
     MarkScheduled(r, 1, 0);
-    if (r.num_computed < r.next_event) continue;
+    if (quiet) continue;
     decode_batch.push_back(DecodeStep{.request = r.kv, .num_computed_tokens = r.num_computed - 1});
     decode_events.push_back(j);
   }
@@ -318,33 +319,43 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
         .num_new_tokens = n,
         .num_reserve_tokens = config.reserve_full_prompt ? remaining - n + outstanding : 0,
         .hit = c > 0 ? &hit : nullptr};
-    const absl::StatusOr<bool> ok = n > 0 ? kv->AllocateSlots(r.kv, req) : false;
-    KVPAGE_DCHECK(ok.ok());
-    bool admitted = ok.ok() && *ok;
-    if (admitted && config.watermark > 0 && !running.empty() && OverWatermark()) {
-      admitted = false;
-      FreeKeepingTokens(q);  // give the blocks back
-    }
-    if (!admitted) {
+    if (!AllocateAdmission(q, req)) {
       r.num_computed = 0;
       break;  // waiting requests never preempt running ones
     }
-    waiting.erase(waiting.begin());
     if (reserve_others) outstanding += remaining - n;
-    if (!r.resumed) {
-      r.num_cached_tokens = c;
-      stats.admitted_prompt_tokens += r.num_tokens;
-      stats.prefix_hit_tokens += c;
-      stats.host_hit_tokens += std::min(r.loaded_tokens, c);
-    }
-    r.loaded_tokens = 0;
-    r.status = RequestStatus::kRunning;
-    r.fresh = true;
-    running.push_back(q);
-    TakeRow(q);
-    RecordScheduled(q, n, 0, budget);
-    RefreshNextEvent(r);
+    StartRunning(q, c, n, budget);
   }
+}
+
+bool Scheduler::Impl::AllocateAdmission(int32_t q, const AllocationRequest& req) {
+  const absl::StatusOr<bool> ok =
+      req.num_new_tokens > 0 ? kv->AllocateSlots(reqs[q].kv, req) : false;
+  KVPAGE_DCHECK(ok.ok());
+  if (!ok.ok() || !*ok) return false;
+  if (config.watermark > 0 && !running.empty() && OverWatermark()) {
+    FreeKeepingTokens(q);  // give the blocks back
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::Impl::StartRunning(int32_t q, int64_t hit_tokens, int32_t n, int64_t& budget) {
+  SchedRequest& r = reqs[q];
+  waiting.erase(waiting.begin());  // q heads the queue
+  if (!r.resumed) {
+    r.num_cached_tokens = hit_tokens;
+    stats.admitted_prompt_tokens += r.num_tokens;
+    stats.prefix_hit_tokens += hit_tokens;
+    stats.host_hit_tokens += std::min(r.loaded_tokens, hit_tokens);
+  }
+  r.loaded_tokens = 0;
+  r.status = RequestStatus::kRunning;
+  r.fresh = true;
+  running.push_back(q);
+  TakeRow(q);
+  RecordScheduled(q, n, 0, budget);
+  RefreshNextEvent(r);
 }
 
 void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
@@ -407,8 +418,8 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
 }
 
 void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {
-  // A token's slot is its cache block times the cache block size plus its offset, whatever
-  // the kernel block size (kernel block b·r + j is the j-th part of cache block b).
+  // A token's slot is KvCacheManager::SlotOf its cache block, whatever the kernel block size
+  // (the row holds kernel block b·r + j, the j-th part of cache block b).
   const int64_t bs = g.block_size;
   for (const ScheduledRequest& sr : out.requests) {
     const size_t row = static_cast<size_t>(sr.row);
@@ -420,7 +431,8 @@ void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {
     for (int64_t pos = c; pos < c + sr.num_scheduled_tokens; ++pos) {
       slots[pos - c] = pos >= last_block_start && sync.blocks > 0
                            ? pos + sync.last_block_offset
-                           : int64_t{table[pos / bs * g.ratio]} / g.ratio * bs + pos % bs;
+                           : KvCacheManager::SlotOf(BlockId(table[pos / bs * g.ratio] / g.ratio),
+                                                    bs, pos);
     }
   }
 }

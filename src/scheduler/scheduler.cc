@@ -96,17 +96,13 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
     impl->token_limit = static_cast<uint32_t>(model.vocab_size);
   }
   for (int32_t g = 0; g < m.num_groups(); ++g) {
-    if (m.group_kind(GroupId(g)) == LayerKind::kLinearAttention) {
-      impl->has_state_groups = true;
-      impl->state_groups.push_back(GroupId(g));
-      continue;
-    }
     GroupInfo info;
     info.id = GroupId(g);
-    info.kind = m.group_kind(info.id);
     info.block_size = m.group_block_size(info.id);
-    info.window = m.group_window(info.id);
-    impl->has_sliding_groups |= info.kind == LayerKind::kSlidingWindow;
+    if (info.block_size == 0) {  // state slots, not a block table
+      impl->state_groups.push_back(info.id);
+      continue;
+    }
     const int32_t kbs = config.kernel_block_size > 0 ? config.kernel_block_size : info.block_size;
     if (info.block_size % kbs != 0) {
       return absl::InvalidArgumentError(absl::StrCat("kernel_block_size ", kbs,
@@ -114,15 +110,15 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
                                                      info.block_size, " of group ", g));
     }
     info.ratio = info.block_size / kbs;
-    impl->cache_block_size = info.block_size;
     impl->attention.push_back(std::move(info));
   }
-  if (impl->has_state_groups && config.num_speculative_tokens > 0) {
+  impl->prefill_alignment = m.prefill_alignment();
+  if (!m.can_roll_back() && config.num_speculative_tokens > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_speculative_tokens ", config.num_speculative_tokens, " is not supported for ",
-        model.name, ": its linear-attention state cannot roll back rejected drafts"));
+        model.name, ": its KV cache cannot roll back rejected drafts (a layer keeps one state "
+        "that every step overwrites)"));
   }
-  if (impl->cache_block_size == 0) impl->cache_block_size = kv.block_size;
   if (!config.enable_chunked_prefill && impl->max_model_len > config.max_num_batched_tokens) {
     // A prompt runs in one step: a longer one could never be scheduled, and would block the
     // queue behind it.
@@ -142,26 +138,9 @@ absl::StatusOr<std::unique_ptr<Scheduler::Impl>> Scheduler::Impl::Build(
   return impl;
 }
 
-int64_t Scheduler::Impl::GrowingBytes(int64_t len) const {
-  int64_t bytes = 0;
-  const KvCacheUsage usage = kv->Usage();
-  for (int32_t g = 0; g < kv->num_groups(); ++g) {
-    const LayerKind kind = kv->group_kind(GroupId(g));
-    if (kind != LayerKind::kFullAttention && kind != LayerKind::kMla) continue;
-    const int64_t bs = kv->group_block_size(GroupId(g));
-    const int64_t blocks = (len + bs - 1) / bs;
-    const int64_t block_bytes = usage.pools[g].block_bytes;
-    if (blocks > std::numeric_limits<int64_t>::max() / block_bytes - bytes / block_bytes) {
-      return std::numeric_limits<int64_t>::max();
-    }
-    bytes += blocks * block_bytes;
-  }
-  return bytes;
-}
-
 bool Scheduler::Impl::RequestFits(int64_t len) {
   // What the growing groups alone need rules most lengths out without building a prompt.
-  if (GrowingBytes(len) > config.kv.kv_budget_bytes) return false;
+  if (kv->MinBytesFor(len) > config.kv.kv_budget_bytes) return false;
   // A probe request of `len` tokens goes through the real allocator, in steps of the token
   // budget with windows advancing, as a prompt would; then everything is given back.
   const RequestId probe(std::numeric_limits<int64_t>::max());  // no request exists yet

@@ -80,7 +80,7 @@ struct alignas(64) SchedRequest {
   int32_t num_preemptions = 0;
   // A prefill chunk ends here when it would cross it (CacheHit::match_tokens at admission):
   // where the prompt diverges from what the cache knows (vllm accounting: where full
-  // attention's hit ends), so recurrent state is snapshotted there. 0 = none.
+  // attention's hit ends), so a chunk that must align (AlignedChunk) ends there. 0 = none.
   int64_t chunk_stop = 0;
   int64_t loaded_tokens = 0;  // prompt tokens its last host-tier load brought back
   int64_t num_cached_tokens = -1;  // prefix-hit tokens at its first admission (-1 before)
@@ -94,6 +94,10 @@ struct alignas(64) SchedRequest {
   bool skip_prefix_cache_read = false;
 
   int64_t NumOutput() const { return num_tokens - prompt_len; }
+  // A step of n more tokens would change nothing in the KV cache (KvCacheManager::NextEvent).
+  bool QuietStep(int64_t n) const {
+    return KvCacheManager::StepIsQuiet(next_event, num_computed, n);
+  }
   // A plain decode step: one known token, no drafts.
   bool PlainDecode() const { return num_tokens - num_computed == 1 && num_drafts == 0; }
 };
@@ -132,9 +136,6 @@ class Scheduler::Impl {
   // InvalidArgument naming the request that proposes more drafts than num_speculative_tokens
   // (scheduler_checks.cc).
   absl::Status CheckDraftCounts(const SchedulerOutput& output, const ModelOutput& result) const;
-  // Bytes the blocks of a request of `len` tokens take in the growing groups (full attention,
-  // MLA) alone: a lower bound on what it needs, without building it.
-  int64_t GrowingBytes(int64_t len) const;
 
   // ---- Queues (scheduler.cc) ----
   // FCFS puts a request at the back, or at the front (a preempted one; the latest first);
@@ -165,6 +166,12 @@ class Scheduler::Impl {
   void ScheduleWaiting(int64_t& budget);
   // Adds waiting request q to the KV cache (if it is not there) and asks for its prefix hit.
   CacheHit Admit(internal::SchedRequest& r);
+  // Allocates the first step of waiting request q (the head of the queue). False, with no
+  // blocks kept, when memory is short or the cache would end over the watermark.
+  bool AllocateAdmission(int32_t q, const AllocationRequest& req);
+  // Moves the head of the queue, q, to running with its first step of n tokens after a hit of
+  // `hit_tokens`.
+  void StartRunning(int32_t q, int64_t hit_tokens, int32_t n, int64_t& budget);
   // Starts loading waiting request q's prefix from the host tier if that extends its hit;
   // it then leaves the queue for `loading`. Returns whether it did.
   bool StartLoad(int32_t q);
@@ -185,11 +192,12 @@ class Scheduler::Impl {
   void RefreshNextEvent(internal::SchedRequest& r);
   // Tokens request r would compute this step within the budget (prompt chunking rules).
   int32_t TokensToSchedule(const internal::SchedRequest& r, int64_t budget) const;
-  // A model with recurrent state and prefix caching: how much of an n-token prefill chunk to
-  // run so that the state is snapshotted where later requests can resume. kvpage accounting
-  // ends it at chunk_stop or the last block boundary it reaches; vllm accounting follows
-  // vLLM's block-aligned split, which may leave 0 tokens (the request waits for more budget).
-  int64_t StateAlignedChunk(const internal::SchedRequest& r, int64_t n) const;
+  // When the cache asks for aligned chunks (prefill_alignment > 0: recurrent state with prefix
+  // caching): how much of an n-token prefill chunk to run so that it ends where later
+  // requests can resume. kvpage accounting ends it at chunk_stop or the last aligned boundary
+  // it reaches; vllm accounting follows vLLM's block-aligned split, which may leave 0 tokens
+  // (the request waits for more budget).
+  int64_t AlignedChunk(const internal::SchedRequest& r, int64_t n) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
   // Writes request r's entry `sr` of the output and its row's sequence length (after its row
@@ -228,15 +236,12 @@ class Scheduler::Impl {
   int64_t max_model_len = 0;
   // Token ids must be below this: the model's vocab_size when known, else 2^31.
   uint32_t token_limit = uint32_t{1} << 31;
-  bool has_state_groups = false;
-  bool has_sliding_groups = false;
-  int32_t cache_block_size = 0;  // the manager's hash block size
+  // KvCacheManager::prefill_alignment (0: chunks end anywhere).
+  int32_t prefill_alignment = 0;
 
   struct GroupInfo {
     GroupId id;
-    LayerKind kind = LayerKind::kFullAttention;
     int32_t block_size = 0;
-    int32_t window = 0;
     int32_t ratio = 1;   // manager block -> kernel blocks
     int32_t stride = 0;  // kernel blocks per row
     std::vector<int32_t> table;  // [max_num_seqs, stride]

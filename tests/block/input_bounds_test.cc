@@ -96,7 +96,8 @@ TEST(InputBounds, ComputedTokensMayMoveAheadOnlyAsFarAsTheBlocksReach) {
   EXPECT_TRUE(m->CheckInvariants().ok());
 }
 
-// Going back is a recompute: fine for full attention, refused where it cannot be served.
+// Going back is a recompute, a rollback of computed tokens: fine for full attention alone,
+// refused where a window or state cannot serve it.
 TEST(InputBounds, ComputedTokensThatGoBackFollowTheRollbackRules) {
   {
     RequestHandle h;
@@ -124,8 +125,8 @@ TEST(InputBounds, ComputedTokensThatGoBackFollowTheRollbackRules) {
     auto r = m->AllocateSlots(h, {.num_computed_tokens = 118, .num_new_tokens = 3});
     ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
     EXPECT_EQ(r.status().message(),
-              "num_computed_tokens 118 of request 1 goes back before 119, where its last step "
-              "began: its linear-attention state cannot go back");
+              "cannot roll back request 1: its linear-attention state already includes those "
+              "tokens and has no checkpoint to return to");
     EXPECT_TRUE(m->CheckInvariants().ok());
   }
 }

@@ -1622,8 +1622,8 @@ TEST(KvCacheManagerFuzzRepro, RollbackIntoFreedWindowBlocks) {
   const absl::Status refused = m->RollbackTokens(h, 13);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_EQ(refused.message(),
-            "cannot roll back request 1 to 47 tokens: block 0 of sliding-window group 1, which "
-            "the window of token 46 reads, is already freed");
+            "cannot compute token 46 of request 1 again: block 0 of sliding-window group 1, "
+            "which its window reads, is already freed");
   EXPECT_EQ(m->Tokens(h)->size(), 60u);
   EXPECT_EQ(std::vector<BlockId>(m->BlockTable(h, GroupId(1))->begin(),
                                  m->BlockTable(h, GroupId(1))->end()),

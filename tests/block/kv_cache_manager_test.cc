@@ -2,6 +2,8 @@
 // ids, plus kvpage's own pools (recurrent snapshots, chunks) and bad input.
 #include "kvpage/kv_cache_manager.h"
 
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -502,6 +504,61 @@ TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {
   ASSERT_TRUE(m->Free(H(*m, RequestId(1))).ok());
   EXPECT_TRUE(absl::IsNotFound(m->Free(H(*m, RequestId(1)))));
   EXPECT_EQ(m->Usage().used_bytes, 0);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+}
+
+// What each kind's group answers for the scheduler: only a window frees blocks of a running
+// request, only linear-attention state cannot roll back and asks for aligned prefill chunks
+// (with prefix caching), and only full attention counts in the lower bound on bytes.
+TEST(KvCacheManagerTest, KindsAnswerWhatTheSchedulerAsks) {
+  auto full = FullManager(10);
+  EXPECT_FALSE(full->frees_skipped_blocks());
+  EXPECT_TRUE(full->can_roll_back());
+  EXPECT_EQ(full->prefill_alignment(), 0);
+  EXPECT_EQ(full->MinBytesFor(0), 0);
+  EXPECT_EQ(full->MinBytesFor(33), 3 * 512);  // 3 blocks of 16 tokens × 32 bytes
+  EXPECT_EQ(full->MinBytesFor(std::numeric_limits<int64_t>::max() / 2),
+            std::numeric_limits<int64_t>::max());  // saturates
+  for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
+    auto swa = HybridManager(mode, 20);
+    EXPECT_TRUE(swa->frees_skipped_blocks());
+    EXPECT_TRUE(swa->can_roll_back());
+    EXPECT_EQ(swa->prefill_alignment(), 0);
+    EXPECT_EQ(swa->MinBytesFor(33), 3 * 512);  // the full-attention layer alone
+    EXPECT_EQ(swa->group_window(kG0), 0);
+    EXPECT_EQ(swa->group_window(kG1), 32);
+  }
+  auto gdn = GdnManager();
+  EXPECT_FALSE(gdn->frees_skipped_blocks());
+  EXPECT_FALSE(gdn->can_roll_back());
+  EXPECT_EQ(gdn->prefill_alignment(), 16);
+  EXPECT_EQ(gdn->MinBytesFor(33), 3 * 512);
+  KvCacheConfig off = gdn->config();
+  off.enable_prefix_caching = false;
+  EXPECT_EQ((*KvCacheManager::Create(TinyModel(testing::kTinyGdn), off))->prefill_alignment(), 0);
+}
+
+// The rules the scheduler shares with the manager: a step of n tokens after c is quiet when
+// c + n < NextEvent; block b is kernel blocks b·r + k; position p in block b is slot b·bs + p % bs.
+TEST(KvCacheManagerTest, SharedStepAndTableRules) {
+  EXPECT_TRUE(KvCacheManager::StepIsQuiet(80, 64, 15));
+  EXPECT_FALSE(KvCacheManager::StepIsQuiet(80, 64, 16));
+  EXPECT_FALSE(KvCacheManager::StepIsQuiet(0, 0, 1));  // before the first allocation
+  EXPECT_EQ(KvCacheManager::KernelBlock(BlockId(5), 4, 3), 23);
+  EXPECT_EQ(KvCacheManager::SlotOf(BlockId(5), 16, 37), 85);
+}
+
+// Once a request has computed, its recurrent state holds every token: no rollback.
+TEST(KvCacheManagerTest, RecurrentStateRefusesRollback) {
+  auto m = GdnManager();
+  AddAndPrefill(*m, 1, Tokens(20));
+  ASSERT_TRUE(m->AppendTokens(H(*m, RequestId(1)), {7, 8}).ok());
+  const absl::Status refused = m->RollbackTokens(H(*m, RequestId(1)), 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_EQ(refused.message(),
+            "cannot roll back request 1: its linear-attention state already includes those "
+            "tokens and has no checkpoint to return to");
+  EXPECT_EQ(m->Tokens(H(*m, RequestId(1)))->size(), 22u);
   KVPAGE_EXPECT_INVARIANTS(*m);
 }
 

@@ -81,7 +81,8 @@ check_files(sim ${files})
 file(GLOB_RECURSE files ${SOURCE_DIR}/src/kernels_ref/*.cc ${SOURCE_DIR}/kernels/*.h
      ${SOURCE_DIR}/kernels/*.cc ${SOURCE_DIR}/kernels/*.cuh ${SOURCE_DIR}/kernels/*.cu)
 check_files(kernels ${files})
-# Each public header in the layer layer_of_include gives it (include/kvpage/cuda/: kernels).
+# Each public header in its layer (include/kvpage/cuda/: kernels, but device_step_tables.h:
+# device).
 file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h ${SOURCE_DIR}/include/kvpage/cuda/*.h)
 foreach(file IN LISTS files)
   file(RELATIVE_PATH name ${SOURCE_DIR}/include ${file})

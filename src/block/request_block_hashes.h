@@ -1,5 +1,6 @@
-// RequestBlockHashes: the chained hashes of one request's full blocks (internal; the hasher
-// and the byte encoding are kvpage/block_hash.h). The KvCacheManager keeps one per request.
+// RequestBlockHashes: the chained hashes of one request's full blocks (internal; the hasher is
+// kvpage/block_hash.h, the byte encoding src/block/block_hash.cc). The KvCacheManager keeps one
+// per request.
 //
 // Thread-safety: belongs to one request; concurrent calls on the same object need external
 // synchronisation.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "block/request_block_hashes.h"
 #include "kvpage/block_hash.h"
 
 namespace {

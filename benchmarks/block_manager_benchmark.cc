@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "kvpage/block_pool.h"
+#include "block/block_pool.h"
+#include "block/memory_budget.h"
 #include "kvpage/catalog.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/types.h"
 

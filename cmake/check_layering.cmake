@@ -26,19 +26,20 @@ set(allowed_library model block scheduler planner kernels memory device events i
 
 # The layer of each public header in include/kvpage/.
 set(public_model dtype model_spec catalog vllm_version tensor_parallel)
-set(public_block types block_hash block_pool memory_budget memory_layout kv_events
-    kv_cache_manager)
+set(public_block types block_hash memory_backing memory_layout kv_events kv_cache_manager)
 set(public_memory host_memory_backing cuda_vmm_backing)
 set(public_scheduler scheduler step_image metrics)
 set(public_planner planner plan_format)
 set(public_kernels kernel_layout kernel_reference)
-set(public_device device_step_tables)
+set(public_device cuda/device_step_tables)
 set(public_events kv_event_wire kv_event_publisher)
 
 # Sets ${out} to the layer of the included path, or "" for a header outside kvpage.
 function(layer_of_include path out)
   set(layer "")
-  if(path MATCHES "^kvpage/cuda/")
+  if(path MATCHES "^kvpage/cuda/device_step_tables\\.h$")
+    set(layer device)
+  elseif(path MATCHES "^kvpage/cuda/")
     set(layer kernels)
   elseif(path MATCHES "^kvpage/([a-z_0-9]+)\\.h$")
     set(name ${CMAKE_MATCH_1})
@@ -87,8 +88,7 @@ list(APPEND src_checked ${files})
 file(GLOB files ${SOURCE_DIR}/sim/*.h ${SOURCE_DIR}/sim/*.cc)
 check_files(sim ${files})
 file(GLOB_RECURSE files ${SOURCE_DIR}/src/kernels_ref/*.cc ${SOURCE_DIR}/kernels/*.h
-     ${SOURCE_DIR}/kernels/*.cc ${SOURCE_DIR}/kernels/*.cuh ${SOURCE_DIR}/kernels/*.cu
-     ${SOURCE_DIR}/include/kvpage/cuda/*.h)
+     ${SOURCE_DIR}/kernels/*.cc ${SOURCE_DIR}/kernels/*.cuh ${SOURCE_DIR}/kernels/*.cu)
 check_files(kernels ${files})
 list(APPEND src_checked ${files})
 # Every other file under src/ (a folder no layer above names): no arrow up to sim/ or cli/.
@@ -98,13 +98,43 @@ list(REMOVE_ITEM files ${src_checked})
 check_files(library ${files})
 file(GLOB_RECURSE files ${SOURCE_DIR}/cli/*.h ${SOURCE_DIR}/cli/*.cc)
 check_files(cli ${files})
-file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h)
+# Each public header in its layer (include/kvpage/cuda/: kernels, but device_step_tables.h:
+# device).
+file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h ${SOURCE_DIR}/include/kvpage/cuda/*.h)
 foreach(file IN LISTS files)
-  get_filename_component(name ${file} NAME)
-  layer_of_include(kvpage/${name} layer)
+  file(RELATIVE_PATH name ${SOURCE_DIR}/include ${file})
+  layer_of_include(${name} layer)
   if(layer)
     check_files(${layer} ${file})
   endif()
+endforeach()
+
+# ---- include/ -> only include/ ------------------------------------------------------------
+# A public header is what a user compiles against an installed kvpage: it may include other
+# public headers ("kvpage/<name>.h", which must exist under include/) and the standard library
+# or third-party headers (<...>, "absl/..."), never a file of the library's sources ("src/...",
+# "internal/...", "block/...", "sim/...": anything else).
+set(public_include_third_party absl)
+file(GLOB_RECURSE files ${SOURCE_DIR}/include/*)
+foreach(file IN LISTS files)
+  file(RELATIVE_PATH rel ${SOURCE_DIR} ${file})
+  file(STRINGS ${file} includes REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]+)[\">].*" "\\1;\\2"
+           parts "${line}")
+    list(GET parts 0 delimiter)
+    list(GET parts 1 path)
+    string(REGEX REPLACE "/.*" "" top "${path}")
+    if(path MATCHES "^kvpage/")
+      if(NOT EXISTS ${SOURCE_DIR}/include/${path})
+        string(APPEND violations "  ${rel} includes ${path} (not a header under include/)\n")
+      endif()
+    elseif(delimiter STREQUAL "\"" AND NOT top IN_LIST public_include_third_party)
+      string(APPEND violations "  ${rel} includes ${path} (outside include/)\n")
+    elseif(path MATCHES "/" AND (EXISTS ${SOURCE_DIR}/${top} OR EXISTS ${SOURCE_DIR}/src/${top}))
+      string(APPEND violations "  ${rel} includes <${path}> (outside include/)\n")
+    endif()
+  endforeach()
 endforeach()
 
 if(violations)

@@ -13,10 +13,11 @@ include(CMakePackageConfigHelpers)
 set(KVPAGE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/kvpage CACHE STRING
     "Where kvpageConfig.cmake is installed, relative to the prefix")
 
-# block_pool.h includes internal headers and is not part of the installed API.
-set(_kvpage_header_excludes PATTERN block_pool.h EXCLUDE)
+# include/kvpage/ holds the public headers only (cmake/check_layering.cmake keeps them from
+# including the sources); the CUDA ones, under cuda/, only when the kernels are built.
+set(_kvpage_header_excludes "")
 if(NOT TARGET kvpage_cuda)
-  list(APPEND _kvpage_header_excludes PATTERN cuda EXCLUDE PATTERN device_step_tables.h EXCLUDE)
+  list(APPEND _kvpage_header_excludes PATTERN cuda EXCLUDE)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kvpage
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}

@@ -37,7 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kvpage/memory_budget.h"
+#include "kvpage/memory_backing.h"
 #include "kvpage/memory_layout.h"
 #include "kvpage/types.h"
 

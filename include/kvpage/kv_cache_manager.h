@@ -82,7 +82,7 @@
 #include "kvpage/block_hash.h"
 #include "kvpage/dtype.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
+#include "kvpage/memory_backing.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/types.h"
 #include "kvpage/vllm_version.h"
@@ -299,6 +299,10 @@ struct PrefixCacheStats {
   int64_t hit_tokens = 0;       // tokens served from the cache
 };
 
+namespace internal {
+struct KvCacheManagerAccess;
+}  // namespace internal
+
 class KvCacheManager {
  public:
   // Builds the pools for `model` under `config`. InvalidArgument naming the field for a bad
@@ -508,9 +512,10 @@ class KvCacheManager {
   absl::Status backing_status() const;
   const KvCacheConfig& config() const;
 
-  class Impl;
-
  private:
+  class Impl;
+  friend struct internal::KvCacheManagerAccess;  // the library's own sources name Impl by it
+
   explicit KvCacheManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

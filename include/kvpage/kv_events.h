@@ -6,6 +6,7 @@
 #ifndef KVPAGE_KV_EVENTS_H_
 #define KVPAGE_KV_EVENTS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>

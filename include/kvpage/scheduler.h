@@ -310,9 +310,9 @@ class Scheduler {
   // live request once, and the KV cache's own invariants hold.
   absl::Status CheckInvariants() const;
 
+ private:
   class Impl;
 
- private:
   explicit Scheduler(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

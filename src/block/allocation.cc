@@ -132,7 +132,7 @@ namespace {
 
 // Idle chunks holding hit blocks stop being idle when the hits are touched: they cannot be
 // given away to serve this step.
-PoolCounts PinnedIdleChunks(const KvCacheManager::Impl& m, const CacheHit* hit) {
+PoolCounts PinnedIdleChunks(const ManagerImpl& m, const CacheHit* hit) {
   PoolCounts pinned(m.pools.size(), 0);
   if (hit == nullptr) return pinned;
   std::vector<std::pair<int32_t, int32_t>> chunks;  // (pool, chunk)

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "block/request_block_hashes.h"
 #include "internal/status_macros.h"
 
 // XXH3 is compiled into this file, so hashing a block inlines it.
@@ -200,6 +201,8 @@ BlockHash BlockHasher::HashPlainBlock(BlockHash parent, absl::Span<const int32_t
   return Hash(algorithm_, buffer, kParentBytes + token_bytes);
 }
 
+// RequestBlockHashes (block/request_block_hashes.h) is defined here, beside HashPlainBlock,
+// which its Update calls once per decode block.
 RequestBlockHashes::RequestBlockHashes(int32_t block_size, BlockHashExtras extras)
     : block_size_(block_size),
       has_extras_(extras.lora_id != 0 || !extras.cache_salt.empty() || !extras.mm_items.empty()),

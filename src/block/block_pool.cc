@@ -1,4 +1,4 @@
-#include "kvpage/block_pool.h"
+#include "block/block_pool.h"
 
 #include <algorithm>
 #include <limits>

@@ -2,8 +2,8 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "block/block_pool.h"
 #include "internal/status_macros.h"
-#include "kvpage/block_pool.h"
 
 namespace kvpage {
 

@@ -34,7 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kvpage/block_pool.h"
+#include "block/block_pool.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/types.h"
 

@@ -99,10 +99,10 @@ namespace {
 // host slots to load (with the group and hash index each load is cached under).
 struct TieredHit {
   std::vector<std::pair<int32_t, BlockId>> device;
-  std::vector<KvCacheManager::Impl::Load> loads;
+  std::vector<ManagerImpl::Load> loads;
 };
 
-TieredHit CollectHit(const KvCacheManager::Impl& m, absl::Span<const BlockHash> hashes,
+TieredHit CollectHit(const ManagerImpl& m, absl::Span<const BlockHash> hashes,
                      int64_t length) {
   TieredHit hit;
   for (const auto& g : m.groups) {
@@ -127,7 +127,7 @@ TieredHit CollectHit(const KvCacheManager::Impl& m, absl::Span<const BlockHash> 
 // Whether the pools can hold the hit's device blocks (those sitting free leave the free lists)
 // and take a block for each load. Idle chunks holding hit blocks stop being idle: they cannot
 // be given away for the loads.
-bool CanHold(const KvCacheManager::Impl& m, const TieredHit& hit) {
+bool CanHold(const ManagerImpl& m, const TieredHit& hit) {
   std::vector<int64_t> need(m.pools.size(), 0), pinned(m.pools.size(), 0);
   std::vector<std::pair<int32_t, int32_t>> idle;  // (pool, chunk)
   for (const auto& [pool, b] : hit.device) {
@@ -139,29 +139,29 @@ bool CanHold(const KvCacheManager::Impl& m, const TieredHit& hit) {
   std::sort(idle.begin(), idle.end());
   idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
   for (const auto& [pool, chunk] : idle) ++pinned[pool];
-  for (const KvCacheManager::Impl::Load& l : hit.loads) ++need[l.pool];
+  for (const ManagerImpl::Load& l : hit.loads) ++need[l.pool];
   return m.CanTake(need, pinned);
 }
 
 // Holds the hit's device blocks for the request, takes a device block for each load and
 // queues the loads. False, with nothing changed, when the backing refuses the chunks.
-bool StartLoads(KvCacheManager::Impl& m, const RequestState& st, TieredHit& hit) {
+bool StartLoads(ManagerImpl& m, const RequestState& st, TieredHit& hit) {
   // Pinned first: taking device blocks may evict (write-back: save) and so claim host slots.
-  for (const KvCacheManager::Impl::Load& l : hit.loads) m.tiers[l.pool]->Pin(l.host);
-  KvCacheManager::Impl::Held& h = m.held[st.slot];
+  for (const ManagerImpl::Load& l : hit.loads) m.tiers[l.pool]->Pin(l.host);
+  ManagerImpl::Held& h = m.held[st.slot];
   for (const auto& [pool, b] : hit.device) {
     m.pools[pool]->Touch({b});
     h.blocks.emplace_back(pool, b);
   }
   std::vector<int64_t> need(m.pools.size(), 0);
-  for (const KvCacheManager::Impl::Load& l : hit.loads) ++need[l.pool];
+  for (const ManagerImpl::Load& l : hit.loads) ++need[l.pool];
   m.MakeRoom(need);
   if (!m.PremapChunks(need)) {  // the request computes its prefix instead
-    for (const KvCacheManager::Impl::Load& l : hit.loads) m.tiers[l.pool]->Unpin(l.host);
+    for (const ManagerImpl::Load& l : hit.loads) m.tiers[l.pool]->Unpin(l.host);
     m.ReleaseHeld(st.slot);
     return false;
   }
-  for (KvCacheManager::Impl::Load& l : hit.loads) {
+  for (ManagerImpl::Load& l : hit.loads) {
     m.scratch_blocks.clear();
     m.TakeFromPool(l.pool, 1, absl::MakeSpan(need), m.ReservedForOthers(l.pool, need),
                    &m.scratch_blocks);

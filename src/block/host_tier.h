@@ -23,7 +23,7 @@
 #include "absl/types/span.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
+#include "kvpage/memory_backing.h"
 #include "kvpage/types.h"
 
 namespace kvpage::internal {

@@ -18,14 +18,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "block/block_pool.h"
 #include "block/group_manager.h"
 #include "block/host_tier.h"
+#include "block/memory_budget.h"
+#include "block/request_block_hashes.h"
 #include "internal/huge_page_arena.h"
 #include "kvpage/block_hash.h"
-#include "kvpage/block_pool.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
 
 namespace kvpage {
 
@@ -280,6 +281,15 @@ class KvCacheManager::Impl {
   std::vector<int64_t> step_need, step_check, step_fresh;
   std::vector<BlockId> scratch_blocks;
 };
+
+namespace internal {
+// KvCacheManager::Impl is private to the public header; the manager's free functions
+// (manager_layout.cc, allocation.cc, host_cache.cc, ...) name it ManagerImpl.
+struct KvCacheManagerAccess {
+  using Impl = KvCacheManager::Impl;
+};
+}  // namespace internal
+using ManagerImpl = internal::KvCacheManagerAccess::Impl;
 
 }  // namespace kvpage
 

@@ -10,7 +10,7 @@ using internal::RequestState;
 
 namespace {
 
-absl::Status CheckTokens(const KvCacheManager::Impl& m, const RequestState& st) {
+absl::Status CheckTokens(const ManagerImpl& m, const RequestState& st) {
   // The vector holds every token up to the last full block at least; the tail, the rest.
   const int64_t num_tokens = m.NumTokens(st.slot);
   const int64_t in_vector = static_cast<int64_t>(st.tokens.size());

@@ -24,7 +24,7 @@ using internal::GroupLayout;
 constexpr int64_t kMaxPoolBlocks = std::numeric_limits<int32_t>::max() - 1;
 constexpr int64_t kMaxMapUnitBytes = int64_t{1} << 30;
 
-absl::Status AddPool(KvCacheManager::Impl& m, int64_t block_bytes, int64_t blocks_per_chunk,
+absl::Status AddPool(ManagerImpl& m, int64_t block_bytes, int64_t blocks_per_chunk,
                      int64_t max_chunks, int64_t chunk_charge = 0) {
   BlockPoolConfig pc;
   pc.pool_index = static_cast<int32_t>(m.pools.size());
@@ -88,7 +88,7 @@ absl::Status CheckMapUnit(const MemoryBacking* backing) {
 
 // kvpage: one pool per layer group, each drawing chunks of about config.chunk_bytes. With a
 // backing, every tensor's null block is charged up front in whole units.
-absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
+absl::Status BuildKvpageLayout(ManagerImpl& m, const ModelSpec& model, DType dtype,
                                std::vector<GroupLayout>& out) {
   m.block_size = m.config.block_size;
   const MemoryBacking* backing = m.config.backing;
@@ -141,7 +141,7 @@ absl::Status BuildKvpageLayout(KvCacheManager::Impl& m, const ModelSpec& model, 
 
 // vllm: vLLM's equal-size groups sharing one block-id space; a block id costs
 // group_size × page whichever group holds it.
-absl::Status BuildVllmLayout(KvCacheManager::Impl& m, const ModelSpec& model, DType dtype,
+absl::Status BuildVllmLayout(ManagerImpl& m, const ModelSpec& model, DType dtype,
                              std::vector<GroupLayout>& out) {
   KVPAGE_ASSIGN_OR_RETURN(internal::VllmLayout layout,
                           internal::BuildVllmLayout(model, m.config.block_size, dtype));

@@ -1,5 +1,5 @@
 // MemoryBudget: charging chunks, and mapping them ahead of the charge (Premap).
-#include "kvpage/memory_budget.h"
+#include "block/memory_budget.h"
 
 #include <algorithm>
 #include <utility>

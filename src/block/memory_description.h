@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "block/block_pool.h"
 #include "block/group_manager.h"
-#include "kvpage/block_pool.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/memory_layout.h"
 #include "kvpage/model_spec.h"

@@ -1,5 +1,5 @@
-// DeviceStepTables (include/kvpage/device_step_tables.h).
-#include "kvpage/device_step_tables.h"
+// DeviceStepTables (include/kvpage/cuda/device_step_tables.h).
+#include "kvpage/cuda/device_step_tables.h"
 
 #include <cuda_runtime.h>
 

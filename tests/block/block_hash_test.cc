@@ -1,5 +1,6 @@
-// Tests of kvpage/block_hash.h: the documented byte encoding, chaining, incremental hashing of
-// a request, and which extra keys (LoRA, cache salt, multimodal items) enter which block.
+// Tests of kvpage/block_hash.h and block/request_block_hashes.h: the documented byte encoding,
+// chaining, incremental hashing of a request, and which extra keys (LoRA, cache salt,
+// multimodal items) enter which block.
 #include "kvpage/block_hash.h"
 
 #include <openssl/evp.h>
@@ -15,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "block/request_block_hashes.h"
 
 namespace kvpage {
 

@@ -1,7 +1,7 @@
 // BlockPool and MemoryBudget with exact block ids, counts and events: vLLM's free-queue order
 // within one chunk (vllm.md T11, T12), kvpage's chunks (lazy mapping, fullest-chunk-first,
 // idle-chunk release) and two pools trading chunks through one budget.
-#include "kvpage/block_pool.h"
+#include "block/block_pool.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "block/manager_test_util.h"
+#include "block/memory_budget.h"
 #include "internal/huge_page_allocator.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
 #include "kvpage/types.h"
 
 namespace kvpage {

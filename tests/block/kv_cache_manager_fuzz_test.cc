@@ -37,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "block/manager_test_util.h"
+#include "block/request_block_hashes.h"
 #include "kvpage/block_hash.h"
 #include "kvpage/catalog.h"
 #include "kvpage/kv_cache_manager.h"

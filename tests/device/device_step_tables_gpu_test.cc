@@ -1,7 +1,7 @@
 // DeviceStepTables on a GPU (label "gpu"): after every upload of a scheduler run with
 // preemption and finishing requests, the device tables, lengths and slots read back equal the
 // step's output. Skips without a CUDA device.
-#include "kvpage/device_step_tables.h"
+#include "kvpage/cuda/device_step_tables.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -21,7 +21,7 @@
 #include "kvpage/catalog.h"
 #include "kvpage/host_memory_backing.h"
 #include "kvpage/kv_cache_manager.h"
-#include "kvpage/memory_budget.h"
+#include "kvpage/memory_backing.h"
 #include "kvpage/scheduler.h"
 #include "testing/sanitizer.h"
 

@@ -38,7 +38,8 @@ if(MODE STREQUAL "find_package")
   # Nothing in the package may depend on where it was installed.
   file(RENAME ${WORK}/prefix ${WORK}/moved)
   set(prefix ${WORK}/moved)
-  foreach(file include/kvpage/scheduler.h include/kvpage/sim/simulator.h
+  foreach(file include/kvpage/scheduler.h include/kvpage/memory_backing.h
+               include/kvpage/sim/simulator.h
                lib/cmake/kvpage/kvpageConfig.cmake lib/cmake/kvpage/kvpageConfigVersion.cmake
                share/kvpage/scripts/plot_plan.py share/kvpage/scripts/plot_sim.py
                share/kvpage/traces/mooncake_conversation_trace.jsonl)
@@ -47,7 +48,8 @@ if(MODE STREQUAL "find_package")
     endif()
   endforeach()
   foreach(file include/kvpage/prefetch.h include/kvpage/huge_page_allocator.h
-               include/kvpage/step_phases.h include/kvpage/block_pool.h)
+               include/kvpage/step_phases.h include/kvpage/block_pool.h
+               include/kvpage/memory_budget.h include/kvpage/request_block_hashes.h)
     if(EXISTS ${prefix}/${file})
       message(FATAL_ERROR "internal header installed: ${file}")
     endif()

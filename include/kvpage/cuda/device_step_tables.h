@@ -15,8 +15,8 @@
 // Run the step's kernels on `stream` (or make their stream wait on it): the next Upload
 // overwrites the device image. Two pinned buffers alternate, so packing step k + 1 waits only
 // for step k − 1's copy. Built only with KVPAGE_BUILD_CUDA; not thread-safe.
-#ifndef KVPAGE_DEVICE_STEP_TABLES_H_
-#define KVPAGE_DEVICE_STEP_TABLES_H_
+#ifndef KVPAGE_CUDA_DEVICE_STEP_TABLES_H_
+#define KVPAGE_CUDA_DEVICE_STEP_TABLES_H_
 
 #include <cuda_runtime_api.h>
 
@@ -83,4 +83,4 @@ class DeviceStepTables {
 
 }  // namespace kvpage::cuda
 
-#endif  // KVPAGE_DEVICE_STEP_TABLES_H_
+#endif  // KVPAGE_CUDA_DEVICE_STEP_TABLES_H_

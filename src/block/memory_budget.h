@@ -1,21 +1,18 @@
-// MemoryBudget: the one byte budget every pool of a block manager draws its chunks from, and
-// the interface a GPU memory backing implements.
+// MemoryBudget: the one byte budget every pool of a block manager draws its chunks from
+// (internal; the backing it maps chunks with is kvpage/memory_backing.h).
 //
 // Pools take whole chunks (a fixed number of their pages) from the budget and give them back
 // when every page in them is free, so memory is never stranded in one pool while another runs
-// dry. On the CPU the budget is exact accounting and the backing does nothing; on a GPU the
-// backing reserves one virtual range per layer at start-up (sized for the whole budget) and
-// maps physical memory behind a chunk's pages when the chunk is taken (CUDA virtual memory:
-// cuMemCreate / cuMemMap), unmapping it when the chunk goes back. A backing must not fail for
-// chunks within the budget: the block manager's capacity checks rely on it.
+// dry. The budget maps a chunk with the backing when it is taken and unmaps it when it goes
+// back; without a backing it is exact accounting.
 //
 // The budget is charged what the backing maps: a chunk costs every unit (map_unit_bytes) its
 // slices can touch, and the null blocks' units are fixed bytes taken at creation, so a
 // backing's mapped bytes never exceed total_bytes().
 //
 // Not thread-safe; owned by one block manager.
-#ifndef KVPAGE_MEMORY_BUDGET_H_
-#define KVPAGE_MEMORY_BUDGET_H_
+#ifndef KVPAGE_BLOCK_MEMORY_BUDGET_H_
+#define KVPAGE_BLOCK_MEMORY_BUDGET_H_
 
 #include <cstdint>
 #include <utility>
@@ -23,35 +20,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "kvpage/memory_layout.h"
+#include "kvpage/memory_backing.h"
 
 namespace kvpage {
-
-class MemoryBacking {
- public:
-  virtual ~MemoryBacking() = default;
-  // Called once by KvCacheManager::Create, before any chunk is mapped: reserve what `layout`
-  // needs (address space, not memory). Its error fails Create. The default keeps nothing.
-  virtual absl::Status Reserve(const MemoryLayout& /*layout*/) { return absl::OkStatus(); }
-  // Makes the pages of chunk `chunk` of pool `pool` usable. Called before any of its blocks is
-  // handed out.
-  virtual absl::Status MapChunk(int32_t pool, int32_t chunk) = 0;
-  // Releases the memory behind the chunk. None of its blocks is referenced any more.
-  virtual absl::Status UnmapChunk(int32_t pool, int32_t chunk) = 0;
-  // The bytes the backing maps memory in (a host page, a CUDA allocation granule), a power of
-  // two in [1, 2^30] (KvCacheManager::Create refuses others with InvalidArgument): a chunk's slice of each tensor is mapped in whole units, and each tensor's null block
-  // takes whole units of its own. The manager sizes chunks to whole units where it can and
-  // charges the budget for every unit a chunk can map, so that what the backing maps never
-  // exceeds kv_budget_bytes. 1 = exact bytes.
-  virtual int64_t map_unit_bytes() const { return 1; }
-};
-
-// The CPU backing: accounting only.
-class NoopMemoryBacking final : public MemoryBacking {
- public:
-  absl::Status MapChunk(int32_t, int32_t) override { return absl::OkStatus(); }
-  absl::Status UnmapChunk(int32_t, int32_t) override { return absl::OkStatus(); }
-};
 
 class MemoryBudget {
  public:
@@ -119,4 +90,4 @@ class MemoryBudget {
 
 }  // namespace kvpage
 
-#endif  // KVPAGE_MEMORY_BUDGET_H_
+#endif  // KVPAGE_BLOCK_MEMORY_BUDGET_H_

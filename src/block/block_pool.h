@@ -32,8 +32,8 @@
 // Not thread-safe: one scheduler thread owns a pool. Capacity queries are exact and cheap; an
 // allocation that passed CanAllocate cannot fail. Misuse (freeing an unused block, touching a
 // clean block) is a programmer error checked with KVPAGE_DCHECK and by CheckInvariants().
-#ifndef KVPAGE_BLOCK_POOL_H_
-#define KVPAGE_BLOCK_POOL_H_
+#ifndef KVPAGE_BLOCK_BLOCK_POOL_H_
+#define KVPAGE_BLOCK_BLOCK_POOL_H_
 
 #include <cassert>
 #include <cstddef>
@@ -43,10 +43,10 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "block/memory_budget.h"
 #include "internal/huge_page_allocator.h"
 #include "internal/prefetch.h"
 #include "kvpage/kv_events.h"
-#include "kvpage/memory_budget.h"
 #include "kvpage/types.h"
 
 namespace kvpage {
@@ -324,4 +324,4 @@ class BlockPool {
 
 }  // namespace kvpage
 
-#endif  // KVPAGE_BLOCK_POOL_H_
+#endif  // KVPAGE_BLOCK_BLOCK_POOL_H_

@@ -82,6 +82,7 @@ class RowBytes {
     std::string& kept = replay_;  // bytes read since the last id taken
     kept.clear();
     int c = byte_;
+    while (IsSpace(c)) c = Next(kept, c);
     while (IsDigit(c)) {
       const bool leading_zero = c == '0';
       uint64_t v = 0;

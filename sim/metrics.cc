@@ -47,13 +47,22 @@ absl::Status RequestRecord::Validate() const {
   return absl::OkStatus();
 }
 
-double Percentile(std::vector<double> values, double p) {
+namespace {
+
+// Percentile of values already sorted, without a copy: a run's ITLs are one per output token.
+double SortedPercentile(const std::vector<double>& values, double p) {
   if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
   const double h = static_cast<double>(values.size() - 1) * p / 100.0;
   const auto lo = static_cast<size_t>(std::floor(h));
   if (lo + 1 >= values.size()) return values.back();
   return values[lo] + (h - static_cast<double>(lo)) * (values[lo + 1] - values[lo]);
+}
+
+}  // namespace
+
+double Percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  return SortedPercentile(values, p);
 }
 
 LatencyStats ComputeStats(std::vector<double> values) {
@@ -67,15 +76,20 @@ LatencyStats ComputeStats(std::vector<double> values) {
   double sq = 0;
   for (double v : values) sq += (v - s.mean) * (v - s.mean);
   s.std = std::sqrt(sq / n);
-  s.median = Percentile(values, 50);
-  s.p90 = Percentile(values, 90);
-  s.p99 = Percentile(values, 99);
+  s.median = SortedPercentile(values, 50);
+  s.p90 = SortedPercentile(values, 90);
+  s.p99 = SortedPercentile(values, 99);
   return s;
 }
 
 absl::StatusOr<MetricsSummary> Summarize(absl::Span<const RequestRecord> records) {
   MetricsSummary s;
   std::vector<double> ttft, tpot, itl, e2el;
+  size_t num_itls = 0;
+  for (const RequestRecord& r : records) {
+    num_itls += std::max<size_t>(r.token_times_s.size(), 1) - 1;
+  }
+  itl.reserve(num_itls);
   double first_arrival = 0, last_finish = 0;
   for (const RequestRecord& r : records) {
     if (absl::Status st = r.Validate(); !st.ok()) return st;

@@ -34,6 +34,9 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const std::vector<Trace
   if (!sc.kv.hash_seed.has_value()) sc.kv.hash_seed = config.seed;
   KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                           Scheduler::Create(config.model, sc));
+  if (scheduler->max_model_len() > kMaxRequestTokens) {  // the model's own length
+    return MaxModelLenError(scheduler->max_model_len());
+  }
   return std::unique_ptr<Replica>(new Replica(trace, config, cost, std::move(scheduler)));
 }
 
@@ -68,17 +71,20 @@ Replica::Replica(const std::vector<TraceRequest>& trace, const SimConfig& config
   // total, pools, mapped
   usage_peak_.assign(pool_names_.size() + 2, 0.0);
   usage_time_.assign(pool_names_.size() + 2, 0.0);
+  waiting_window_ = kv.config().host_cache.budget_bytes > 0
+                        ? std::numeric_limits<int64_t>::max()
+                        : int64_t{sched_->config().max_num_seqs} + 1;
 }
 
-void Replica::Enqueue(size_t pos, std::vector<int32_t> prompt) {
+void Replica::Enqueue(size_t pos) {
   const TraceRequest& tr = trace_[pos];
   // Idle, or waiting for host-tier copies with nothing to run: the clock moves to the arrival.
   if (step_ == nullptr && pending_.empty() &&
-      (!sched_->HasUnfinishedRequests() || (link_.has_value() && !link_->empty()))) {
+      (!HasUnfinished() || (link_.has_value() && !link_->empty()))) {
     t_ = std::max(t_, tr.arrival_s);
   }
   outstanding_tokens_ += int64_t{tr.prompt_len} + tr.output_len;
-  pending_.push_back({pos, std::move(prompt)});
+  pending_.push_back(pos);
 }
 
 double Replica::next_event_s() const {
@@ -99,37 +105,44 @@ absl::Status Replica::Advance() {
 
 absl::Status Replica::AddPending() {
   for (; !pending_.empty(); pending_.pop_front()) {
-    Pending& p = pending_.front();
-    const TraceRequest& tr = trace_[p.pos];
-    local_of_[static_cast<int64_t>(p.pos)] = static_cast<int32_t>(live_.size());
+    const size_t pos = pending_.front();
+    const TraceRequest& tr = trace_[pos];
+    local_of_[static_cast<int64_t>(pos)] = static_cast<int32_t>(live_.size());
     Live& l = live_.emplace_back();
     l.record.index = tr.index;
     l.record.arrival_s = tr.arrival_s;
     l.record.prompt_len = tr.prompt_len;
     l.max_new_tokens = tr.output_len;
-    // A prompt that leaves no room for an output token is refused (OutOfRange) before its
-    // tokens are added: a trace row may describe 2^31 - 1 of them (8 GiB of ids).
-    absl::Status s = absl::OutOfRangeError("prompt too long for max_model_len");
-    if (tr.prompt_len < sched_->max_model_len()) {
-      // Room for the tokens the request can produce, not for what the row claims (2^31 − 1
-      // outputs would reserve 16 GiB): past that the times grow with the tokens generated.
-      if (config_.record_token_times) {
-        l.record.token_times_s.reserve(static_cast<size_t>(std::min<int64_t>(
-            {tr.output_len, sched_->max_model_len() - tr.prompt_len, kTokenTimesReserve})));
-      }
-      RequestSpec spec;
-      spec.id = RequestId(static_cast<int64_t>(p.pos));
-      spec.prompt_token_ids = std::move(p.prompt);
-      spec.max_new_tokens = tr.output_len;
-      spec.arrival_time = tr.arrival_s;
-      s = sched_->AddRequest(std::move(spec));
+    if (tr.prompt_len >= sched_->max_model_len()) {
+      // No room for an output token: vLLM rejects such a request (the scheduler's
+      // OutOfRange); it is counted and its tokens are never built.
+      Drop(l);
+      continue;
     }
+    // Room for the tokens the request can produce, not for what the row claims (2^31 − 1
+    // outputs would reserve 16 GiB): past that the times grow with the tokens generated.
+    if (config_.record_token_times) {
+      l.record.token_times_s.reserve(static_cast<size_t>(std::min<int64_t>(
+          {tr.output_len, sched_->max_model_len() - tr.prompt_len, kTokenTimesReserve})));
+    }
+    held_.push_back(pos);
+  }
+  return FeedScheduler();
+}
+
+absl::Status Replica::FeedScheduler() {
+  for (; !held_.empty() && sched_->num_waiting() < waiting_window_; held_.pop_front()) {
+    const size_t pos = held_.front();
+    const TraceRequest& tr = trace_[pos];
+    const RequestId id(static_cast<int64_t>(pos));
+    RequestSpec spec;
+    spec.id = id;
+    spec.prompt_token_ids = PromptTokens(tr);
+    spec.max_new_tokens = tr.output_len;
+    spec.arrival_time = tr.arrival_s;
+    const absl::Status s = sched_->AddRequest(std::move(spec));
     if (absl::IsOutOfRange(s)) {
-      // Too long for max_model_len: vLLM rejects such a request; count it and go on.
-      ++result_.dropped_requests;
-      ++done_;
-      l.finished = true;
-      outstanding_tokens_ -= int64_t{tr.prompt_len} + tr.output_len;
+      Drop(LiveOf(id));
     } else if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("request ", tr.index, ": ", s.message()));
     } else {
@@ -137,6 +150,13 @@ absl::Status Replica::AddPending() {
     }
   }
   return absl::OkStatus();
+}
+
+void Replica::Drop(Live& l) {
+  ++result_.dropped_requests;
+  ++done_;
+  l.finished = true;
+  outstanding_tokens_ -= int64_t{l.record.prompt_len} + l.max_new_tokens;
 }
 
 absl::Status Replica::NeverRuns() const {
@@ -159,7 +179,7 @@ absl::Status Replica::BeginStep() {
   int32_t empty_steps = 0;
   while (true) {
     KVPAGE_RETURN_IF_ERROR(AddPending());
-    if (!sched_->HasUnfinishedRequests()) return absl::OkStatus();  // idle
+    if (!HasUnfinished()) return absl::OkStatus();  // idle
     const SchedulerOutput& out = sched_->Schedule();
     for (RequestId id : out.preempted_ids) {
       ++LiveOf(id).record.num_preemptions;
@@ -269,7 +289,7 @@ void Replica::RecordUsage(const SchedulerOutput& out, double dt) {
     s.time_s = t_;
     s.duration_s = dt;
     s.num_running = out.num_rows;
-    s.num_waiting = sched_->num_waiting();
+    s.num_waiting = sched_->num_waiting() + static_cast<int32_t>(held_.size());
     s.num_scheduled_tokens = out.total_num_scheduled_tokens;
     s.num_preemptions = static_cast<int32_t>(out.preempted_ids.size());
     s.kv_usage.assign(usage_.begin() + 1, usage_.end() - 1);  // pools only
@@ -411,12 +431,14 @@ absl::Status RunOnOneClock(
     const double event_s = replicas[first]->next_event_s();
     if (next < trace.size() && trace[next].arrival_s <= event_s) {
       clock = std::max(clock, trace[next].arrival_s);
+      // Only a choice between replicas needs the prompt; the replica builds its own copy
+      // when the request enters its scheduler.
       std::vector<int32_t> prompt;
-      if (trace[next].prompt_len < replicas[0]->max_model_len()) {
+      if (replicas.size() > 1 && trace[next].prompt_len < replicas[0]->max_model_len()) {
         prompt = PromptTokens(trace[next]);
       }
       const int32_t r = route(next, prompt);
-      replicas[r]->Enqueue(next, std::move(prompt));
+      replicas[r]->Enqueue(next);
       ++next;
       continue;
     }

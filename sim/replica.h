@@ -48,17 +48,20 @@ namespace kvpage::sim {
 class Replica {
  public:
   // The replica's scheduler, built from `config` (hash_seed defaults to config.seed, as in
-  // Simulate). `trace`, `config` and `cost` must outlive the replica. Errors: the scheduler's.
+  // Simulate). `trace`, `config` and `cost` must outlive the replica. Errors: the scheduler's;
+  // InvalidArgument when the model's max_model_len is above kMaxRequestTokens.
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const std::vector<TraceRequest>& trace,
                                                          const SimConfig& config,
                                                          const CostModel& cost);
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
-  // Hands the replica trace request `pos`, which has arrived, and its prompt tokens.
+  // Hands the replica trace request `pos`, which has arrived. Its prompt's token ids are
+  // built when it enters the scheduler: at once while the scheduler waits on fewer than
+  // waiting_window() requests, else when it does (see below).
   // REQUIRES: positions enqueued in increasing order; the global clock at the arrival, and at
   // or before next_event_s().
-  void Enqueue(size_t pos, std::vector<int32_t> prompt);
+  void Enqueue(size_t pos);
   // When Advance must next run: the end of the step in flight, the clock when enqueued
   // requests wait for a step, the end of the oldest host-tier transfer in flight, +infinity
   // when idle.
@@ -79,6 +82,13 @@ class Replica {
   int64_t num_steps() const { return result_.num_steps; }
   double clock_s() const { return t_; }
   double busy_s() const { return busy_s_; }
+  // The scheduler's waiting queue is kept at least this long (or holding every request that
+  // has arrived): one step admits at most max_num_seqs requests and looks at one more, so
+  // the requests held back would not have been looked at, and every step is the one the
+  // scheduler makes with all of them waiting. With a host tier a step may look further (at
+  // requests whose prefix starts loading), so every arrival enters at once. The requests
+  // held back keep no token ids: an overloaded run's memory follows what runs.
+  int64_t waiting_window() const { return waiting_window_; }
 
   // The run's result (requests in trace order, usage statistics, summary); wall_seconds is
   // left 0. Call once, when next_event_s() is infinite. Errors: Summarize's.
@@ -94,15 +104,16 @@ class Replica {
     bool first_scheduled = false;
     bool finished = false;
   };
-  struct Pending {
-    size_t pos = 0;
-    std::vector<int32_t> prompt;
-  };
 
   Replica(const std::vector<TraceRequest>& trace, const SimConfig& config, const CostModel& cost,
           std::unique_ptr<Scheduler> scheduler);
   Live& LiveOf(RequestId id) { return live_[local_of_.at(id.value)]; }
   absl::Status AddPending();
+  // Adds held requests to the scheduler while it waits on fewer than waiting_window_.
+  absl::Status FeedScheduler();
+  // Counts a request refused for max_model_len as done.
+  void Drop(Live& l);
+  bool HasUnfinished() const { return !held_.empty() || sched_->HasUnfinishedRequests(); }
   absl::Status BeginStep();
   // Completes the host-tier transfers whose copies have ended by the clock.
   absl::Status CompleteTransfers();
@@ -124,7 +135,9 @@ class Replica {
   std::unique_ptr<Scheduler> sched_;
   std::vector<Live> live_;                           // in enqueue (trace) order
   absl::flat_hash_map<int64_t, int32_t> local_of_;   // trace position -> live_ index
-  std::deque<Pending> pending_;
+  std::deque<size_t> pending_;  // enqueued since the last step began
+  std::deque<size_t> held_;     // arrived, not yet in the scheduler (no token ids built)
+  int64_t waiting_window_ = 0;
   SimResult result_;
   std::vector<std::string> pool_names_;
   std::vector<int32_t> pool_first_group_;  // PoolUsage index standing for each pool
@@ -155,7 +168,8 @@ absl::StatusOr<const CostModel*> ResolveCostModel(const SimConfig& config,
 // The global loop: replays `trace` onto `replicas` on one clock. The next event is the earlier
 // of the next arrival and the earliest replica event (next_event_s); an arrival at the same
 // instant as a replica event comes first, so a step ending at t admits what arrived by t, as
-// in Simulate. Each arrival's prompt is built once and `route` picks its replica;
+// in Simulate. `route` picks each arrival's replica from its prompt's token ids (built for
+// the call only when there is more than one replica, else empty);
 // `after_advance(r)` runs after every Advance of replica r. Progress is reported (when set)
 // about every config.progress_interval_steps steps, summed over replicas, and at the end.
 // Errors: the first error of an Advance or after_advance, prefixed "replica <r>: " when

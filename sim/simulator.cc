@@ -14,6 +14,13 @@
 
 namespace kvpage::sim {
 
+absl::Status MaxModelLenError(int64_t max_model_len) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "max_model_len ", max_model_len, " is more than the simulator runs: at most ",
+      kMaxRequestTokens, " tokens a request (each request's token ids are built and kept, and ",
+      "the scheduler builds one request that long when it starts)"));
+}
+
 absl::Status SimConfig::Validate() const {
   if (vocab_size < 2) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 2, got ", vocab_size));
@@ -23,6 +30,7 @@ absl::Status SimConfig::Validate() const {
                                                    " exceeds the model's vocab_size ",
                                                    model.vocab_size));
   }
+  if (scheduler.max_model_len > kMaxRequestTokens) return MaxModelLenError(scheduler.max_model_len);
   if (progress_interval_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress_interval_steps must be >= 1, got ", progress_interval_steps));

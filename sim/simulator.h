@@ -52,6 +52,14 @@
 
 namespace kvpage::sim {
 
+// The longest max_model_len a run takes, set or the model's: a request's token ids (4 bytes a
+// token) are built and kept while it runs, so no request may reach more than this (64 MiB of
+// ids). A longer prompt is dropped as any prompt past max_model_len.
+inline constexpr int64_t kMaxRequestTokens = int64_t{1} << 24;
+
+// InvalidArgument: `max_model_len` is above kMaxRequestTokens.
+absl::Status MaxModelLenError(int64_t max_model_len);
+
 // How far a run has got; passed to SimConfig::progress.
 struct SimProgress {
   int64_t finished = 0;       // requests finished or dropped
@@ -95,7 +103,8 @@ struct SimConfig {
   std::function<void(const SimProgress&)> progress;
   int64_t progress_interval_steps = 1024;
 
-  // InvalidArgument naming the field (scheduler and KV fields are checked by Scheduler::Create).
+  // InvalidArgument naming the field (scheduler and KV fields are checked by Scheduler::Create,
+  // but for scheduler.max_model_len above kMaxRequestTokens).
   absl::Status Validate() const;
 };
 
@@ -163,7 +172,8 @@ struct SimResult {
 };
 
 // Replays `trace` (arrival_s non-decreasing, as the readers return it).
-// Errors: InvalidArgument for a bad config or an unsorted trace; the scheduler's and cost
+// Errors: InvalidArgument for a bad config (a max_model_len in effect above kMaxRequestTokens
+// included) or an unsorted trace; the scheduler's and cost
 // model's creation errors; ResourceExhausted for a request that can never run (see above);
 // Internal if the scheduler rejects a step the loop built (a bug).
 absl::StatusOr<SimResult> Simulate(const std::vector<TraceRequest>& trace,

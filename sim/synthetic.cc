@@ -58,9 +58,10 @@ absl::Status LengthDistribution::Validate(absl::string_view what) const {
 }
 
 absl::Status SyntheticTraceOptions::Validate() const {
-  if (num_requests < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_requests must be >= 1, got ", num_requests));
+  if (num_requests < 1 || num_requests > kMaxSyntheticRequests) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_requests must be in [1, ", kMaxSyntheticRequests, "], got ", num_requests,
+        " (every request and its record stay in memory for the whole run)"));
   }
   KVPAGE_RETURN_IF_ERROR(arrival.Validate());
   KVPAGE_RETURN_IF_ERROR(prompt_len.Validate("prompt_len"));

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <memory>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -15,35 +13,32 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "internal/status_macros.h"
-#include "nlohmann/json.hpp"
 #include "sim/random.h"
+#include "sim/trace_input.h"
+#include "sim/trace_readers.h"
 
 namespace kvpage::sim {
-namespace {
-
-// Where an error happened: "<source>:<line>: ".
-std::string At(absl::string_view source, int64_t line) { return absl::StrCat(source, ":", line, ": "); }
 
 absl::Status LineError(absl::string_view source, int64_t line, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(At(source, line), what));
+  return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", what));
 }
 
-// Why `line` is not JSON, as the parser says it (invalid UTF-8, a lone surrogate, a syntax
-// error, with the column): its exception, caught here.
-std::string JsonSyntaxError(absl::string_view line) {
-  try {
-    const nlohmann::json parsed = nlohmann::json::parse(line);
-    (void)parsed;
-  } catch (const nlohmann::json::exception& e) {
-    absl::string_view what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 3: ..." -> from "parse".
-    if (const size_t end = what.find("] "); absl::StartsWith(what, "[json.") && end != what.npos) {
-      what.remove_prefix(end + 2);
-    }
-    return std::string(what);
+absl::StatusOr<int32_t> ParseCount(absl::string_view cell, absl::string_view field,
+                                   absl::string_view source, int64_t line) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(cell, &v)) {
+    return LineError(source, line, absl::StrCat(field, " '", cell, "' is not an integer"));
   }
-  return "not JSON";
+  if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
+    return LineError(source, line, absl::StrCat(field, " ", v, " must be in [1, 2147483647]"));
+  }
+  return static_cast<int32_t>(v);
 }
+
+namespace {
+
+// A CSV row of these formats is a few short cells; a longer line is not one.
+constexpr size_t kMaxCsvLineBytes = size_t{1} << 20;
 
 // A request whose whole prompt is its private stream.
 TraceRequest PrivateRequest(const TraceOptions& options, int64_t index, double arrival_s,
@@ -58,117 +53,6 @@ TraceRequest PrivateRequest(const TraceOptions& options, int64_t index, double a
       {StreamKey(options.seed, StreamKind::kRequestUnique, static_cast<uint64_t>(index)),
        prompt_len});
   return r;
-}
-
-// A token count in [1, INT32_MAX] from a CSV cell or a JSON number.
-absl::StatusOr<int32_t> ParseCount(absl::string_view cell, absl::string_view field,
-                                   absl::string_view source, int64_t line) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(cell, &v)) {
-    return LineError(source, line, absl::StrCat(field, " '", cell, "' is not an integer"));
-  }
-  if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
-    return LineError(source, line, absl::StrCat(field, " ", v, " must be in [1, 2147483647]"));
-  }
-  return static_cast<int32_t>(v);
-}
-
-absl::StatusOr<int32_t> JsonCount(const nlohmann::json& row, const char* field,
-                                  absl::string_view source, int64_t line) {
-  auto it = row.find(field);
-  if (it == row.end() || it->is_null()) {
-    return LineError(source, line, absl::StrCat("field '", field, "' is missing"));
-  }
-  if (!it->is_number_integer()) {
-    return LineError(source, line, absl::StrCat("field '", field, "' must be an integer, got ",
-                                                it->dump()));
-  }
-  return ParseCount(absl::StrCat(it->get<int64_t>()), field, source, line);
-}
-
-// Calls fn(line_text, line_number) for every non-blank line; stops at the first error. A NUL
-// byte is an error: the JSON reader would stop at it and take the row before it, silently
-// dropping whatever follows.
-template <typename Fn>
-absl::Status ForEachLine(absl::string_view text, absl::string_view source, Fn fn) {
-  int64_t line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty()) continue;
-    if (const size_t nul = line.find('\0'); nul != absl::string_view::npos) {
-      return LineError(source, line_no, absl::StrCat("NUL byte at column ", nul + 1));
-    }
-    KVPAGE_RETURN_IF_ERROR(fn(line, line_no));
-  }
-  return absl::OkStatus();
-}
-
-bool Done(const TraceOptions& options, const std::vector<TraceRequest>& out) {
-  return options.max_requests > 0 && static_cast<int64_t>(out.size()) >= options.max_requests;
-}
-
-absl::Status ParseMooncake(absl::string_view text, absl::string_view source,
-                           const TraceOptions& options, std::vector<TraceRequest>* out) {
-  double last_ms = -std::numeric_limits<double>::infinity();
-  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
-    if (Done(options, *out)) return absl::OkStatus();
-    nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (row.is_discarded()) {
-      return LineError(source, line_no, absl::StrCat("not valid JSON (", JsonSyntaxError(line),
-                                                     ")"));
-    }
-    if (!row.is_object()) {
-      return LineError(source, line_no, absl::StrCat("not a JSON object: '", line.substr(0, 80),
-                                                     "'"));
-    }
-    auto ts = row.find("timestamp");
-    if (ts == row.end() || ts->is_null()) return LineError(source, line_no, "field 'timestamp' is missing");
-    if (!ts->is_number()) {
-      return LineError(source, line_no,
-                       absl::StrCat("field 'timestamp' must be a number, got ", ts->dump()));
-    }
-    const double ms = ts->get<double>();
-    if (!std::isfinite(ms) || ms < 0) {
-      return LineError(source, line_no, absl::StrCat("timestamp ", ts->dump(), " must be >= 0"));
-    }
-    if (ms < last_ms) {
-      return LineError(source, line_no, absl::StrCat("timestamp ", ts->dump(),
-                                                     " goes back (previous ", last_ms, ")"));
-    }
-    last_ms = ms;
-    KVPAGE_ASSIGN_OR_RETURN(int32_t input_len, JsonCount(row, "input_length", source, line_no));
-    KVPAGE_ASSIGN_OR_RETURN(int32_t output_len, JsonCount(row, "output_length", source, line_no));
-    auto ids = row.find("hash_ids");
-    if (ids == row.end() || !ids->is_array()) {
-      return LineError(source, line_no, "field 'hash_ids' must be an array");
-    }
-    TraceRequest r;
-    r.index = static_cast<int64_t>(out->size());
-    r.arrival_s = ms / 1000.0;
-    r.prompt_len = input_len;
-    r.output_len = output_len;
-    r.vocab_size = options.vocab_size;
-    int32_t covered = 0;
-    for (const nlohmann::json& id : *ids) {
-      if (!id.is_number_unsigned()) {
-        return LineError(source, line_no,
-                         absl::StrCat("hash id ", id.dump(), " must be a non-negative integer"));
-      }
-      if (covered == input_len) continue;  // ids past the prompt's end are dropped
-      const int32_t len = std::min(kMooncakeBlockTokens, input_len - covered);
-      r.segments.push_back(
-          {StreamKey(options.seed, StreamKind::kMooncakeBlock, id.get<uint64_t>()), len});
-      covered += len;
-    }
-    if (covered < input_len) {  // more tokens than the hash ids cover: private tail
-      r.segments.push_back(
-          {StreamKey(options.seed, StreamKind::kRequestUnique, static_cast<uint64_t>(r.index)),
-           input_len - covered});
-    }
-    out->push_back(std::move(r));
-    return absl::OkStatus();
-  });
 }
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
@@ -280,17 +164,32 @@ absl::StatusOr<std::vector<absl::string_view>> Cells(absl::string_view row,
   return picked;
 }
 
-absl::Status ParseAzure(absl::string_view text, absl::string_view source,
+// Calls fn(line_text, line_number) for every non-blank line until done() or the input's end;
+// stops at the first error.
+template <typename Done, typename Fn>
+absl::Status ForEachLine(TraceInput& in, absl::string_view source, Done done, Fn fn) {
+  while (!done() && in.NextLine()) {
+    KVPAGE_ASSIGN_OR_RETURN(absl::string_view line, in.TakeLine(source, kMaxCsvLineBytes));
+    KVPAGE_RETURN_IF_ERROR(fn(line, in.line()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAzure(TraceInput& in, absl::string_view source,
                         const TraceOptions& options, std::vector<TraceRequest>* out) {
   std::vector<size_t> columns;
   WallTime first, last;
-  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+  const auto done = [&] {
+    return !columns.empty() && options.max_requests > 0 &&
+           static_cast<int64_t>(out->size()) >= options.max_requests;
+  };
+  return ForEachLine(in, source, done, [&](absl::string_view line,
+                                           int64_t line_no) -> absl::Status {
     if (columns.empty()) {
       KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"TIMESTAMP", "ContextTokens",
                                                           "GeneratedTokens"}, source, line_no));
       return absl::OkStatus();
     }
-    if (Done(options, *out)) return absl::OkStatus();
     KVPAGE_ASSIGN_OR_RETURN(std::vector<absl::string_view> cells,
                             Cells(line, columns, source, line_no));
     KVPAGE_ASSIGN_OR_RETURN(WallTime t, ParseWallTime(cells[0], source, line_no));
@@ -311,17 +210,21 @@ absl::Status ParseAzure(absl::string_view text, absl::string_view source,
   });
 }
 
-absl::Status ParseLengths(absl::string_view text, absl::string_view source,
+absl::Status ParseLengths(TraceInput& in, absl::string_view source,
                           const TraceOptions& options, std::vector<TraceRequest>* out) {
   std::vector<size_t> columns;
   ArrivalClock clock(options.arrival, options.seed);
-  return ForEachLine(text, source, [&](absl::string_view line, int64_t line_no) -> absl::Status {
+  const auto done = [&] {
+    return !columns.empty() && options.max_requests > 0 &&
+           static_cast<int64_t>(out->size()) >= options.max_requests;
+  };
+  return ForEachLine(in, source, done, [&](absl::string_view line,
+                                           int64_t line_no) -> absl::Status {
     if (columns.empty()) {
       KVPAGE_ASSIGN_OR_RETURN(columns, FindColumns(line, {"num_prefill_tokens",
                                                           "num_decode_tokens"}, source, line_no));
       return absl::OkStatus();
     }
-    if (Done(options, *out)) return absl::OkStatus();
     KVPAGE_ASSIGN_OR_RETURN(std::vector<absl::string_view> cells,
                             Cells(line, columns, source, line_no));
     KVPAGE_ASSIGN_OR_RETURN(int32_t prompt,
@@ -398,21 +301,28 @@ absl::string_view TraceFormatName(TraceFormat format) {
   return "unknown";
 }
 
-absl::StatusOr<std::vector<TraceRequest>> ParseTrace(TraceFormat format, absl::string_view text,
-                                                     absl::string_view source,
-                                                     const TraceOptions& options) {
+namespace {
+
+// The requests of `in`, read to its end (or options.max_requests).
+absl::StatusOr<std::vector<TraceRequest>> ReadRequests(TraceFormat format, TraceInput& in,
+                                                       absl::string_view source,
+                                                       const TraceOptions& options) {
   KVPAGE_RETURN_IF_ERROR(options.Validate());
   std::vector<TraceRequest> out;
   switch (format) {
     case TraceFormat::kMooncake:
-      KVPAGE_RETURN_IF_ERROR(ParseMooncake(text, source, options, &out));
+      KVPAGE_RETURN_IF_ERROR(ReadMooncake(in, source, options, &out));
       break;
     case TraceFormat::kAzure:
-      KVPAGE_RETURN_IF_ERROR(ParseAzure(text, source, options, &out));
+      KVPAGE_RETURN_IF_ERROR(ParseAzure(in, source, options, &out));
       break;
     case TraceFormat::kLengths:
-      KVPAGE_RETURN_IF_ERROR(ParseLengths(text, source, options, &out));
+      KVPAGE_RETURN_IF_ERROR(ParseLengths(in, source, options, &out));
       break;
+  }
+  if (in.failed()) {
+    return absl::DataLossError(
+        absl::StrCat(source, ":", in.line(), ": reading the trace failed"));
   }
   if (out.empty()) {
     return absl::InvalidArgumentError(
@@ -421,16 +331,19 @@ absl::StatusOr<std::vector<TraceRequest>> ParseTrace(TraceFormat format, absl::s
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<TraceRequest>> ParseTrace(TraceFormat format, absl::string_view text,
+                                                     absl::string_view source,
+                                                     const TraceOptions& options) {
+  TraceInput in(text);
+  return ReadRequests(format, in, source, options);
+}
+
 absl::StatusOr<std::vector<TraceRequest>> ReadTrace(TraceFormat format, const std::string& path,
                                                     const TraceOptions& options) {
-  std::error_code ec;
-  std::ifstream in(path, std::ios::binary);
-  if (!std::filesystem::is_regular_file(path, ec) || !in) {
-    return absl::NotFoundError(absl::StrCat("cannot read trace file '", path, "'"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTrace(format, text.str(), path, options);
+  KVPAGE_ASSIGN_OR_RETURN(std::unique_ptr<TraceInput> in, TraceInput::Open(path));
+  return ReadRequests(format, *in, path, options);
 }
 
 IdealPrefixHits ComputeIdealPrefixHits(const std::vector<TraceRequest>& trace,

@@ -100,7 +100,7 @@ struct TraceOptions {
   uint64_t seed = 0;  // token streams, and Poisson gaps of length-only traces
   int32_t vocab_size = kDefaultTraceVocabSize;  // >= 2
   ArrivalOptions arrival;    // only kLengths: these files carry no timestamps
-  int64_t max_requests = 0;  // keep only the first N rows; 0 keeps all
+  int64_t max_requests = 0;  // keep only the first N rows (the rest are not read); 0 keeps all
   absl::Status Validate() const;
 };
 
@@ -123,11 +123,17 @@ struct TraceOptions {
 //
 // A header line is required for the CSV formats (columns are found by name). Blank lines are
 // skipped. A trace without requests is an error.
+//
+// Memory: rows are parsed as they are read, and each keeps only its request (a Mooncake row
+// at most the 4,194,304 ids a 2^31 − 1 token prompt uses, however long its list). Refused as
+// too large to be rows: a CSV line over 1 MiB, and a JSON token (a string, a number, or the
+// space before one) over 64 MiB.
 absl::StatusOr<std::vector<TraceRequest>> ParseTrace(TraceFormat format, absl::string_view text,
                                                      absl::string_view source,
                                                      const TraceOptions& options);
 
-// Reads `path` and parses it as above. NotFound when the file cannot be read.
+// Reads `path` and parses it as above, in 1 MiB pieces (the file is never held whole).
+// NotFound when the file cannot be opened; DataLoss when reading it fails midway.
 absl::StatusOr<std::vector<TraceRequest>> ReadTrace(TraceFormat format, const std::string& path,
                                                     const TraceOptions& options);
 
@@ -148,8 +154,13 @@ struct LengthDistribution {
   absl::Status Validate(absl::string_view what) const;
 };
 
+// The most requests one synthetic trace holds. Each stays in memory for a whole run (its
+// description here, its record and token times in the result): about 100 bytes plus 8 per
+// output token, over 1 GiB at 2^20 requests of 128 output tokens.
+inline constexpr int64_t kMaxSyntheticRequests = int64_t{1} << 20;
+
 struct SyntheticTraceOptions {
-  int64_t num_requests = 100;  // >= 1
+  int64_t num_requests = 100;  // in [1, kMaxSyntheticRequests]
   ArrivalOptions arrival;
   LengthDistribution prompt_len{LengthDistribution::Kind::kFixed, 1024.0, 0.0, 1, 1 << 20};
   LengthDistribution output_len{LengthDistribution::Kind::kFixed, 128.0, 0.0, 1, 1 << 20};

@@ -189,6 +189,56 @@ TEST(SimulatorDeathTest, OutputLengthOfARowDoesNotSizeMemory) {
   EXPECT_EXIT(RunHugeOutputRow(), ::testing::ExitedWithCode(0), "");
 }
 
+// A max_model_len above kMaxRequestTokens is refused before the scheduler is built: the
+// scheduler's start-up probe alone would build that many token ids (4 GiB at 2^30).
+TEST(SimulatorTest, MaxModelLenAboveTheSimulatorsLimitIsRefused) {
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(4 * kGiB);
+  c.cost_model = &cost;
+  c.scheduler.max_model_len = int64_t{1} << 30;
+  absl::StatusOr<SimResult> r = Simulate({Request(0, 0.0, 8, 2)}, c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("max_model_len 1073741824 is more than the "
+                                              "simulator runs: at most 16777216 tokens"));
+  c.scheduler.max_model_len = kMaxRequestTokens;
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+// In a child limited to 128 MiB more private memory: 2,048 requests of 32,768 tokens arrive
+// at once (256 MiB of token ids) and run four at a time. Only the requests the scheduler
+// looks at get their ids built (Replica::waiting_window(), 5 here), so the run finishes; with
+// every arrival built at once it dies of bad_alloc. Exits 0 when it finishes as expected.
+[[noreturn]] void RunBurstOfLongPrompts() {
+  FixedCost cost(0.001);
+  SimConfig c = QwenConfig(24 * kGiB);
+  c.cost_model = &cost;
+  c.scheduler.max_num_seqs = 4;
+  c.scheduler.max_num_batched_tokens = 4 * 32768;
+  c.record_token_times = false;
+  std::vector<TraceRequest> trace;
+  for (int64_t i = 0; i < 2048; ++i) trace.push_back(Request(i, 0.0, 32768, 1));
+  std::ifstream status("/proc/self/status");
+  int64_t data_kib = -1;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmData:", 0) == 0) data_kib = std::atoll(line.c_str() + 7);
+  }
+  const rlim_t limit = static_cast<rlim_t>((data_kib + 128 * 1024) * 1024);
+  const rlimit rl{.rlim_cur = limit, .rlim_max = limit};
+  if (data_kib < 0 || setrlimit(RLIMIT_DATA, &rl) != 0) std::_Exit(3);
+  absl::StatusOr<SimResult> r = Simulate(trace, c);
+  // One step each four: 4 · 32,768 prompt tokens, and the one output token each.
+  std::_Exit(r.ok() && r->summary.completed == 2048 && r->max_concurrency == 4 &&
+                     r->num_steps == 512
+                 ? 0
+                 : 4);
+}
+
+TEST(SimulatorDeathTest, RequestsWaitingBehindTheSchedulerHoldNoTokenIds) {
+  if (KVPAGE_UNDER_SANITIZER) GTEST_SKIP() << "the sanitizer's mappings count against RLIMIT_DATA";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(RunBurstOfLongPrompts(), ::testing::ExitedWithCode(0), "");
+}
+
 // 4 MiB of KV holds one 16-token block of Qwen3-8B (147,456 B per token, 2.25 MiB per block):
 // the scheduler lowers max_model_len to 16, so a 100-token prompt is dropped, and an explicit
 // max_model_len the cache cannot hold is an error naming it.

@@ -315,6 +315,11 @@ TEST(SyntheticTest, SharedPrefixGroupsAndDistributions) {
   o.prompt_len.kind = LengthDistribution::Kind::kLogNormal;
   o.prompt_len.a = -1;
   EXPECT_THAT(GenerateSyntheticTrace(o).status().message(), HasSubstr("prompt_len"));
+  // Every request stays in memory for a run: 2^20 at most.
+  o.prompt_len.a = 10;
+  o.num_requests = kMaxSyntheticRequests + 1;
+  EXPECT_THAT(GenerateSyntheticTrace(o).status().message(),
+              HasSubstr("num_requests must be in [1, 1048576], got 1048577"));
 }
 
 // Hand-made trace with block size 4; A and B are two token streams.

@@ -208,7 +208,9 @@ absl::StatusOr<std::vector<sim::TraceRequest>> SyntheticTrace(const SimFlags& f,
                                                               const FlagSet& fs,
                                                               int32_t vocab_size) {
   sim::SyntheticTraceOptions o;
-  if (absl::Status s = Positive("synthetic", f.synthetic, int64_t{1} << 24); !s.ok()) return s;
+  if (absl::Status s = Positive("synthetic", f.synthetic, sim::kMaxSyntheticRequests); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = Positive("prompt-len", f.prompt_len); !s.ok()) return s;
   if (absl::Status s = Positive("output-len", f.output_len); !s.ok()) return s;
   if (absl::Status s = Positive("num-prefix-groups", f.num_prefix_groups); !s.ok()) return s;

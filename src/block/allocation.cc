@@ -48,6 +48,18 @@ StepArgs ArgsFor(const AllocationRequest& req, const GroupManager& g) {
 absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
                                                       const RequestView& r,
                                                       const AllocationRequest& req) const {
+  KVPAGE_RETURN_IF_ERROR(ValidateCounts(st, req));
+  KVPAGE_RETURN_IF_ERROR(ValidateStart(st, req));
+  const CacheHit* hit = RealHit(req);
+  for (const auto& g : groups) {
+    const StepArgs step = ArgsFor(req, *g);
+    KVPAGE_RETURN_IF_ERROR(hit != nullptr ? g->CheckHit(r, step) : g->Validate(r, step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Impl::ValidateCounts(const RequestState& st,
+                                                  const AllocationRequest& req) const {
   const int64_t c = req.num_computed_tokens, n = req.num_new_tokens;
   const int64_t known = NumTokens(st.slot);
   if (n <= 0) return absl::InvalidArgumentError(absl::StrCat("num_new_tokens must be > 0, got ", n));
@@ -87,24 +99,29 @@ absl::Status KvCacheManager::Impl::ValidateAllocation(const RequestState& st,
                                                    "num_computed_tokens), got ",
                                                    req.num_processed_tokens));
   }
+  return absl::OkStatus();
+}
+
+absl::Status KvCacheManager::Impl::ValidateStart(const RequestState& st,
+                                                 const AllocationRequest& req) const {
+  const int64_t c = req.num_computed_tokens;
   const CacheHit* hit = RealHit(req);
-  if (hit == nullptr && st.allocated) KVPAGE_RETURN_IF_ERROR(CheckStepOrder(st, c));
   if (hit == nullptr) {
-    if (!st.allocated && c > 0) {
+    if (st.allocated) return CheckStepOrder(st, c);
+    if (c > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "request ", st.id.value, " holds no blocks, so num_computed_tokens must be 0 or come "
           "from a hit, got ", c));
     }
-  } else if (st.allocated) {
+    return absl::OkStatus();
+  }
+  if (st.allocated) {
     return absl::FailedPreconditionError(absl::StrCat(
         "request ", st.id.value, " already holds blocks; a hit is only for its first allocation"));
-  } else if (hit->num_tokens != c || hit->blocks.size() != groups.size()) {
+  }
+  if (hit->num_tokens != c || hit->blocks.size() != groups.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the hit covers ", hit->num_tokens, " tokens but num_computed_tokens is ", c));
-  }
-  for (const auto& g : groups) {
-    const StepArgs step = ArgsFor(req, *g);
-    KVPAGE_RETURN_IF_ERROR(hit != nullptr ? g->CheckHit(r, step) : g->Validate(r, step));
   }
   return absl::OkStatus();
 }

@@ -103,6 +103,12 @@ class KvCacheManager::Impl {
   absl::StatusOr<bool> AllocateStep(internal::RequestState& st, const AllocationRequest& req);
   absl::StatusOr<int64_t> CountNeeded(const internal::RequestState& st,
                                       const AllocationRequest& req) const;
+  // ValidateAllocation's parts: the token counts on their own and against max_model_len;
+  // where the step starts (a hit, the last step, or 0).
+  absl::Status ValidateCounts(const internal::RequestState& st,
+                              const AllocationRequest& req) const;
+  absl::Status ValidateStart(const internal::RequestState& st,
+                             const AllocationRequest& req) const;
   // A step of a request that holds blocks going back before its last step's start is a
   // rollback: KvCacheManager::RollbackTokens' rules.
   absl::Status CheckStepOrder(const internal::RequestState& st, int64_t c) const;

@@ -79,6 +79,10 @@ struct SchedulerConfig {
   // Block size of the kernels' block tables; 0 = the cache's. Must divide every attention
   // group's block size.
   int32_t kernel_block_size = 0;
+  // LoRA adapters in one batch at most (vLLM's --max-loras; 0 = no limit). The adapters of
+  // running requests count, scheduled this step or not; a waiting request with another
+  // adapter is passed over, keeping its place, and those behind it may start.
+  int32_t max_loras = 0;
 
   absl::Status Validate() const;
 };

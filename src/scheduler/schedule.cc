@@ -299,10 +299,16 @@ void Scheduler::Impl::ScheduleWaiting(int64_t& budget) {
   const bool reserve_others =
       config.reserve_full_prompt && config.kv.mode == AccountingMode::kKvpage;
   int64_t outstanding = reserve_others ? RunningPromptTokensLeft() : 0;
+  CollectBatchLoras();
+  size_t skipped = 0;  // waiting requests passed over for their adapter (they keep their place)
   while (budget > 0 && static_cast<int32_t>(running.size()) < config.max_num_seqs) {
-    const int32_t q = PeekWaiting();
-    if (q < 0) break;
+    if (skipped >= waiting.size()) break;
+    const int32_t q = *std::next(waiting.begin(), static_cast<std::ptrdiff_t>(skipped));
     SchedRequest& r = reqs[q];
+    if (!LoraFits(r.lora_id)) {
+      ++skipped;
+      continue;
+    }
     const CacheHit hit = Admit(r);
     if (!r.in_manager) break;
     if (StartLoad(q)) continue;  // it waits for its loads outside the queue
@@ -340,9 +346,23 @@ bool Scheduler::Impl::AllocateAdmission(int32_t q, const AllocationRequest& req)
   return true;
 }
 
+void Scheduler::Impl::CollectBatchLoras() {
+  batch_loras.clear();
+  if (config.max_loras == 0) return;
+  for (const int32_t q : running) {
+    if (reqs[q].lora_id > 0) batch_loras.insert(reqs[q].lora_id);
+  }
+}
+
+bool Scheduler::Impl::LoraFits(int64_t lora_id) const {
+  return config.max_loras == 0 || lora_id <= 0 || batch_loras.contains(lora_id) ||
+         static_cast<int32_t>(batch_loras.size()) < config.max_loras;
+}
+
 void Scheduler::Impl::StartRunning(int32_t q, int64_t hit_tokens, int32_t n, int64_t& budget) {
   SchedRequest& r = reqs[q];
-  waiting.erase(waiting.begin());  // q heads the queue
+  waiting.erase(q);
+  if (config.max_loras > 0 && r.lora_id > 0) batch_loras.insert(r.lora_id);
   if (!r.resumed) {
     r.num_cached_tokens = hit_tokens;
     stats.admitted_prompt_tokens += r.num_tokens;

@@ -39,6 +39,10 @@ absl::Status SchedulerConfig::Validate() const {
   if (max_num_seqs < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_num_seqs must be >= 1, got ", max_num_seqs));
   }
+  if (max_loras < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_loras must be >= 0 (0 = no limit), got ", max_loras));
+  }
   if (max_model_len < 0 || max_model_len > kMaxSchedulerModelLen) {
     return absl::InvalidArgumentError(absl::StrCat("max_model_len must be in [0, ",
                                                    kMaxSchedulerModelLen, "], got ",
@@ -669,6 +673,14 @@ absl::Status Scheduler::CheckInvariants() const {
   }
   if (s.running.size() > static_cast<size_t>(s.config.max_num_seqs)) {
     return absl::InternalError(absl::StrCat(s.running.size(), " running requests exceed max_num_seqs"));
+  }
+  absl::flat_hash_set<int64_t> loras;
+  for (const int32_t q : s.running) {
+    if (s.reqs[q].lora_id > 0) loras.insert(s.reqs[q].lora_id);
+  }
+  if (s.config.max_loras > 0 && static_cast<int32_t>(loras.size()) > s.config.max_loras) {
+    return absl::InternalError(absl::StrCat("running requests use ", loras.size(),
+                                            " LoRA adapters, more than max_loras"));
   }
   if (s.kv->num_requests() != in_manager) {
     return absl::InternalError(absl::StrCat("the KV cache holds ", s.kv->num_requests(),

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/scheduler.h"
 
@@ -141,7 +142,6 @@ class Scheduler::Impl {
   // FCFS puts a request at the back, or at the front (a preempted one; the latest first);
   // priority order ignores `front`.
   void PushWaiting(int32_t q, bool front);
-  int32_t PeekWaiting() const { return waiting.empty() ? -1 : *waiting.begin(); }
   // Frees the request's blocks and row and drops it from `running` (order kept).
   void LeaveRunning(int32_t q);
   // Points the latest output's block tables at copies (frozen_tables) that row moves leave
@@ -166,10 +166,15 @@ class Scheduler::Impl {
   void ScheduleWaiting(int64_t& budget);
   // Adds waiting request q to the KV cache (if it is not there) and asks for its prefix hit.
   CacheHit Admit(internal::SchedRequest& r);
-  // Allocates the first step of waiting request q (the head of the queue). False, with no
+  // Allocates the first step of waiting request q. False, with no
   // blocks kept, when memory is short or the cache would end over the watermark.
   bool AllocateAdmission(int32_t q, const AllocationRequest& req);
-  // Moves the head of the queue, q, to running with its first step of n tokens after a hit of
+  // LoRA adapters of the running requests, scheduled this step or not (vLLM's rule), into
+  // batch_loras; nothing when config.max_loras is 0.
+  void CollectBatchLoras();
+  // A request with this adapter may join the batch under config.max_loras.
+  bool LoraFits(int64_t lora_id) const;
+  // Moves waiting request q to running with its first step of n tokens after a hit of
   // `hit_tokens`.
   void StartRunning(int32_t q, int64_t hit_tokens, int32_t n, int64_t& budget);
   // Starts loading waiting request q's prefix from the host tier if that extends its hit;
@@ -272,6 +277,7 @@ class Scheduler::Impl {
   // Request indices scheduled this step; once the output is built, in its order (requests[k]
   // is scheduled[k]), with -1 for a request aborted since.
   std::vector<int32_t> scheduled;
+  absl::flat_hash_set<int64_t> batch_loras;  // CollectBatchLoras
   std::vector<DecodeStep> decode_batch;
   std::vector<size_t> decode_events;  // ScheduleDecodeRun: decode_batch[e] is running[...[e]]
   SchedulerOutput out;

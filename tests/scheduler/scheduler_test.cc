@@ -754,6 +754,35 @@ TEST(SchedulerTest, MultimodalItemsDecideWhatIsShared) {
   EXPECT_FALSE(s->HasUnfinishedRequests());
 }
 
+// max_loras 2: requests with adapters 1, 2, 3, 1 and none. Adapter 3 waits while 1 and 2
+// run; the 1 and the plain request behind it start in the first step. Once adapter 2's
+// request finishes, 3 runs.
+TEST(SchedulerTest, MaxLorasPassesOverAThirdAdapter) {
+  SchedulerConfig c = TinyConfig(100);
+  c.max_loras = 2;
+  auto s = MakeScheduler(TinyModel(testing::kTinyFull), c);
+  const int64_t adapters[] = {1, 2, 3, 1, 0};
+  for (int i = 0; i < 5; ++i) {
+    RequestSpec r = Req(i, Tokens(20, 100 * i), /*max_new=*/i == 1 ? 1 : 3);
+    r.lora_id = adapters[i];
+    ASSERT_TRUE(s->AddRequest(std::move(r)).ok());
+  }
+  const SchedulerOutput& first = s->Schedule();
+  EXPECT_THAT(Scheduled(first), ::testing::ElementsAre(::testing::Pair(0, 20), ::testing::Pair(1, 20),
+                                                         ::testing::Pair(3, 20), ::testing::Pair(4, 20)));
+  EXPECT_EQ(s->num_waiting(), 1);
+  ASSERT_TRUE(s->Update(first, SampleAll(first)).ok());  // request 1 (adapter 2) finishes
+  EXPECT_SCHED_INVARIANTS(*s);
+  const SchedulerOutput& second = s->Schedule();
+  EXPECT_EQ(Scheduled(second).count(2), 1u);
+  EXPECT_EQ(s->num_waiting(), 0);
+  ASSERT_TRUE(s->Update(second, SampleAll(second)).ok());
+  EXPECT_SCHED_INVARIANTS(*s);
+  c.max_loras = -1;
+  EXPECT_EQ(Scheduler::Create(TinyModel(testing::kTinyFull), c).status().message(),
+            "max_loras must be >= 0 (0 = no limit), got -1");
+}
+
 // Finish ends a request for the server's reason, with its FinishedRequest: the second turn
 // of a conversation hit 96 cached tokens at admission; a waiting request never ran.
 TEST(SchedulerTest, FinishEndsARequestWithItsReasonAndCachedTokens) {

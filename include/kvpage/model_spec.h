@@ -10,7 +10,7 @@
 //   * kSlidingWindow   K and V, but a token only attends to the last `sliding_window` tokens.
 //   * kMla             one compressed latent per token (DeepSeek MLA: kv_lora_rank +
 //                      qk_rope_head_dim values), stored as "K only": head_dim_v == 0.
-//   * kLinearAttention a fixed per-request state (Gated DeltaNet / Mamba style): a causal-conv
+//   * kLinearAttention a fixed per-request state (Gated DeltaNet, Mamba-2): a causal-conv
 //                      state of (kernel − 1) × (2·n_k·d_k + n_v·d_v) values and a recurrent
 //                      state of n_v × d_k × d_v values, each in its own dtype.
 //
@@ -120,7 +120,9 @@ struct ModelSpec {
   int64_t routed_expert_params = 0;
   int64_t routed_expert_weight_bytes = 0;
 
-  std::vector<LayerSpec> layers;   // one per decoder layer, index = layer id
+  // One per decoder layer that holds a cache, index = layer id. Equal to the decoder layers
+  // except in Nemotron-H, whose MLP-only blocks hold none and are left out.
+  std::vector<LayerSpec> layers;
   std::vector<LayerGroup> groups;  // partition of `layers`, ordered by first layer
 
   int32_t num_layers() const { return static_cast<int32_t>(layers.size()); }

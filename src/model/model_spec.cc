@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "model/config_reader.h"
+#include "model/mamba_hybrid.h"
 #include "model/param_count.h"
 
 namespace kvpage {
@@ -246,7 +247,15 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   spec.hidden_size = Narrow(hidden);
   spec.num_attention_heads = Narrow(num_heads);
 
-  KVPAGE_ASSIGN_OR_RETURN(std::vector<LayerKind> kinds, ReadLayerKinds(cfg, num_layers));
+  // Mamba-2 hybrids (Nemotron-H, Granite 4.0-H) list only their cache-holding layers.
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<internal::MambaHybrid> hybrid,
+                          internal::ReadMambaHybrid(cfg, num_layers, spec.dtype));
+  std::vector<LayerKind> kinds;
+  if (hybrid.has_value()) {
+    kinds = hybrid->kinds;
+  } else {
+    KVPAGE_ASSIGN_OR_RETURN(kinds, ReadLayerKinds(cfg, num_layers));
+  }
   bool any_sliding = false, any_linear = false;
   for (LayerKind k : kinds) {
     any_sliding |= k == LayerKind::kSlidingWindow;
@@ -279,7 +288,9 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     window = Narrow(w);
   }
   LinearStateShape linear;
-  if (any_linear) {
+  if (hybrid.has_value()) {
+    linear = hybrid->state;
+  } else if (any_linear) {
     KVPAGE_ASSIGN_OR_RETURN(linear, ReadLinearShape(cfg, spec.dtype));
   }
 
@@ -293,7 +304,10 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     spec.layers.push_back(layer);
   }
   spec.groups = GroupLayers(spec.layers);
-  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts, internal::CountParameters(cfg, spec));
+  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts,
+                          hybrid.has_value()
+                              ? internal::CountMambaHybridParameters(cfg, spec, *hybrid)
+                              : internal::CountParameters(cfg, spec));
   spec.num_params = counts.total;
   KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
   spec.num_embedding_params = counts.embeddings;

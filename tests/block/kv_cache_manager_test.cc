@@ -450,6 +450,42 @@ TEST(KvCacheManagerTest, RecurrentRequestHoldsOneSlotBetweenSnapshots) {
   }
 }
 
+TEST(KvCacheManagerTest, Mamba2StateAllocatesSnapshotsAndFrees) {
+  KvCacheConfig c;
+  c.kv_budget_bytes = 1 << 20;
+  c.chunk_bytes = 64 << 10;
+  c.hash_seed = 3;
+  c.decode_snapshot_interval_blocks = 0;
+  auto created = KvCacheManager::Create(TinyModel(testing::kTinyNemotronH), c);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto m = *std::move(created);
+  ASSERT_EQ(m->num_groups(), 2);
+  const GroupId state_group = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;
+  // 2 Mamba layers × 704 bytes.
+  EXPECT_EQ(m->Usage().pools[state_group.value].block_bytes, 1408);
+  // A 40-token prompt in chunks of 32 + 8: the state after 32 tokens is snapshotted.
+  ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(40)}).ok());
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_new_tokens = 32}));
+  const int32_t snapshot = m->GetStateSlots(H(*m, 1), state_group)->write_slot;
+  m->NewStep();
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_computed_tokens = 32, .num_new_tokens = 8}));
+  EXPECT_EQ(m->GetStateSlots(H(*m, 1), state_group)->read_slot, snapshot);
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  m->NewStep();
+  // A request with the same first 32 tokens resumes from that snapshot.
+  ASSERT_TRUE(m->AddRequest({RequestId(2), Concat(Tokens(32), Tokens(10, 500))}).ok());
+  CacheHit hit = *m->GetComputedBlocks(H(*m, 2));
+  EXPECT_EQ(hit.num_tokens, 32);
+  EXPECT_THAT(Ids(hit.blocks[state_group.value]), ElementsAre(snapshot));
+  ASSERT_TRUE(*m->AllocateSlots(H(*m, 2), {.num_computed_tokens = 32, .num_new_tokens = 10,
+                                           .hit = &hit}));
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  ASSERT_TRUE(m->Free(H(*m, 1)).ok());
+  ASSERT_TRUE(m->Free(H(*m, 2)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m);
+  EXPECT_EQ(m->Usage().used_bytes, 0);
+}
+
 // ---- Bad input ----------------------------------------------------------------------------
 
 TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {

@@ -36,6 +36,16 @@ inline constexpr const char* kTinyGdn = R"({"num_hidden_layers": 4, "hidden_size
     "linear_conv_kernel_dim": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 8,
     "linear_num_value_heads": 2, "linear_value_head_dim": 8, "mamba_ssm_dtype": "float32"})";
 
+// Nemotron-H in miniature: blocks M, -, M, * (Mamba-2, MLP only, Mamba-2, attention). The MLP
+// block holds no cache, so the model has 3 cache layers. State per Mamba layer: conv
+// 3 × (2·8 + 2·1·8) = 96 bf16 values, SSM 2·8·8 = 128 f32 values: 704 bytes.
+inline constexpr const char* kTinyNemotronH = R"({"model_type": "nemotron_h",
+    "hybrid_override_pattern": "M-M*", "num_hidden_layers": 4, "hidden_size": 64,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "torch_dtype": "bfloat16",
+    "mamba_num_heads": 2, "mamba_head_dim": 8, "ssm_state_size": 8, "n_groups": 1,
+    "conv_kernel": 4})";
+
 inline ModelSpec TinyModel(const char* json) {
   auto spec = ParseModelSpec(json, "tiny", "tiny.json");
   EXPECT_TRUE(spec.ok()) << spec.status();

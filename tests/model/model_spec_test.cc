@@ -426,8 +426,8 @@ TEST(ParseModelSpecErrorsTest, HeadDimNotDerivable) {
 
 TEST(ParseModelSpecErrorsTest, UnknownLayerKind) {
   json cfg = SlidingConfig();
-  cfg["layer_types"][3] = "mamba";
-  ExpectInvalid(cfg, {"layer_types[3]", "mamba"});
+  cfg["layer_types"][3] = "retention";  // ("mamba" is a Mamba-2 hybrid, mamba_hybrid_test)
+  ExpectInvalid(cfg, {"layer_types[3]", "retention"});
 }
 
 TEST(ParseModelSpecErrorsTest, LayerTypeNotAString) {

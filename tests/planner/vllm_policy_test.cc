@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "kvpage/catalog.h"
+#include "kvpage/model_spec.h"
+#include "kvpage/planner.h"
 #include "testing/plan_checks.h"
 
 namespace kvpage {
@@ -95,6 +97,42 @@ TEST(VllmPolicyTest, Qwen35SmallGets544TokenBlocks) {
   EXPECT_EQ(row.groups[3].blocks, 61);  // cdiv(32768, 544)
   // Block id = 6 × 544 × 2048 B = 6,684,672 B; (61 + 3 × 2) blocks.
   EXPECT_EQ(row.reserved_bytes, 67 * int64_t{6684672});
+}
+
+// Nemotron-H-8B's shape (published values; no verbatim config.json is bundled). vLLM's
+// MambaSpec page for one Mamba-2 layer is conv 3 × 10,240 bf16 + SSM 128 × 64 × 128 f32 =
+// 61,440 + 4,194,304 = 4,255,744 B. An attention layer stores 2 × 8 × 128 × 2 = 4,096 B per
+// token, so _align_hybrid_block_size gives 16 × cdiv(4,255,744, 16 × 4,096) = 1,040-token
+// blocks and a 4,259,840-byte page, to which the Mamba pages are padded.
+TEST(VllmPolicyTest, NemotronHGets1040TokenBlocks) {
+  constexpr char kNemotronH8B[] = R"({"model_type": "nemotron_h",
+      "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+      "num_hidden_layers": 52, "hidden_size": 4096, "intermediate_size": 21504,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_num_heads": 128,
+      "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+      "tie_word_embeddings": false, "vocab_size": 131072, "max_position_embeddings": 8192,
+      "torch_dtype": "bfloat16"})";
+  auto model = ParseModelSpec(kNemotronH8B, "nemotron-h-8b", "test");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto plan = MakePlan(*model, Vllm(), {8192}, std::nullopt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const PlanRow& row = plan->rows[0];
+  testing::ExpectRowInvariants(row);
+  // 4 attention + 24 Mamba layers → group size 4: 1 attention group + 6 Mamba groups.
+  ASSERT_EQ(row.groups.size(), 7u);
+  int64_t state_blocks = 0;
+  for (const GroupReservation& g : row.groups) {
+    EXPECT_EQ(g.num_layers, 4);
+    if (g.kind == LayerKind::kFullAttention) {
+      EXPECT_EQ(g.block_size, 1040);
+      EXPECT_EQ(g.blocks, 8);  // cdiv(8192, 1040)
+    } else {
+      state_blocks += g.blocks;
+    }
+  }
+  EXPECT_EQ(state_blocks, 12);  // 2 per Mamba group with prefix caching
+  // (8 + 12) blocks × 4 layers × 4,259,840 B.
+  EXPECT_EQ(row.reserved_bytes, 20 * 4 * int64_t{4259840});
 }
 
 // Both releases reserve the same on the Triton GDN path (capacity_planning.md §3.2.1).

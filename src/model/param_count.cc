@@ -133,7 +133,8 @@ absl::StatusOr<Counts<T>> Count(const ConfigReader& cfg, const ModelSpec& spec) 
     T n = 2 * d.hidden;  // input and post-attention norms
     switch (layer.kind) {
       case LayerKind::kFullAttention:
-      case LayerKind::kSlidingWindow: {
+      case LayerKind::kSlidingWindow:
+      case LayerKind::kChunkedLocal: {
         KVPAGE_ASSIGN_OR_RETURN(T a, AttentionParams<T>(cfg, d));
         n += a;
         break;

@@ -260,6 +260,14 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   if (model.groups.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has no layers"));
   }
+  for (const LayerGroup& g : model.groups) {
+    // A hand-built spec may lack the chunk its kind divides by.
+    if (g.spec.kind == LayerKind::kChunkedLocal && g.spec.attention_chunk_size <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", model.name, " has a chunked-local layer group with attention_chunk_size ",
+          g.spec.attention_chunk_size, " (must be positive)"));
+    }
+  }
   auto m = std::make_unique<Impl>();
   // Numbers handles with their manager, so that one manager's handle names nothing in another.
   static std::atomic<uint32_t> next_id{1};

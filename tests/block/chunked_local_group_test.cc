@@ -66,6 +66,16 @@ TEST(ChunkedLocalGroupTest, ModelHasAChunkedAndAFullGroup) {
   EXPECT_TRUE(m->can_roll_back());
 }
 
+TEST(ChunkedLocalGroupTest, RefusesAChunkedGroupWithoutAChunk) {
+  ModelSpec spec = TinyModel(testing::kTinyChunked);
+  spec.groups[0].spec.attention_chunk_size = 0;
+  KvCacheConfig c;
+  c.kv_budget_bytes = 1 << 20;
+  const auto m = KvCacheManager::Create(spec, c);
+  ASSERT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("attention_chunk_size 0"));
+}
+
 // A request crossing chunk boundaries frees the blocks of each finished chunk, and only those.
 TEST(ChunkedLocalGroupTest, CrossingAChunkBoundaryFreesThePreviousChunk) {
   auto m = ChunkedManager();

@@ -22,8 +22,8 @@
 //                 The coordinator reads these once, at Build, over all groups.
 //
 // Kinds: FullAttentionGroup (full attention and MLA), SlidingWindowGroup, ChunkedLocalGroup,
-// RecurrentGroup (linear attention), built by MakeGroupManager (group_factory.h). Adding a kind means one
-// subclass and its lines in group_factory.cc.
+// RecurrentGroup (linear attention), built by MakeGroupManager (group_factory.h). Adding a
+// kind means one subclass and its lines in group_factory.cc.
 #ifndef KVPAGE_BLOCK_GROUP_MANAGER_H_
 #define KVPAGE_BLOCK_GROUP_MANAGER_H_
 

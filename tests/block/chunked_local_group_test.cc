@@ -47,10 +47,10 @@ CacheHit Prefill(KvCacheManager& m, int64_t id, const std::vector<int32_t>& prom
   EXPECT_TRUE(m.AddRequest({RequestId(id), prompt}).ok());
   auto hit = m.GetComputedBlocks(H(m, RequestId(id)));
   EXPECT_TRUE(hit.ok()) << hit.status();
-  auto ok = m.AllocateSlots(H(m, RequestId(id)),
-                            {.num_computed_tokens = hit->num_tokens,
-                             .num_new_tokens = static_cast<int64_t>(prompt.size()) - hit->num_tokens,
-                             .hit = &*hit});
+  const int64_t fresh = static_cast<int64_t>(prompt.size()) - hit->num_tokens;
+  auto ok = m.AllocateSlots(H(m, RequestId(id)), {.num_computed_tokens = hit->num_tokens,
+                                                 .num_new_tokens = fresh,
+                                                 .hit = &*hit});
   EXPECT_TRUE(ok.ok() && *ok) << ok.status();
   m.CompleteStep();
   KVPAGE_EXPECT_INVARIANTS(m);

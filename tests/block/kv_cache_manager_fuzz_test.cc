@@ -1815,8 +1815,8 @@ TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
 
 std::vector<FuzzCase> AllCases() {
   std::vector<FuzzCase> cases;
-  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "qwen3_5_0_8b", "gemma3_4b",
-                            "gemma3_4b_w48", "deepseek_v2_lite"}) {
+  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "qwen3_5_0_8b",
+                            "gemma3_4b", "gemma3_4b_w48", "deepseek_v2_lite"}) {
     for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
       cases.push_back({model, mode});
     }

@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<RooflineCostModel>> RooflineCostModel::Create(
   for (const LayerSpec& layer : model.layers) {
     const AttentionShape& a = layer.attention;
     switch (layer.kind) {
+      case LayerKind::kChunkedLocal:  // upper bound: as if every token read the whole context
       case LayerKind::kFullAttention: {
         KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
         c.full_kv_bytes_per_token += kv;

@@ -8,6 +8,8 @@
 // Layer kinds:
 //   * kFullAttention   K and V for every token (MHA or GQA).
 //   * kSlidingWindow   K and V, but a token only attends to the last `sliding_window` tokens.
+//   * kChunkedLocal    K and V, but a token at position p only attends to its own chunk
+//                      [⌊p/C⌋·C, p], C = `attention_chunk_size` (Llama 4's RoPE layers).
 //   * kMla             one compressed latent per token (DeepSeek MLA: kv_lora_rank +
 //                      qk_rope_head_dim values), stored as "K only": head_dim_v == 0.
 //   * kLinearAttention a fixed per-request state (Gated DeltaNet, Mamba-2): a causal-conv
@@ -34,12 +36,14 @@ enum class LayerKind : uint8_t {
   kSlidingWindow,
   kMla,
   kLinearAttention,
+  kChunkedLocal,
 };
 
-// "full_attention", "sliding_window", "mla", "linear_attention" (the planner's JSON names).
+// "full_attention", "sliding_window", "mla", "linear_attention", "chunked_local" (the
+// planner's JSON names).
 absl::string_view LayerKindName(LayerKind kind);
 
-// Shape of the per-token cache of an attention layer (full, sliding or MLA).
+// Shape of the per-token cache of an attention layer (full, sliding, chunked-local or MLA).
 struct AttentionShape {
   int32_t num_kv_heads = 0;  // 1 for MLA.
   int32_t head_dim_k = 0;    // MLA: kv_lora_rank + qk_rope_head_dim.
@@ -78,6 +82,7 @@ struct LayerSpec {
   LayerKind kind = LayerKind::kFullAttention;
   AttentionShape attention;     // unused for kLinearAttention
   int32_t sliding_window = 0;   // > 0 iff kind == kSlidingWindow
+  int32_t attention_chunk_size = 0;  // > 0 iff kind == kChunkedLocal
   LinearStateShape linear;      // used only for kLinearAttention
 
   bool IsAttention() const { return kind != LayerKind::kLinearAttention; }

@@ -2,6 +2,7 @@
 #include "block/group_factory.h"
 
 #include "block/attention_group.h"
+#include "block/chunked_local_group.h"
 #include "block/recurrent_group.h"
 #include "block/sliding_window_group.h"
 #include "internal/status_macros.h"
@@ -17,6 +18,8 @@ std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockP
       return std::make_unique<FullAttentionGroup>(layout, pool, context);
     case LayerKind::kSlidingWindow:
       return std::make_unique<SlidingWindowGroup>(layout, pool, context);
+    case LayerKind::kChunkedLocal:
+      return std::make_unique<ChunkedLocalGroup>(layout, pool, context);
     case LayerKind::kLinearAttention:
       return std::make_unique<RecurrentGroup>(layout, pool, context);
   }

@@ -21,9 +21,9 @@
 //                 multiple a prefill chunk should end on, the blocks a sequence needs at least.
 //                 The coordinator reads these once, at Build, over all groups.
 //
-// Kinds: FullAttentionGroup (full attention and MLA), SlidingWindowGroup, RecurrentGroup
-// (linear attention), built by MakeGroupManager (group_factory.h). Adding a kind means one
-// subclass and its lines in group_factory.cc.
+// Kinds: FullAttentionGroup (full attention and MLA), SlidingWindowGroup, ChunkedLocalGroup,
+// RecurrentGroup (linear attention), built by MakeGroupManager (group_factory.h). Adding a
+// kind means one subclass and its lines in group_factory.cc.
 #ifndef KVPAGE_BLOCK_GROUP_MANAGER_H_
 #define KVPAGE_BLOCK_GROUP_MANAGER_H_
 
@@ -54,6 +54,7 @@ struct GroupLayout {
   int32_t padding_layers = 0;  // vllm mode
   int32_t block_size = 0;      // tokens per block (attention groups; 0 for recurrent state)
   int32_t window = 0;          // sliding window, in tokens
+  int32_t chunk_size = 0;      // chunked-local attention's chunk, in tokens
   int32_t pool = 0;            // index into the manager's pools
   int64_t block_bytes = 0;     // bytes one block id of this group costs
 };
@@ -127,7 +128,8 @@ class GroupManager {
   // is read.
   virtual int32_t window() const { return 0; }
   // Of the first `processed` tokens, how many leading ones no token from `processed` on reads
-  // (vLLM's get_num_skipped_tokens): their blocks are dead. 0 for kinds that read them all.
+  // (vLLM's get_num_skipped_tokens): their blocks are dead. 0 for kinds that read them all;
+  // a window's past, or the chunks before the current one (chunked-local attention).
   virtual int64_t SkippedTokens(int64_t /*processed*/) const { return 0; }
   // Blocks a request of `tokens` tokens holds at least at its longest: a lower bound on what
   // it needs, 0 for kinds whose holdings stop growing (KvCacheManager::MinBytesFor).

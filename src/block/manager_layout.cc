@@ -115,6 +115,7 @@ absl::Status BuildKvpageLayout(ManagerImpl& m, const ModelSpec& model, DType dty
     g.kind = group.spec.kind;
     g.num_layers = group.num_layers();
     g.window = group.spec.sliding_window;
+    g.chunk_size = group.spec.attention_chunk_size;
     g.pool = static_cast<int32_t>(i);
     g.block_size = internal::GroupBlockSize(group.spec, m.block_size);
     for (int64_t tb : tensors[i]) g.block_bytes += tb;
@@ -169,7 +170,8 @@ absl::Status BuildVllmLayout(ManagerImpl& m, const ModelSpec& model, DType dtype
                      " cannot hold one vLLM block of ", block_id_bytes,
                      " bytes beside the null block"));
   }
-  auto add_group = [&](const LayerSpec& spec, int32_t layers, int32_t padding) {
+  auto add_group = [&](const LayerSpec& layer_spec, int32_t layers, int32_t padding) {
+    const LayerSpec spec = internal::VllmManagedSpec(model, layer_spec);
     GroupLayout g;
     g.id = GroupId(static_cast<int32_t>(out.size()));
     g.kind = spec.kind;
@@ -177,6 +179,7 @@ absl::Status BuildVllmLayout(ManagerImpl& m, const ModelSpec& model, DType dtype
     g.padding_layers = padding;
     g.block_size = internal::GroupBlockSize(spec, m.block_size);
     g.window = spec.sliding_window;
+    g.chunk_size = spec.attention_chunk_size;
     g.pool = 0;
     g.block_bytes = block_id_bytes;
     out.push_back(g);
@@ -256,6 +259,14 @@ absl::StatusOr<std::unique_ptr<KvCacheManager::Impl>> KvCacheManager::Impl::Buil
   KVPAGE_RETURN_IF_ERROR(config.Validate());
   if (model.groups.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", model.name, " has no layers"));
+  }
+  for (const LayerGroup& g : model.groups) {
+    // A hand-built spec may lack the chunk its kind divides by.
+    if (g.spec.kind == LayerKind::kChunkedLocal && g.spec.attention_chunk_size <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", model.name, " has a chunked-local layer group with attention_chunk_size ",
+          g.spec.attention_chunk_size, " (must be positive)"));
+    }
   }
   auto m = std::make_unique<Impl>();
   // Numbers handles with their manager, so that one manager's handle names nothing in another.

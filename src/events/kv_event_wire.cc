@@ -128,6 +128,7 @@ std::string KvCacheSpecKindName(LayerKind kind) {
   switch (kind) {
     case LayerKind::kFullAttention: return "full_attention";
     case LayerKind::kSlidingWindow: return "sliding_window";
+    case LayerKind::kChunkedLocal: return "chunked_local_attention";
     case LayerKind::kMla: return "mla_attention";
     case LayerKind::kLinearAttention: return "mamba";
   }

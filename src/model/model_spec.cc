@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -80,6 +81,54 @@ absl::StatusOr<std::vector<LayerKind>> ReadLayerKinds(const ConfigReader& cfg,
   return kinds;
 }
 
+// Whether each layer applies RoPE (Llama 4): no_rope_layers[i] != 0, or, when that list is
+// absent or empty, every layer but each no_rope_layer_interval-th (default 4, as transformers'
+// Llama4TextConfig derives it).
+absl::StatusOr<std::vector<bool>> ReadRopeLayers(const ConfigReader& cfg, int64_t num_layers) {
+  std::vector<bool> rope(num_layers, true);
+  const nlohmann::json* list = cfg.Find("no_rope_layers");
+  if (list != nullptr && !list->is_null() && !(list->is_array() && list->empty())) {
+    if (!list->is_array()) return cfg.Error("no_rope_layers", "must be an array");
+    if (static_cast<int64_t>(list->size()) != num_layers) {
+      return cfg.Error("no_rope_layers", absl::StrCat("has ", list->size(),
+                                                      " entries but num_hidden_layers is ",
+                                                      num_layers));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const nlohmann::json& v = (*list)[i];
+      if (!v.is_number_integer() || (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+        return cfg.Error(absl::StrCat("no_rope_layers[", i, "]"),
+                         absl::StrCat("must be 0 or 1, got ", v.dump()));
+      }
+      rope[i] = v.get<int64_t>() != 0;
+    }
+    return rope;
+  }
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                          cfg.OptionalPositiveInt("no_rope_layer_interval"));
+  for (int64_t i = 0; i < num_layers; ++i) rope[i] = (i + 1) % interval.value_or(4) != 0;
+  return rope;
+}
+
+// Llama 4's chunked-local attention: with an attention_chunk_size, the full-attention layers
+// that apply RoPE attend within their chunk, the NoPE layers globally (vLLM's Llama4Attention).
+// Returns the chunk size, 0 when the config has none (kinds then stay as they are).
+absl::StatusOr<int32_t> ApplyChunkedLocal(const ConfigReader& cfg,
+                                          std::vector<LayerKind>& kinds) {
+  const nlohmann::json* field = cfg.Find("attention_chunk_size");
+  if (field == nullptr || field->is_null()) return 0;
+  KVPAGE_ASSIGN_OR_RETURN(int64_t chunk, cfg.PositiveInt("attention_chunk_size"));
+  if (chunk > std::numeric_limits<int32_t>::max()) {
+    return cfg.Error("attention_chunk_size", absl::StrCat("(", chunk, ") is too large"));
+  }
+  KVPAGE_ASSIGN_OR_RETURN(std::vector<bool> rope,
+                          ReadRopeLayers(cfg, static_cast<int64_t>(kinds.size())));
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (rope[i] && kinds[i] == LayerKind::kFullAttention) kinds[i] = LayerKind::kChunkedLocal;
+  }
+  return static_cast<int32_t>(chunk);
+}
+
 absl::StatusOr<LinearStateShape> ReadLinearShape(const ConfigReader& cfg, DType model_dtype) {
   LinearStateShape s;
   KVPAGE_ASSIGN_OR_RETURN(int64_t kernel, cfg.PositiveInt("linear_conv_kernel_dim"));
@@ -150,6 +199,7 @@ absl::string_view LayerKindName(LayerKind kind) {
     case LayerKind::kSlidingWindow: return "sliding_window";
     case LayerKind::kMla: return "mla";
     case LayerKind::kLinearAttention: return "linear_attention";
+    case LayerKind::kChunkedLocal: return "chunked_local";
   }
   return "unknown";
 }
@@ -256,6 +306,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   } else {
     KVPAGE_ASSIGN_OR_RETURN(kinds, ReadLayerKinds(cfg, num_layers));
   }
+  KVPAGE_ASSIGN_OR_RETURN(const int32_t chunk, ApplyChunkedLocal(cfg, kinds));
   bool any_sliding = false, any_linear = false;
   for (LayerKind k : kinds) {
     any_sliding |= k == LayerKind::kSlidingWindow;
@@ -277,6 +328,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
                                   ") does not divide num_attention_heads (", num_heads, ")"));
   }
   if (is_mla) {
+    if (chunk > 0) return cfg.Error("kv_lora_rank", "with attention_chunk_size is unsupported");
     if (any_sliding) return cfg.Error("kv_lora_rank", "with sliding-window layers is unsupported");
     KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));
     KVPAGE_ASSIGN_OR_RETURN(int64_t rope, cfg.PositiveInt("qk_rope_head_dim"));
@@ -300,6 +352,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     layer.kind = (kind == LayerKind::kFullAttention && is_mla) ? LayerKind::kMla : kind;
     if (layer.IsAttention()) layer.attention = attention;
     if (kind == LayerKind::kSlidingWindow) layer.sliding_window = window;
+    if (kind == LayerKind::kChunkedLocal) layer.attention_chunk_size = chunk;
     if (kind == LayerKind::kLinearAttention) layer.linear = linear;
     spec.layers.push_back(layer);
   }

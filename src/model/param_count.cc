@@ -74,9 +74,28 @@ T GatedDeltaNetParams(const LinearStateShape& s, T hidden) {
 
 // The feed-forward part of layer `layer`: dense SwiGLU or a mixture of experts. Adds the
 // routed experts' weight matrices to *routed.
+// Llama 4: every interleave_moe_layer_step-th layer is MoE (routed experts and a router, plus
+// one shared expert, all intermediate_size wide); the others are dense, intermediate_size_mlp
+// wide (transformers' Llama4TextConfig.moe_layers).
+template <typename T>
+absl::StatusOr<T> Llama4FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d,
+                                          int64_t layer, T* routed) {
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                          cfg.OptionalPositiveInt("interleave_moe_layer_step"));
+  if ((layer + 1) % step.value_or(1) != 0) {
+    KVPAGE_ASSIGN_OR_RETURN(T dense, cfg.PositiveInt("intermediate_size_mlp"));
+    return 3 * d.hidden * dense;
+  }
+  KVPAGE_ASSIGN_OR_RETURN(T experts, cfg.PositiveInt("num_local_experts"));
+  KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("intermediate_size"));
+  *routed += experts * 3 * d.hidden * inter;
+  return (experts + 1) * 3 * d.hidden * inter + d.hidden * experts;
+}
+
 template <typename T>
 absl::StatusOr<T> FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d, int64_t layer,
                                     T* routed) {
+  if (d.model_type == "llama4_text") return Llama4FeedForwardParams(cfg, d, layer, routed);
   std::optional<int64_t> experts;
   for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
     KVPAGE_ASSIGN_OR_RETURN(experts, cfg.OptionalPositiveInt(field));
@@ -133,7 +152,8 @@ absl::StatusOr<Counts<T>> Count(const ConfigReader& cfg, const ModelSpec& spec) 
     T n = 2 * d.hidden;  // input and post-attention norms
     switch (layer.kind) {
       case LayerKind::kFullAttention:
-      case LayerKind::kSlidingWindow: {
+      case LayerKind::kSlidingWindow:
+      case LayerKind::kChunkedLocal: {
         KVPAGE_ASSIGN_OR_RETURN(T a, AttentionParams<T>(cfg, d));
         n += a;
         break;

@@ -45,6 +45,7 @@ int32_t LayerFactor(const LayerSpec& layer, int32_t tp) {
     case LayerKind::kLinearAttention: return tp;
     case LayerKind::kFullAttention:
     case LayerKind::kSlidingWindow:
+    case LayerKind::kChunkedLocal:
       return layer.attention.num_kv_heads / KvHeadsPerGpu(layer.attention.num_kv_heads, tp);
   }
   return 1;

@@ -70,6 +70,17 @@ VllmRules RulesFor(VllmVersion version) {
   return rules;
 }
 
+LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec) {
+  if (spec.kind != LayerKind::kChunkedLocal ||
+      model.NumLayersOfKind(LayerKind::kChunkedLocal) == model.num_layers()) {
+    return spec;
+  }
+  LayerSpec full = spec;
+  full.kind = LayerKind::kFullAttention;
+  full.attention_chunk_size = 0;
+  return full;
+}
+
 absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
                                            DType dtype) {
   if (dtype == DType::kQ8_0) {
@@ -108,12 +119,14 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
     layout.buckets.push_back(b);
   }
 
-  // One group when every layer has the same kind (and window): vLLM's uniform specs.
+  // One group when every layer has the same kind (and window, and chunk) as vLLM manages it:
+  // vLLM's uniform specs.
   bool same_kind = true;
+  const LayerSpec first = VllmManagedSpec(model, layout.buckets[0].group->spec);
   for (const VllmBucket& b : layout.buckets) {
-    same_kind &= b.group->spec.kind == layout.buckets[0].group->spec.kind &&
-                 b.group->spec.sliding_window == layout.buckets[0].group->spec.sliding_window &&
-                 b.group->spec.IsAttention();
+    const LayerSpec spec = VllmManagedSpec(model, b.group->spec);
+    same_kind &= spec.kind == first.kind && spec.sliding_window == first.sliding_window &&
+                 spec.attention_chunk_size == first.attention_chunk_size && spec.IsAttention();
   }
   if (same_kind) {
     layout.uniform_single_group = true;

@@ -33,6 +33,11 @@ struct VllmRules {
 
 VllmRules RulesFor(VllmVersion version);
 
+// The spec vLLM 0.33 manages a layer's cache by: chunked-local layers beside layers of another
+// kind become full attention (VllmConfig turns the hybrid manager off for a model with an
+// attention_chunk_size, and unify_hybrid_kv_cache_specs promotes them); `spec` otherwise.
+LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec);
+
 // Layers of one identical spec ("bucket" before grouping), with their unified page.
 struct VllmBucket {
   const LayerGroup* group = nullptr;

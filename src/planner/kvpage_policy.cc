@@ -4,7 +4,9 @@
 // it: its prompt (L − 1 tokens) prefilled in chunks of max_num_batched_tokens, then one decode
 // step that computes token L. What the pools hold for it at that point is `reserved_bytes`;
 // what the sliding-window pools held on top of that at the peak of the prefill — blocks for a
-// chunk in flight beyond the window — is the pool-wide allowance `shared_bytes`.
+// chunk in flight beyond the window — is the pool-wide allowance `shared_bytes`. A
+// chunked-local group reserves a whole attention chunk (or the context, if shorter), which the
+// request reaches by the end of its chunk, and shares what the prefill held beyond that.
 
 #include <algorithm>
 #include <vector>
@@ -114,14 +116,22 @@ absl::StatusOr<PlanRow> PlanKvpageRow(const ModelSpec& model, const PlanOptions&
     g.num_layers = group.num_layers();
     g.block_size = group.spec.IsAttention() ? options.block_size : 0;
     g.blocks = run.held_blocks[i];
+    if (g.kind == LayerKind::kChunkedLocal) {
+      // The decode step may end early in a chunk; the request holds a whole chunk by the
+      // chunk's end, so it reserves that (at most the context's blocks).
+      g.blocks = std::max(g.blocks, std::min(CeilDiv(context, options.block_size),
+                                             CeilDiv(group.spec.attention_chunk_size,
+                                                     options.block_size)));
+    }
     g.reserved_bytes = g.blocks * run.block_bytes[i];
     if (g.kind == LayerKind::kLinearAttention) {
       row.state_bytes += g.reserved_bytes;
       // A prefix-cache snapshot is one more slot, held by the cache rather than the request.
       if (options.enable_prefix_caching) row.snapshot_bytes += run.block_bytes[i];
     }
-    if (g.kind == LayerKind::kSlidingWindow) {
-      row.shared_bytes += (run.peak_blocks[i] - run.held_blocks[i]) * run.block_bytes[i];
+    if (g.kind == LayerKind::kSlidingWindow || g.kind == LayerKind::kChunkedLocal) {
+      row.shared_bytes +=
+          std::max<int64_t>(0, run.peak_blocks[i] - g.blocks) * run.block_bytes[i];
     }
     row.reserved_bytes += g.reserved_bytes;
     row.groups.push_back(g);

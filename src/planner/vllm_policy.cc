@@ -29,6 +29,14 @@ int64_t BlocksPerRequest(const LayerSpec& spec, const VllmBucket& b, const PlanO
           int64_t{options.max_num_batched_tokens} * (options.async_scheduling ? 2 : 1);
       return CeilDiv(std::min(spec.sliding_window - 1 + in_flight, context), b.block_size) + 1;
     }
+    case LayerKind::kChunkedLocal: {
+      // Only where every layer is chunked-local: vLLM 0.33 otherwise turns the hybrid manager
+      // off and promotes these layers to full attention (VllmManagedSpec). Then
+      // ChunkedLocalAttentionSpec.max_admission_blocks_per_request: cdiv(min(C + T, L), bs).
+      const int64_t in_flight =
+          int64_t{options.max_num_batched_tokens} * (options.async_scheduling ? 2 : 1);
+      return CeilDiv(std::min(spec.attention_chunk_size + in_flight, context), b.block_size);
+    }
     case LayerKind::kLinearAttention:
       // "align" mode keeps the running state and the one being copied forward.
       return options.enable_prefix_caching ? 2 : 1;
@@ -101,10 +109,10 @@ absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& op
   if (layout.uniform_single_group) {
     const VllmBucket& b = layout.buckets[0];
     GroupReservation g;
-    g.kind = b.group->spec.kind;
+    g.kind = VllmManagedSpec(model, b.group->spec).kind;
     g.num_layers = model.num_layers();
     g.block_size = static_cast<int32_t>(b.block_size);
-    g.blocks = BlocksPerRequest(b.group->spec, b, options, context);
+    g.blocks = BlocksPerRequest(VllmManagedSpec(model, b.group->spec), b, options, context);
     g.reserved_bytes = g.blocks * layout.uniform_block_bytes;
     blocks_per_request = g.blocks;
     block_id_bytes = layout.uniform_block_bytes;
@@ -115,13 +123,14 @@ absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& op
     for (const VllmBucket& b : layout.buckets) {
       const int64_t n = b.group->num_layers();
       const int64_t num_groups = CeilDiv(n, layout.group_size);
-      const int64_t blocks = BlocksPerRequest(b.group->spec, b, options, context);
+      const int64_t blocks =
+          BlocksPerRequest(VllmManagedSpec(model, b.group->spec), b, options, context);
       for (int64_t i = 0; i < num_groups; ++i) {
         // Group i takes layers i, i + num_groups, … (strided), so the first n % num_groups
         // groups get one more layer.
         const int64_t real = n / num_groups + (i < n % num_groups ? 1 : 0);
         GroupReservation g;
-        g.kind = b.group->spec.kind;
+        g.kind = VllmManagedSpec(model, b.group->spec).kind;
         g.num_layers = static_cast<int32_t>(real);
         g.padding_layers = static_cast<int32_t>(layout.group_size - real);
         g.block_size = static_cast<int32_t>(b.block_size);

@@ -80,6 +80,9 @@ ModelSpec WithWindow(ModelSpec spec, int32_t window) {
 absl::StatusOr<ModelSpec> LoadCase(const std::string& label) {
   if (label == "tiny_full") return ParseModelSpec(testing::kTinyFull, "tiny_full", "tiny");
   if (label == "tiny_swa") return ParseModelSpec(testing::kTinyHybridSwa, "tiny_swa", "tiny");
+  if (label == "tiny_chunked") {
+    return ParseModelSpec(testing::kTinyChunked, "tiny_chunked", "tiny");
+  }
   if (label == "tiny_gdn") return ParseModelSpec(testing::kTinyGdn, "tiny_gdn", "tiny");
   if (label == "gemma3_4b_w48") {
     // Gemma 3's 1024-token window never slides within a few dozen blocks: shrink it.
@@ -332,6 +335,7 @@ class Fuzzer {
       const LayerKind kind = m_->group_kind(GroupId(g));
       has_linear_ |= kind == LayerKind::kLinearAttention;
       has_sliding_ |= kind == LayerKind::kSlidingWindow;
+      has_chunked_ |= kind == LayerKind::kChunkedLocal;
       // vLLM 0.33's align-mode state blocks: the block a step replaced is freed when the
       // request is next allocated, inside AllocateSlots, as a window's dead blocks are.
       releases_state_ |= kind == LayerKind::kLinearAttention && mode_ == AccountingMode::kVllm &&
@@ -343,6 +347,7 @@ class Fuzzer {
     }
     for (const LayerGroup& g : spec_.groups) {
       if (g.spec.kind == LayerKind::kSlidingWindow) window_ = g.spec.sliding_window;
+      if (g.spec.kind == LayerKind::kChunkedLocal) chunk_ = g.spec.attention_chunk_size;
     }
     // Shared prompt material: a few system prompts and documents, in whole and half blocks.
     for (int32_t i = 0; i < 4; ++i) {
@@ -534,10 +539,10 @@ class Fuzzer {
       ASSERT_EQ(before[g].size(), after[g].size());
       for (size_t i = 0; i < before[g].size(); ++i) {
         if (after[g][i] == before[g][i]) continue;
-        ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
+        ASSERT_TRUE(FreesSkipped(GroupId(g))) << "group " << g;
         ASSERT_EQ(after[g][i], kNullBlock);
-        // Only blocks wholly before the window of token `processed` may go.
-        ASSERT_LE(static_cast<int64_t>(i + 1) * bs_, processed - window_ + 1);
+        // Only blocks wholly before the window (or chunk) of token `processed` may go.
+        ASSERT_LE(static_cast<int64_t>(i + 1) * bs_, Skipped(GroupId(g), processed));
       }
     }
   }
@@ -575,6 +580,12 @@ class Fuzzer {
       const int64_t needed = CeilDiv(window_ - 1, bs_);
       const int64_t first = expect_blocks - needed;  // first block the window needs
       if (first >= 0 && (first + 1) * bs_ <= r->max_processed - window_ + 1) exact = false;
+    }
+    if (has_chunked_ && exact) {
+      // The hit needs the blocks of the chunk holding token expect_blocks·bs; a release may
+      // have freed (and eviction dropped) some of them.
+      const int64_t first = expect_blocks * bs_ / chunk_ * chunk_ / bs_;
+      if (first < r->max_processed / chunk_ * chunk_ / bs_) exact = false;
     }
     if (exact) {
       ASSERT_GE(hit->num_tokens, expect_blocks * bs_) << "preempted request lost its cached prefix";
@@ -738,7 +749,8 @@ class Fuzzer {
     // release inside AllocateSlots).
     // (A host load's blocks are held until the first allocation, which gives back any that
     // a duplicate computed meanwhile serves instead.)
-    bool exact_count = (!r->allocated && !r->host_held) || !(has_sliding_ || releases_state_);
+    bool exact_count = (!r->allocated && !r->host_held) ||
+                       !(has_sliding_ || has_chunked_ || releases_state_);
     if (r->host_held) exact_count = false;
     if (!r->allocated && opt_.host_tier.has_value()) {
       bool wait = false;
@@ -944,7 +956,7 @@ class Fuzzer {
           if (a[i] == b[i]) continue;
           ASSERT_EQ(live_[q]->id, r.id) << "a failed allocation changed another request's table";
           if (windows_only) {
-            ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
+            ASSERT_TRUE(FreesSkipped(GroupId(g))) << "group " << g;
           }
           ASSERT_EQ(b[i], kNullBlock);
           *released = true;
@@ -1004,7 +1016,7 @@ class Fuzzer {
       for (size_t i = 0; i < old.size(); ++i) {
         if ((*table)[i] == old[i]) continue;
         ASSERT_FALSE(first) << "a hit block was replaced in group " << g;
-        ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
+        ASSERT_TRUE(FreesSkipped(GroupId(g))) << "group " << g;
         ASSERT_EQ((*table)[i], kNullBlock);
       }
     }
@@ -1168,7 +1180,7 @@ class Fuzzer {
       ASSERT_EQ(static_cast<int64_t>(b.size()), blocks) << "group " << g;
       for (int64_t i = 0; i < blocks; ++i) {
         if (b[i] == kNullBlock) {
-          ASSERT_EQ(m_->group_kind(GroupId(g)), LayerKind::kSlidingWindow);
+          ASSERT_TRUE(FreesSkipped(GroupId(g))) << "group " << g;
           continue;
         }
         ASSERT_TRUE(mirror_.contains({g, hashes.hashes()[i]}))
@@ -1179,9 +1191,9 @@ class Fuzzer {
               << ") holds another prefix at position " << p << " for r" << r.id.value;
         }
       }
-      if (m_->group_kind(GroupId(g)) == LayerKind::kSlidingWindow) {
-        // The window of the first recomputed token must be covered.
-        const int64_t first_needed = std::max<int64_t>(0, hit.num_tokens - window_ + 1) / bs_;
+      if (FreesSkipped(GroupId(g))) {
+        // The window (or chunk) of the first recomputed token must be covered.
+        const int64_t first_needed = Skipped(GroupId(g), hit.num_tokens) / bs_;
         for (int64_t i = first_needed; i < blocks; ++i) ASSERT_NE(b[i], kNullBlock);
       }
     }
@@ -1398,13 +1410,30 @@ class Fuzzer {
   const Options opt_;
   Stats stats_;
 
+  // Whether group g frees the blocks of skipped tokens (a window's past, finished chunks).
+  bool FreesSkipped(GroupId g) const {
+    const LayerKind kind = m_->group_kind(g);
+    return kind == LayerKind::kSlidingWindow || kind == LayerKind::kChunkedLocal;
+  }
+  // The leading tokens of the first `processed` that no token from `processed` on reads in
+  // group g (the manager's SkippedTokens, restated).
+  int64_t Skipped(GroupId g, int64_t processed) const {
+    switch (m_->group_kind(g)) {
+      case LayerKind::kSlidingWindow: return std::max<int64_t>(0, processed - window_ + 1);
+      case LayerKind::kChunkedLocal: return processed / chunk_ * chunk_;
+      default: return 0;
+    }
+  }
+
   std::unique_ptr<FlakyBacking> backing_;  // outlives m_
   std::unique_ptr<KvCacheManager> m_;
   std::unique_ptr<BlockHasher> hasher_;
   int64_t bs_ = 0;
   int32_t window_ = 0;
+  int32_t chunk_ = 0;  // attention_chunk_size of the chunked-local layers
   bool has_linear_ = false;
   bool has_sliding_ = false;
+  bool has_chunked_ = false;  // a chunked-local group (kvpage mode; vLLM promotes hybrids)
   bool releases_state_ = false;  // AllocateSlots frees replaced state blocks (vllm 0.33)
   int32_t max_live_ = 8;
   int64_t max_len_ = 0;
@@ -1786,8 +1815,8 @@ TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
 
 std::vector<FuzzCase> AllCases() {
   std::vector<FuzzCase> cases;
-  for (const char* model : {"tiny_full", "tiny_swa", "tiny_gdn", "qwen3_5_0_8b", "gemma3_4b",
-                            "gemma3_4b_w48", "deepseek_v2_lite"}) {
+  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "qwen3_5_0_8b",
+                            "gemma3_4b", "gemma3_4b_w48", "deepseek_v2_lite"}) {
     for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
       cases.push_back({model, mode});
     }

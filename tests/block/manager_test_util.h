@@ -27,6 +27,13 @@ inline constexpr const char* kTinyHybridSwa = R"({"num_hidden_layers": 3, "hidde
     "max_position_embeddings": 4096, "intermediate_size": 128, "sliding_window": 32,
     "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]})";
 
+// Llama 4 in miniature: layers 0–2 apply RoPE and so attend within chunks of 32 tokens (two
+// 16-token blocks), layer 3 is a NoPE layer with full attention.
+inline constexpr const char* kTinyChunked = R"({"num_hidden_layers": 4, "hidden_size": 64,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "attention_chunk_size": 32,
+    "no_rope_layers": [1, 1, 1, 0]})";
+
 // Layers 0–2 Gated DeltaNet, layer 3 full attention (Qwen3.5 in miniature). State per linear
 // layer: conv 3 × (2·2·8 + 2·8) = 144 bf16 values, recurrent 2·8·8 = 128 f32 values.
 inline constexpr const char* kTinyGdn = R"({"num_hidden_layers": 4, "hidden_size": 64,

@@ -235,6 +235,72 @@ TEST(ParseModelSpecTest, GemmaSlidingWindowPatternUnderTextConfig) {
   EXPECT_THAT(spec.groups[1].layers, ElementsAre(5, 11, 17, 23, 29));
 }
 
+// Llama 4 Scout's shape (text_config nested under a multimodal wrapper), 8 layers: the RoPE
+// layers attend within chunks of attention_chunk_size tokens, the NoPE layers globally.
+json Llama4Config() {
+  json text = {{"model_type", "llama4_text"}, {"num_hidden_layers", 8}, {"hidden_size", 5120},
+               {"num_attention_heads", 40}, {"num_key_value_heads", 8}, {"head_dim", 128},
+               {"intermediate_size", 8192}, {"intermediate_size_mlp", 16384},
+               {"vocab_size", 202048}, {"max_position_embeddings", 10485760},
+               {"num_local_experts", 16}, {"num_experts_per_tok", 1},
+               {"interleave_moe_layer_step", 1}, {"attention_chunk_size", 8192},
+               {"tie_word_embeddings", false}, {"no_rope_layers", {1, 1, 1, 0, 1, 1, 1, 0}}};
+  return {{"model_type", "llama4"}, {"torch_dtype", "bfloat16"}, {"text_config", text}};
+}
+
+TEST(ParseModelSpecTest, Llama4RopeLayersAreChunkedLocalNopeLayersFull) {
+  const ModelSpec spec = MustParse(Llama4Config());
+  EXPECT_EQ(spec.model_type, "llama4_text");
+  EXPECT_THAT(LayersOfKind(spec, LayerKind::kChunkedLocal), ElementsAre(0, 1, 2, 4, 5, 6));
+  EXPECT_THAT(LayersOfKind(spec, LayerKind::kFullAttention), ElementsAre(3, 7));
+  ASSERT_EQ(spec.groups.size(), 2u);
+  EXPECT_EQ(spec.groups[0].spec.kind, LayerKind::kChunkedLocal);
+  EXPECT_EQ(spec.groups[0].spec.attention_chunk_size, 8192);
+  EXPECT_EQ(spec.groups[0].spec.attention, (AttentionShape{8, 128, 128}));
+  EXPECT_EQ(spec.groups[1].spec.kind, LayerKind::kFullAttention);
+  EXPECT_EQ(spec.groups[1].spec.attention_chunk_size, 0);
+  EXPECT_EQ(LayerKindName(LayerKind::kChunkedLocal), "chunked_local");
+}
+
+// At Scout's 48 layers the count lands on Meta's published "109B total, 17B active" (the
+// vision encoder, not counted here, holds under 1B).
+TEST(ParseModelSpecTest, Llama4ScoutCountsItsExperts) {
+  json cfg = Llama4Config();
+  cfg["text_config"]["num_hidden_layers"] = 48;
+  cfg["text_config"]["no_rope_layers"] = json::array();
+  const ModelSpec spec = MustParse(cfg);
+  EXPECT_EQ(spec.NumLayersOfKind(LayerKind::kFullAttention), 12);
+  EXPECT_EQ(spec.num_experts, 16);
+  EXPECT_EQ(spec.experts_per_token, 1);
+  EXPECT_GT(spec.num_params, 107'000'000'000);
+  EXPECT_LT(spec.num_params, 109'000'000'000);
+  EXPECT_GT(spec.NumActiveParams(), 17'000'000'000);
+  EXPECT_LT(spec.NumActiveParams(), 17'500'000'000);
+}
+
+TEST(ParseModelSpecTest, Llama4WithoutNoRopeLayersUsesTheInterval) {
+  json cfg = Llama4Config();
+  cfg["text_config"]["no_rope_layers"] = json::array();  // empty: derived, as transformers does
+  EXPECT_THAT(LayersOfKind(MustParse(cfg), LayerKind::kFullAttention), ElementsAre(3, 7));
+  cfg["text_config"]["no_rope_layer_interval"] = 2;
+  EXPECT_THAT(LayersOfKind(MustParse(cfg), LayerKind::kFullAttention), ElementsAre(1, 3, 5, 7));
+  cfg["text_config"]["attention_chunk_size"] = nullptr;  // no chunking: every layer full
+  EXPECT_EQ(MustParse(cfg).NumLayersOfKind(LayerKind::kFullAttention), 8);
+}
+
+TEST(ParseModelSpecTest, Llama4BadChunkFieldsAreNamed) {
+  json cfg = Llama4Config();
+  cfg["text_config"]["attention_chunk_size"] = 0;
+  ExpectInvalid(cfg, {"attention_chunk_size"});
+  cfg = Llama4Config();
+  cfg["text_config"]["no_rope_layers"] = {1, 0};
+  ExpectInvalid(cfg, {"no_rope_layers", "has 2 entries", "8"});
+  cfg["text_config"]["no_rope_layers"] = {1, 1, 1, 2, 1, 1, 1, 0};
+  ExpectInvalid(cfg, {"no_rope_layers[3]", "must be 0 or 1, got 2"});
+  cfg["text_config"]["no_rope_layers"] = "all";
+  ExpectInvalid(cfg, {"no_rope_layers", "must be an array"});
+}
+
 TEST(ParseModelSpecTest, SlidingWindowPatternWithoutWindowIsAllFull) {
   json cfg = GemmaConfig();
   cfg["text_config"].erase("sliding_window");

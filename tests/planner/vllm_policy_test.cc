@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "kvpage/catalog.h"
 #include "kvpage/model_spec.h"
 #include "kvpage/planner.h"
@@ -16,6 +17,36 @@ using testing::kMiB;
 using testing::PlanBundled;
 
 PlanOptions Vllm() { return testing::WithPolicy(Policy::kVllm); }
+
+// Llama 4 Scout's layer shape in 8 layers (8 KV heads × 128, bf16: 64 KiB per layer per
+// 16-token block), chunks of 8,192 tokens; `no_rope` marks the global (NoPE) layers.
+ModelSpec Llama4Shape(const std::string& no_rope) {
+  auto spec = ParseModelSpec(absl::StrCat(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 8, "hidden_size": 5120, "num_attention_heads": 40,
+      "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+      "intermediate_size_mlp": 16384, "vocab_size": 202048, "max_position_embeddings": 10485760,
+      "num_local_experts": 16, "num_experts_per_tok": 1, "attention_chunk_size": 8192,
+      "no_rope_layers": )", no_rope, "}"), "llama4-shape", "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *std::move(spec) : ModelSpec{};
+}
+
+// vLLM 0.33 turns its hybrid manager off for a model with an attention_chunk_size: chunked
+// layers beside global ones are full attention, all 8 layers in one group (block id 8 × 64
+// KiB). Only an all-chunked model keeps ChunkedLocalAttentionSpec's admission bound.
+TEST(VllmPolicyTest, Llama4ChunkedLayersArePromotedBesideGlobalOnes) {
+  auto hybrid = MakePlan(Llama4Shape("[1, 1, 1, 0, 1, 1, 1, 0]"), Vllm(), {32768});
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  ASSERT_EQ(hybrid->rows[0].groups.size(), 1u);
+  EXPECT_EQ(hybrid->rows[0].groups[0].kind, LayerKind::kFullAttention);
+  EXPECT_EQ(hybrid->rows[0].reserved_bytes, 2048 * 512 * kKiB);  // cdiv(32768, 16) blocks
+  auto chunked = MakePlan(Llama4Shape("[1, 1, 1, 1, 1, 1, 1, 1]"), Vllm(), {32768});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  ASSERT_EQ(chunked->rows[0].groups.size(), 1u);
+  EXPECT_EQ(chunked->rows[0].groups[0].kind, LayerKind::kChunkedLocal);
+  // cdiv(min(8192 + 2 × 8192, 32768), 16) = 1,536 blocks.
+  EXPECT_EQ(chunked->rows[0].reserved_bytes, 1536 * 512 * kKiB);
+}
 
 TEST(VllmPolicyTest, Gemma3PadsItsSlidingGroupsAndChargesTwoBatchesInFlight) {
   Plan plan = PlanBundled("gemma-3-4b-it", Vllm(), {32768});

@@ -261,6 +261,56 @@ absl::Status ReadRopeScaling(const ConfigReader& cfg, ModelSpec& spec) {
   return absl::OkStatus();
 }
 
+// The attention layers' K/V shape: grouped-query heads, or MLA's one latent per token.
+absl::StatusOr<AttentionShape> ReadAttention(const ConfigReader& cfg, int64_t num_heads,
+                                             std::optional<int64_t> kv_heads, int64_t head_dim,
+                                             bool any_sliding, int32_t chunk) {
+  const bool is_mla = cfg.Has("kv_lora_rank");
+  AttentionShape attention{Narrow(kv_heads.value_or(num_heads)), Narrow(head_dim),
+                           Narrow(head_dim)};
+  if (attention.num_kv_heads > num_heads) {
+    return cfg.Error("num_key_value_heads",
+                     absl::StrCat("(", attention.num_kv_heads,
+                                  ") exceeds num_attention_heads (", num_heads, ")"));
+  }
+  // Grouped-query attention shares each KV head among the same number of query heads.
+  if (num_heads % attention.num_kv_heads != 0) {
+    return cfg.Error("num_key_value_heads",
+                     absl::StrCat("(", attention.num_kv_heads,
+                                  ") does not divide num_attention_heads (", num_heads, ")"));
+  }
+  if (is_mla) {
+    if (chunk > 0) return cfg.Error("kv_lora_rank", "with attention_chunk_size is unsupported");
+    if (any_sliding) return cfg.Error("kv_lora_rank", "with sliding-window layers is unsupported");
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rope, cfg.PositiveInt("qk_rope_head_dim"));
+    attention = AttentionShape{1, Narrow(rank + rope), 0};
+  }
+  return attention;
+}
+
+// Parameter counts and weight bytes, routed experts apart.
+absl::Status ReadWeights(const ConfigReader& cfg,
+                         const std::optional<internal::MambaHybrid>& hybrid, ModelSpec& spec) {
+  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts,
+                          hybrid.has_value()
+                              ? internal::CountMambaHybridParameters(cfg, spec, *hybrid)
+                              : internal::CountParameters(cfg, spec));
+  spec.num_params = counts.total;
+  KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
+  spec.num_embedding_params = counts.embeddings;
+  if (counts.routed_experts > 0) {
+    KVPAGE_RETURN_IF_ERROR(ReadExperts(cfg, &spec));
+    spec.routed_expert_params = counts.routed_experts;
+    internal::ParamCounts rest = counts;  // the same model without its routed experts
+    rest.total -= counts.routed_experts;
+    rest.routed_experts = 0;
+    KVPAGE_ASSIGN_OR_RETURN(int64_t rest_bytes, internal::WeightBytes(cfg, rest, spec.dtype));
+    spec.routed_expert_weight_bytes = spec.weight_bytes - rest_bytes;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::string_view name,
@@ -314,26 +364,8 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   }
   const bool is_mla = cfg.Has("kv_lora_rank");
 
-  AttentionShape attention{Narrow(kv_heads.value_or(num_heads)), Narrow(*head_dim),
-                           Narrow(*head_dim)};
-  if (attention.num_kv_heads > num_heads) {
-    return cfg.Error("num_key_value_heads",
-                     absl::StrCat("(", attention.num_kv_heads,
-                                  ") exceeds num_attention_heads (", num_heads, ")"));
-  }
-  // Grouped-query attention shares each KV head among the same number of query heads.
-  if (num_heads % attention.num_kv_heads != 0) {
-    return cfg.Error("num_key_value_heads",
-                     absl::StrCat("(", attention.num_kv_heads,
-                                  ") does not divide num_attention_heads (", num_heads, ")"));
-  }
-  if (is_mla) {
-    if (chunk > 0) return cfg.Error("kv_lora_rank", "with attention_chunk_size is unsupported");
-    if (any_sliding) return cfg.Error("kv_lora_rank", "with sliding-window layers is unsupported");
-    KVPAGE_ASSIGN_OR_RETURN(int64_t rank, cfg.PositiveInt("kv_lora_rank"));
-    KVPAGE_ASSIGN_OR_RETURN(int64_t rope, cfg.PositiveInt("qk_rope_head_dim"));
-    attention = AttentionShape{1, Narrow(rank + rope), 0};
-  }
+  KVPAGE_ASSIGN_OR_RETURN(const AttentionShape attention,
+                          ReadAttention(cfg, num_heads, kv_heads, *head_dim, any_sliding, chunk));
   int32_t window = 0;
   if (any_sliding) {
     KVPAGE_ASSIGN_OR_RETURN(int64_t w, cfg.PositiveInt("sliding_window"));
@@ -357,22 +389,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     spec.layers.push_back(layer);
   }
   spec.groups = GroupLayers(spec.layers);
-  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts,
-                          hybrid.has_value()
-                              ? internal::CountMambaHybridParameters(cfg, spec, *hybrid)
-                              : internal::CountParameters(cfg, spec));
-  spec.num_params = counts.total;
-  KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
-  spec.num_embedding_params = counts.embeddings;
-  if (counts.routed_experts > 0) {
-    KVPAGE_RETURN_IF_ERROR(ReadExperts(cfg, &spec));
-    spec.routed_expert_params = counts.routed_experts;
-    internal::ParamCounts rest = counts;  // the same model without its routed experts
-    rest.total -= counts.routed_experts;
-    rest.routed_experts = 0;
-    KVPAGE_ASSIGN_OR_RETURN(int64_t rest_bytes, internal::WeightBytes(cfg, rest, spec.dtype));
-    spec.routed_expert_weight_bytes = spec.weight_bytes - rest_bytes;
-  }
+  KVPAGE_RETURN_IF_ERROR(ReadWeights(cfg, hybrid, spec));
   return spec;
 }
 

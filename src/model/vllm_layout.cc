@@ -81,16 +81,13 @@ LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec) {
   return full;
 }
 
-absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
-                                           DType dtype) {
-  if (dtype == DType::kQ8_0) {
-    return absl::InvalidArgumentError(
-        "kv_cache_dtype q8_0 is a llama.cpp format; vllm supports auto, bf16, f16, f32, fp8");
-  }
-  VllmLayout layout;
+namespace {
+
+// Hybrid attention + linear attention: the attention block grows until its page holds a
+// whole linear-attention state (Platform._align_hybrid_block_size, "align"/"none" modes).
+absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t requested_block_size,
+                                         DType dtype) {
   int64_t block_size = requested_block_size;
-  // Hybrid attention + linear attention: grow the attention block until its page holds a
-  // whole linear-attention state (Platform._align_hybrid_block_size, "align"/"none" modes).
   int64_t attn_token_bytes = 0, state_page = 0;
   for (const LayerGroup& g : model.groups) {
     if (g.spec.kind == LayerKind::kLinearAttention) {
@@ -104,6 +101,34 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
     const int64_t attn_block = align * CeilDiv(state_page, align * attn_token_bytes);
     block_size = std::max(block_size, attn_block);
   }
+  return block_size;
+}
+
+// Every layer has the same kind (and window, and chunk) as vLLM manages it: vLLM's uniform
+// specs, one group.
+bool ManagedAsOneKind(const ModelSpec& model, const VllmLayout& layout) {
+  const LayerSpec first = VllmManagedSpec(model, layout.buckets[0].group->spec);
+  for (const VllmBucket& b : layout.buckets) {
+    const LayerSpec spec = VllmManagedSpec(model, b.group->spec);
+    if (spec.kind != first.kind || spec.sliding_window != first.sliding_window ||
+        spec.attention_chunk_size != first.attention_chunk_size || !spec.IsAttention()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t requested_block_size,
+                                           DType dtype) {
+  if (dtype == DType::kQ8_0) {
+    return absl::InvalidArgumentError(
+        "kv_cache_dtype q8_0 is a llama.cpp format; vllm supports auto, bf16, f16, f32, fp8");
+  }
+  VllmLayout layout;
+  KVPAGE_ASSIGN_OR_RETURN(const int64_t block_size,
+                          AlignedBlockSize(model, requested_block_size, dtype));
 
   int64_t max_page = 0;
   for (const LayerGroup& g : model.groups) {
@@ -121,14 +146,7 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
 
   // One group when every layer has the same kind (and window, and chunk) as vLLM manages it:
   // vLLM's uniform specs.
-  bool same_kind = true;
-  const LayerSpec first = VllmManagedSpec(model, layout.buckets[0].group->spec);
-  for (const VllmBucket& b : layout.buckets) {
-    const LayerSpec spec = VllmManagedSpec(model, b.group->spec);
-    same_kind &= spec.kind == first.kind && spec.sliding_window == first.sliding_window &&
-                 spec.attention_chunk_size == first.attention_chunk_size && spec.IsAttention();
-  }
-  if (same_kind) {
+  if (ManagedAsOneKind(model, layout)) {
     layout.uniform_single_group = true;
     for (const VllmBucket& b : layout.buckets) {
       layout.uniform_block_bytes += b.page_bytes * b.group->num_layers();

@@ -36,11 +36,10 @@ absl::StatusOr<std::string> ReadPattern(const ConfigReader& cfg, int64_t num_lay
   }
   for (size_t i = 0; i < pattern->size(); ++i) {
     const char c = (*pattern)[i];
-    if (c == 'M' || c == '*' || c == '-') continue;
+    if (c == 'M' || c == '*' || c == '-' || c == 'E') continue;
     return cfg.Error("hybrid_override_pattern",
                      absl::StrCat("has '", std::string(1, c), "' at layer ", i,
-                                  " (supported: 'M' Mamba-2, '*' attention, '-' MLP; MoE 'E' "
-                                  "blocks are not supported yet)"));
+                                  " (supported: 'M' Mamba-2, '*' attention, '-' MLP, 'E' MoE)"));
   }
   return *std::move(pattern);
 }
@@ -189,6 +188,32 @@ absl::Status AddGraniteFeedForward(const ConfigReader& cfg, T hidden, T layers,
   return absl::OkStatus();
 }
 
+// Nemotron-H MoE block ('E', vLLM's NemotronHMoE): a router over the routed experts with a
+// score-correction bias, routed experts of squared-ReLU up and down projections (on
+// moe_latent_size values when the config sets it, with the two latent projections), and
+// n_shared_experts shared experts as one MLP of n_shared·moe_shared_expert_intermediate_size.
+template <typename T>
+absl::Status AddNemotronMoe(const ConfigReader& cfg, T hidden, Totals<T>* counts) {
+  KVPAGE_ASSIGN_OR_RETURN(T experts, cfg.PositiveInt("n_routed_experts"));
+  KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("moe_intermediate_size"));
+  KVPAGE_ASSIGN_OR_RETURN(T shared, cfg.NonNegativeIntOr("n_shared_experts", 0));
+  T expert_width = hidden;
+  const nlohmann::json* latent = cfg.Find("moe_latent_size");
+  if (latent != nullptr && !latent->is_null()) {
+    KVPAGE_ASSIGN_OR_RETURN(expert_width, cfg.PositiveInt("moe_latent_size"));
+    counts->total += 2 * hidden * expert_width;
+  }
+  const T routed = experts * 2 * expert_width * inter;
+  counts->routed_experts += routed;
+  counts->total += routed + hidden * experts + experts;
+  if (shared > 0) {
+    KVPAGE_ASSIGN_OR_RETURN(T shared_inter,
+                            cfg.PositiveInt("moe_shared_expert_intermediate_size"));
+    counts->total += 2 * hidden * shared * shared_inter;
+  }
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::StatusOr<Totals<T>> Count(const ConfigReader& cfg, const ModelSpec& spec,
                                 const MambaHybrid& hybrid) {
@@ -212,6 +237,7 @@ absl::StatusOr<Totals<T>> Count(const ConfigReader& cfg, const ModelSpec& spec,
       KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("intermediate_size"));
       counts.total += 2 * hidden * inter;
     }
+    if (c == 'E') KVPAGE_RETURN_IF_ERROR(AddNemotronMoe<T>(cfg, hidden, &counts));
   }
   if (!nemotron) {
     KVPAGE_RETURN_IF_ERROR(

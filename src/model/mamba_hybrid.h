@@ -7,7 +7,7 @@
 // Then ConvValues() = (kernel − 1) × (heads·head_dim + 2·n_groups·state) and RecurrentValues()
 // = heads × state × head_dim: vLLM's mamba2_state_shape (conv state and temporal state).
 //
-// Nemotron-H blocks that hold no cache ('-' MLP-only) are left out of ModelSpec::layers; their
+// Nemotron-H blocks that hold no cache ('-' MLP-only, 'E' MoE) are left out of ModelSpec::layers; their
 // weights still count in the parameter total.
 #ifndef KVPAGE_MODEL_MAMBA_HYBRID_H_
 #define KVPAGE_MODEL_MAMBA_HYBRID_H_
@@ -25,7 +25,7 @@
 namespace kvpage::internal {
 
 struct MambaHybrid {
-  // One character per decoder layer: 'M' Mamba-2, '*' attention, '-' MLP only.
+  // One character per decoder layer: 'M' Mamba-2, '*' attention, '-' MLP only, 'E' MoE.
   std::string blocks;
   // The cache-holding layers in order: kLinearAttention for 'M', kFullAttention for '*'.
   std::vector<LayerKind> kinds;
@@ -34,13 +34,13 @@ struct MambaHybrid {
 
 // nullopt when the config is not a Mamba-2 hybrid (no "hybrid_override_pattern" and no "mamba"
 // entry in "layer_types"). Errors name the field: a pattern whose length is not num_layers, an
-// unknown block letter (including Nemotron-H MoE blocks 'E', not supported yet), a missing or
+// unknown block letter, a missing or
 // non-positive Mamba size, Granite's mamba_expand·hidden_size != mamba_n_heads·mamba_d_head.
 absl::StatusOr<std::optional<MambaHybrid>> ReadMambaHybrid(const ConfigReader& cfg,
                                                            int64_t num_layers, DType model_dtype);
 
 // Parameters of a Mamba-2 hybrid: embeddings, norms, Mamba-2 mixers, attention, Nemotron-H MLP
-// blocks, Granite's shared MLP and routed experts. `spec` must hold hidden_size, vocab_size
+// and MoE blocks, Granite's shared MLP and routed experts. `spec` must hold hidden_size, vocab_size
 // and model_type.
 absl::StatusOr<ParamCounts> CountMambaHybridParameters(const ConfigReader& cfg,
                                                        const ModelSpec& spec,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "internal/status_macros.h"
 
 namespace kvpage::internal {
@@ -129,6 +130,18 @@ absl::StatusOr<T> FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d, i
   return n;
 }
 
+
+// Whether the LM head shares the embeddings when a config omits tie_word_embeddings: Hugging
+// Face's PretrainedConfig ties them, but these families' transformers configs default to false.
+bool TiedByDefault(absl::string_view model_type) {
+  for (absl::string_view untied : {"llama", "llama4_text", "mistral", "mixtral", "qwen2",
+                                   "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+                                   "gpt_oss"}) {
+    if (model_type == untied) return false;
+  }
+  return true;
+}
+
 template <typename T>
 absl::StatusOr<Counts<T>> Count(const ConfigReader& cfg, const ModelSpec& spec) {
   Dims<T> d;
@@ -141,8 +154,8 @@ absl::StatusOr<Counts<T>> Count(const ConfigReader& cfg, const ModelSpec& spec) 
   d.kv_heads = T(kv.value_or(heads));
   d.model_type = spec.model_type;
 
-  // Hugging Face's PretrainedConfig ties the LM head to the embeddings unless told otherwise.
-  KVPAGE_ASSIGN_OR_RETURN(bool tied, cfg.BoolOr("tie_word_embeddings", true));
+  KVPAGE_ASSIGN_OR_RETURN(bool tied,
+                          cfg.BoolOr("tie_word_embeddings", TiedByDefault(spec.model_type)));
   Counts<T> counts;
   counts.embeddings = T(spec.vocab_size) * d.hidden * (tied ? 1 : 2);
   T total = counts.embeddings + d.hidden;  // + final norm

@@ -59,9 +59,14 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
       // MLA stores the latent as K only (no V tensor), which AttentionTokenBytes already does.
       KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, dtype));
       int64_t per_stream = cells.per_stream;
-      if (spec.kind == LayerKind::kSlidingWindow && !o.swa_full) {
+      // llama.cpp keeps Llama 4's chunked layers in the same iSWA cache as sliding windows,
+      // with n_swa = the chunk size (LLAMA_SWA_TYPE_CHUNKED).
+      const int64_t window = spec.kind == LayerKind::kChunkedLocal ? spec.attention_chunk_size
+                             : spec.kind == LayerKind::kSlidingWindow ? spec.sliding_window
+                                                                      : 0;
+      if (window > 0 && !o.swa_full) {
         const int64_t window_cells =
-            int64_t{spec.sliding_window} * (o.kv_unified ? o.parallel : 1) + cells.ubatch;
+            window * (o.kv_unified ? o.parallel : 1) + cells.ubatch;
         per_stream = RoundUp(std::min(cells.per_stream, window_cells), kCellPad);
       }
       g.block_size = 1;

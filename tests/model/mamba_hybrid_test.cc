@@ -1,9 +1,8 @@
 // Tests of Mamba-2 hybrid configs (Nemotron-H, Granite 4.0-H): which layers hold a cache, the
 // per-request state each Mamba layer holds, and the parameter count.
 //
-// No verbatim config.json of these models was reachable (Hugging Face is offline here), so the
-// shapes below are the published values as several public sources quote them; they are test
-// inputs, not bundled models.
+// Nemotron-H-8B and Granite 4.0-H below are published values as several public sources quote
+// them (test inputs, not bundled models); NVIDIA-Nemotron-3-Nano-30B-A3B is the bundled config.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvpage/catalog.h"
 #include "kvpage/model_spec.h"
 #include "nlohmann/json.hpp"
 
@@ -187,11 +188,53 @@ TEST(MambaHybridErrorsTest, PatternOfTheWrongLength) {
   ExpectInvalid(cfg, {"hybrid_override_pattern", "52 letters", "50"});
 }
 
-TEST(MambaHybridErrorsTest, MoeBlocksAreNotSupportedYet) {
+TEST(MambaHybridErrorsTest, UnknownBlockLetter) {
+  json cfg = NemotronH8B();
+  cfg["hybrid_override_pattern"] = "MXM*";
+  cfg["num_hidden_layers"] = 4;
+  ExpectInvalid(cfg, {"hybrid_override_pattern", "'X' at layer 1", "'E' MoE"});
+}
+
+TEST(MambaHybridErrorsTest, MoeBlockWithoutExperts) {
   json cfg = NemotronH8B();
   cfg["hybrid_override_pattern"] = "MEM*";
   cfg["num_hidden_layers"] = 4;
-  ExpectInvalid(cfg, {"hybrid_override_pattern", "'E' at layer 1"});
+  ExpectInvalid(cfg, {"n_routed_experts"});
+}
+
+// The bundled NVIDIA-Nemotron-3-Nano-30B-A3B: 52 blocks, 23 'M', 23 'E' (MoE), 6 '*'.
+TEST(MambaHybridTest, NemotronNanoMoeLayersAndState) {
+  absl::StatusOr<ModelSpec> spec = LoadModel("nemotron-3-nano-30b-a3b");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // The MoE blocks hold no cache: 23 Mamba + 6 attention layers remain.
+  EXPECT_EQ(spec->num_layers(), 29);
+  EXPECT_EQ(spec->NumLayersOfKind(LayerKind::kLinearAttention), 23);
+  EXPECT_EQ(spec->NumLayersOfKind(LayerKind::kFullAttention), 6);
+  ASSERT_EQ(spec->groups.size(), 2u);
+  EXPECT_EQ(spec->groups[1].spec.attention, (AttentionShape{2, 128, 128}));
+  // conv 3 × (64·64 + 2·8·128) = 18,432 bf16 = 36,864 bytes; SSM 64 × 64 × 128 = 524,288
+  // f32 (mamba_ssm_cache_dtype) = 2,097,152 bytes; 2,134,016 × 23 layers.
+  EXPECT_EQ(spec->groups[0].spec.linear.NativeBytes(), 2134016);
+  EXPECT_EQ(StateBytesPerRequest(*spec), 49082368);
+}
+
+TEST(MambaHybridTest, NemotronNanoParameterCount) {
+  absl::StatusOr<ModelSpec> spec = LoadModel("nemotron-3-nano-30b-a3b");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // hidden h = 2,688. Embeddings + LM head 2 × 131,072 × h = 704,643,072; final norm h; one
+  // norm per block 52h = 139,776.
+  // Mamba mixer: in_proj h × (2·4,096 + 2,048 + 64) = 27,697,152; conv 6,144 × 5 = 30,720;
+  //   A, D, dt_bias 192; gated norm 4,096; out_proj 4,096 × h = 11,010,048: 38,742,208 × 23.
+  // Attention: q and o 2 × h × 4,096 = 22,020,096; k and v 2 × h × 256 = 1,376,256:
+  //   23,396,352 × 6.
+  // MoE: routed 128 × 2 × h × 1,856 = 1,277,165,568; router h × 128 + 128 bias = 344,192;
+  //   one shared expert 2 × h × 3,712 = 19,955,712: 1,297,465,472 × 23.
+  // Total 31,577,940,288 (NVIDIA publishes 31.6B), of which 29,374,808,064 routed.
+  EXPECT_EQ(spec->num_params, 31577940288);
+  EXPECT_EQ(spec->routed_expert_params, 29374808064);
+  EXPECT_EQ(spec->num_experts, 128);
+  EXPECT_EQ(spec->experts_per_token, 6);
+  EXPECT_EQ(spec->weight_bytes, 2 * int64_t{31577940288});
 }
 
 TEST(MambaHybridErrorsTest, PatternOfMlpBlocksOnly) {

@@ -170,13 +170,18 @@ TEST(ParseModelSpecTest, MissingKvHeadsMeansMultiHeadAttention) {
 }
 
 TEST(ParseModelSpecTest, CountsParametersOfTheLlamaShape) {
-  // Tied embeddings (the Hugging Face default): 1000 x 512 + final norm 512 = 512,512.
+  // Untied (LlamaConfig's default): embeddings and LM head 2 x 1000 x 512 + final norm 512
+  // = 1,024,512.
   // Per layer: norms 2 x 512 + q 512x512 + k,v 2 x 512x128 + o 512x512 + MLP 3 x 512x1024
   //          = 1,024 + 655,360 + 1,572,864 = 2,229,248; x 4 layers = 8,916,992.
-  EXPECT_EQ(MustParse(LlamaConfig()).num_params, 9'429'504);
-  json untied = LlamaConfig();
-  untied["tie_word_embeddings"] = false;  // + a separate 1000 x 512 LM head
-  EXPECT_EQ(MustParse(untied).num_params, 9'429'504 + 512'000);
+  EXPECT_EQ(MustParse(LlamaConfig()).num_params, 9'941'504);
+  json tied = LlamaConfig();
+  tied["tie_word_embeddings"] = true;  // the LM head reuses the 1000 x 512 embeddings
+  EXPECT_EQ(MustParse(tied).num_params, 9'941'504 - 512'000);
+  // A family without its own default ties them, as PretrainedConfig does.
+  json other = LlamaConfig();
+  other["model_type"] = "olmo";
+  EXPECT_EQ(MustParse(other).num_params, 9'941'504 - 512'000);
 }
 
 TEST(ParseModelSpecTest, ReadsTorchDtype) {
@@ -276,6 +281,21 @@ TEST(ParseModelSpecTest, Llama4ScoutCountsItsExperts) {
   EXPECT_LT(spec.num_params, 109'000'000'000);
   EXPECT_GT(spec.NumActiveParams(), 17'000'000'000);
   EXPECT_LT(spec.NumActiveParams(), 17'500'000'000);
+}
+
+// The bundled Llama-4-Scout-17B-16E-Instruct has no no_rope_layers list: every 4th of its 48
+// layers is global (NoPE), the other 36 attend within 8,192-token chunks, and it counts as the
+// 48-layer test shape above.
+TEST(ParseModelSpecTest, BundledLlama4ScoutIsChunkedLocalWithTwelveGlobalLayers) {
+  absl::StatusOr<ModelSpec> bundled = LoadModel("llama-4-scout-17b-16e-instruct");
+  ASSERT_TRUE(bundled.ok()) << bundled.status();
+  EXPECT_EQ(bundled->NumLayersOfKind(LayerKind::kChunkedLocal), 36);
+  EXPECT_EQ(bundled->NumLayersOfKind(LayerKind::kFullAttention), 12);
+  EXPECT_EQ(bundled->groups[0].spec.attention_chunk_size, 8192);
+  json cfg = Llama4Config();
+  cfg["text_config"]["num_hidden_layers"] = 48;
+  cfg["text_config"]["no_rope_layers"] = json::array();
+  EXPECT_EQ(bundled->num_params, MustParse(cfg).num_params);
 }
 
 TEST(ParseModelSpecTest, Llama4WithoutNoRopeLayersUsesTheInterval) {

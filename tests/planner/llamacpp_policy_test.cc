@@ -77,6 +77,21 @@ TEST(LlamaCppPolicyTest, SlidingLayersHoldWindowPlusUbatchCells) {
             640 * kMiB + 29 * 4 * kKiB * 1280);
 }
 
+// Llama 4's chunked layers live in llama.cpp's iSWA cache with n_swa = the 8,192-token chunk.
+// Scout: 36 chunked + 12 global layers, 8 KV heads × 128 × 2 (K, V) × 2 bytes = 4 KiB per
+// token and layer.
+TEST(LlamaCppPolicyTest, ChunkedLayersHoldChunkPlusUbatchCells) {
+  Plan scout = PlanBundled("llama-4-scout-17b-16e-instruct", LlamaCpp(), {4096, 32768});
+  ASSERT_EQ(scout.rows[1].groups.size(), 2u);
+  EXPECT_EQ(scout.rows[1].groups[0].kind, LayerKind::kChunkedLocal);
+  EXPECT_EQ(scout.rows[1].groups[0].blocks, 8704);  // pad256(8192 + 512)
+  EXPECT_EQ(scout.rows[1].groups[1].blocks, 32768);
+  // (36 × 8,704 + 12 × 32,768) cells × 4 KiB = 2,760 MiB.
+  EXPECT_EQ(scout.rows[1].reserved_bytes, 2760 * kMiB);
+  // Below the chunk every layer holds the whole 4,096-token context: 48 × 16 MiB.
+  EXPECT_EQ(scout.rows[0].reserved_bytes, 768 * kMiB);
+}
+
 TEST(LlamaCppPolicyTest, ParallelSequencesSplitOrShareTheCache) {
   // -c 32768 -np 4: four streams of 8,192 cells; sliding layers 1,536 cells per stream.
   PlanOptions split = LlamaCpp();

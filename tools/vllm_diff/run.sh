@@ -29,6 +29,9 @@ workloads=(
   "deepseek deepseek-v2-lite 3000"
   "qwen35 qwen3.5-0.8b 60"
   "qwen35_prefix qwen3.5-0.8b 400 --shared-prefix-tokens 4096"
+  "nemotron nemotron-3-nano-30b-a3b 200"
+  "nemotron_prefix nemotron-3-nano-30b-a3b 400 --shared-prefix-tokens 4096"
+  "llama4 llama-4-scout-17b-16e-instruct 3000"
 )
 selected=("$@")
 status=0
@@ -52,6 +55,8 @@ sched_workloads=(
   "sched_gemma_8192 gemma-3-4b-it 8000 8192"
   "sched_qwen35_2048 qwen3.5-0.8b 100 2048"
   "sched_qwen35_8192 qwen3.5-0.8b 100 8192"
+  "sched_nemotron_2048 nemotron-3-nano-30b-a3b 60 2048"
+  "sched_llama4_2048 llama-4-scout-17b-16e-instruct 3000 2048"
 )
 for w in "${sched_workloads[@]}"; do
   read -r name model blocks budget <<<"$w"

@@ -12,6 +12,7 @@
 #include "internal/status_macros.h"
 #include "model/config_reader.h"
 #include "model/mamba_hybrid.h"
+#include "model/unread_layouts.h"
 #include "model/param_count.h"
 
 namespace kvpage {
@@ -322,6 +323,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   KVPAGE_ASSIGN_OR_RETURN(std::optional<std::string> model_type,
                           cfg.OptionalString("model_type"));
   spec.model_type = model_type.value_or("");
+  KVPAGE_RETURN_IF_ERROR(internal::RefuseUnreadLayouts(cfg));
   KVPAGE_ASSIGN_OR_RETURN(spec.dtype, ReadModelDType(cfg));
 
   KVPAGE_ASSIGN_OR_RETURN(int64_t num_layers, cfg.PositiveInt("num_hidden_layers"));

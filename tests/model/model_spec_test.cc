@@ -298,6 +298,31 @@ TEST(ParseModelSpecTest, BundledLlama4ScoutIsChunkedLocalWithTwelveGlobalLayers)
   EXPECT_EQ(bundled->num_params, MustParse(cfg).num_params);
 }
 
+// Architectures whose cache kvpage cannot size are refused by the field that announces them,
+// never planned as if every layer were full attention. Shapes: published configs of each.
+TEST(ParseModelSpecTest, UnreadLayoutsAreRefusedNamingTheField) {
+  json falcon = LlamaConfig();  // Falcon-H1: a Mamba-2 mixer beside attention in every layer
+  falcon["model_type"] = "falcon_h1";
+  falcon["mamba_d_ssm"] = 1536;
+  ExpectInvalid(falcon, {"field 'mamba_d_ssm'", "Falcon-H1", "not supported yet"});
+  json jamba = LlamaConfig();
+  jamba["attn_layer_period"] = 8;
+  ExpectInvalid(jamba, {"field 'attn_layer_period'", "Jamba"});
+  json v32 = LlamaConfig();  // DeepSeek-V3.2: the indexer's keys beside the latent
+  v32["kv_lora_rank"] = 512;
+  v32["index_topk"] = 2048;
+  ExpectInvalid(v32, {"field 'index_topk'", "DeepSeek-V3.2"});
+  json minimax = LlamaConfig();
+  minimax["attn_type_list"] = {0, 1, 0, 1};
+  ExpectInvalid(minimax, {"field 'attn_type_list'", "MiniMax"});
+  json kimi = LlamaConfig();
+  kimi["linear_attn_config"] = {{"kda_layers", {1, 2}}};
+  ExpectInvalid(kimi, {"field 'linear_attn_config'", "Kimi Linear"});
+  json rwkv = LlamaConfig();  // no marker field: the model_type alone
+  rwkv["model_type"] = "rwkv7";
+  ExpectInvalid(rwkv, {"field 'model_type'", "'rwkv7'", "not supported yet"});
+}
+
 TEST(ParseModelSpecTest, Llama4WithoutNoRopeLayersUsesTheInterval) {
   json cfg = Llama4Config();
   cfg["text_config"]["no_rope_layers"] = json::array();  // empty: derived, as transformers does

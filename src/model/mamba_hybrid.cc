@@ -23,6 +23,12 @@ constexpr MambaFields kGraniteFields{"mamba_n_heads", "mamba_d_head", "mamba_d_s
                                      "mamba_d_conv", "mamba_n_groups"};
 
 bool IsNemotron(const ConfigReader& cfg) { return cfg.Has("hybrid_override_pattern"); }
+// Falcon-H1 declares no layout: every decoder layer runs attention and a Mamba-2 mixer side by
+// side (vLLM's FalconH1ParallelHybrid). It spells the Mamba fields as Granite does.
+bool IsFalcon(const ConfigReader& cfg) {
+  absl::StatusOr<std::optional<std::string>> type = cfg.OptionalString("model_type");
+  return type.ok() && type->has_value() && **type == "falcon_h1";
+}
 
 // Nemotron-H: one letter per layer in hybrid_override_pattern.
 absl::StatusOr<std::string> ReadPattern(const ConfigReader& cfg, int64_t num_layers) {
@@ -91,6 +97,38 @@ absl::StatusOr<DType> ReadSsmDType(const ConfigReader& cfg, DType model_dtype) {
   return *dtype;
 }
 
+// The Mamba head width; Falcon-H1 may write "auto" for mamba_d_ssm / mamba_n_heads.
+absl::StatusOr<int32_t> ReadHeadDim(const ConfigReader& cfg, const char* field, int32_t heads) {
+  const nlohmann::json* v = cfg.Find(field);
+  if (v == nullptr || !v->is_string() || v->get<std::string>() != "auto" || !IsFalcon(cfg)) {
+    return ReadPositive(cfg, field);
+  }
+  KVPAGE_ASSIGN_OR_RETURN(int64_t d_ssm, cfg.PositiveInt("mamba_d_ssm"));
+  if (d_ssm % heads != 0) {
+    return cfg.Error(field, absl::StrCat("is auto but mamba_d_ssm ", d_ssm,
+                                         " is not a multiple of mamba_n_heads ", heads));
+  }
+  return static_cast<int32_t>(d_ssm / heads);
+}
+
+// vLLM sizes Falcon-H1's conv state from mamba_d_ssm (else mamba_expand·hidden_size) and its
+// SSM state from the heads; the shape holds both only when they agree.
+absl::Status CheckFalconWidth(const ConfigReader& cfg, const LinearStateShape& s) {
+  const int64_t heads_width = int64_t{s.num_v_heads} * s.v_head_dim;
+  if (cfg.Has("mamba_d_ssm")) {
+    KVPAGE_ASSIGN_OR_RETURN(int64_t d_ssm, cfg.PositiveInt("mamba_d_ssm"));
+    if (d_ssm == heads_width) return absl::OkStatus();
+    return cfg.Error("mamba_d_ssm", absl::StrCat("(", d_ssm, ") differs from mamba_n_heads × "
+                                                 "mamba_d_head = ", heads_width));
+  }
+  KVPAGE_ASSIGN_OR_RETURN(int64_t expand, cfg.PositiveInt("mamba_expand"));
+  KVPAGE_ASSIGN_OR_RETURN(int64_t hidden, cfg.PositiveInt("hidden_size"));
+  if (expand * hidden == heads_width) return absl::OkStatus();
+  return cfg.Error("mamba_expand", absl::StrCat("× hidden_size = ", expand * hidden,
+                                                " differs from mamba_n_heads × mamba_d_head = ",
+                                                heads_width));
+}
+
 absl::StatusOr<LinearStateShape> ReadMamba2Shape(const ConfigReader& cfg, DType model_dtype) {
   const MambaFields& f = IsNemotron(cfg) ? kNemotronFields : kGraniteFields;
   LinearStateShape s;
@@ -98,10 +136,12 @@ absl::StatusOr<LinearStateShape> ReadMamba2Shape(const ConfigReader& cfg, DType 
   KVPAGE_ASSIGN_OR_RETURN(s.num_k_heads, ReadPositive(cfg, f.groups));
   KVPAGE_ASSIGN_OR_RETURN(s.k_head_dim, ReadPositive(cfg, f.state));
   KVPAGE_ASSIGN_OR_RETURN(s.num_v_heads, ReadPositive(cfg, f.heads));
-  KVPAGE_ASSIGN_OR_RETURN(s.v_head_dim, ReadPositive(cfg, f.head_dim));
+  KVPAGE_ASSIGN_OR_RETURN(s.v_head_dim, ReadHeadDim(cfg, f.head_dim, s.num_v_heads));
   s.conv_dtype = model_dtype;
   KVPAGE_ASSIGN_OR_RETURN(s.recurrent_dtype, ReadSsmDType(cfg, model_dtype));
-  if (!IsNemotron(cfg)) {
+  if (IsFalcon(cfg)) {
+    KVPAGE_RETURN_IF_ERROR(CheckFalconWidth(cfg, s));
+  } else if (!IsNemotron(cfg)) {
     // vLLM sizes Granite's conv state from mamba_expand·hidden_size and its SSM state from
     // the heads; the shape above holds both only when they agree.
     KVPAGE_ASSIGN_OR_RETURN(int64_t expand, cfg.PositiveInt("mamba_expand"));
@@ -124,13 +164,15 @@ absl::StatusOr<std::optional<MambaHybrid>> ReadMambaHybrid(const ConfigReader& c
   MambaHybrid hybrid;
   if (IsNemotron(cfg)) {
     KVPAGE_ASSIGN_OR_RETURN(hybrid.blocks, ReadPattern(cfg, num_layers));
+  } else if (IsFalcon(cfg)) {
+    hybrid.blocks = std::string(static_cast<size_t>(num_layers), 'P');
   } else {
     KVPAGE_ASSIGN_OR_RETURN(hybrid.blocks, ReadGraniteLayerTypes(cfg, num_layers));
     if (hybrid.blocks.empty()) return std::nullopt;
   }
   for (char c : hybrid.blocks) {
-    if (c == 'M') hybrid.kinds.push_back(LayerKind::kLinearAttention);
-    if (c == '*') hybrid.kinds.push_back(LayerKind::kFullAttention);
+    if (c == 'M' || c == 'P') hybrid.kinds.push_back(LayerKind::kLinearAttention);
+    if (c == '*' || c == 'P') hybrid.kinds.push_back(LayerKind::kFullAttention);
   }
   if (hybrid.kinds.empty()) {
     return cfg.Error("hybrid_override_pattern", "has no Mamba or attention layer");
@@ -156,9 +198,12 @@ absl::StatusOr<T> Mamba2MixerParams(const ConfigReader& cfg, const LinearStateSh
   const T conv_dim = inner + bc;
   KVPAGE_ASSIGN_OR_RETURN(bool conv_bias,
                           cfg.BoolOr(IsNemotron(cfg) ? "use_conv_bias" : "mamba_conv_bias", true));
+  // The gated RMSNorm's weight exists unless Falcon-H1 turns the norm off (mamba_rms_norm).
+  KVPAGE_ASSIGN_OR_RETURN(bool gated_norm,
+                          IsFalcon(cfg) ? cfg.BoolOr("mamba_rms_norm", false) : true);
   T n = hidden * (2 * inner + bc + s.num_v_heads);
   n += conv_dim * (s.conv_kernel + (conv_bias ? 1 : 0));
-  n += 3 * T(s.num_v_heads) + inner;
+  n += 3 * T(s.num_v_heads) + (gated_norm ? inner : 0);
   n += inner * hidden;
   return n;
 }
@@ -238,8 +283,12 @@ absl::StatusOr<Totals<T>> Count(const ConfigReader& cfg, const ModelSpec& spec,
       counts.total += 2 * hidden * inter;
     }
     if (c == 'E') KVPAGE_RETURN_IF_ERROR(AddNemotronMoe<T>(cfg, hidden, &counts));
+    if (c == 'P') {  // Falcon-H1: Mamba-2 mixer, attention and a SwiGLU MLP in every layer
+      KVPAGE_ASSIGN_OR_RETURN(T inter, cfg.PositiveInt("intermediate_size"));
+      counts.total += mixer + AttentionParams<T>(spec, attention) + 3 * hidden * inter;
+    }
   }
-  if (!nemotron) {
+  if (!nemotron && !IsFalcon(cfg)) {
     KVPAGE_RETURN_IF_ERROR(
         AddGraniteFeedForward<T>(cfg, hidden, T(hybrid.blocks.size()), &counts));
   }

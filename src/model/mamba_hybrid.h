@@ -1,4 +1,4 @@
-// Mamba-2 hybrid configs: NVIDIA Nemotron-H and IBM Granite 4.0-H.
+// Mamba-2 hybrid configs: NVIDIA Nemotron-H, IBM Granite 4.0-H and TII Falcon-H1.
 //
 // A Mamba-2 layer keeps a fixed state per request, the same two tensors as a Gated DeltaNet
 // layer, so it is a kLinearAttention layer with this LinearStateShape:
@@ -25,23 +25,26 @@
 namespace kvpage::internal {
 
 struct MambaHybrid {
-  // One character per decoder layer: 'M' Mamba-2, '*' attention, '-' MLP only, 'E' MoE.
+  // One character per decoder layer: 'M' Mamba-2, '*' attention, '-' MLP only, 'E' MoE,
+  // 'P' Mamba-2 and attention side by side (Falcon-H1).
   std::string blocks;
-  // The cache-holding layers in order: kLinearAttention for 'M', kFullAttention for '*'.
+  // The cache-holding layers in order: kLinearAttention for 'M', kFullAttention for '*', both
+  // (Mamba first) for 'P'.
   std::vector<LayerKind> kinds;
   LinearStateShape state;
 };
 
-// nullopt when the config is not a Mamba-2 hybrid (no "hybrid_override_pattern" and no "mamba"
-// entry in "layer_types"). Errors name the field: a pattern whose length is not num_layers, an
-// unknown block letter, a missing or
-// non-positive Mamba size, Granite's mamba_expand·hidden_size != mamba_n_heads·mamba_d_head.
+// nullopt when the config is not a Mamba-2 hybrid (no "hybrid_override_pattern", no "mamba"
+// entry in "layer_types", model_type not "falcon_h1"). Errors name the field: a pattern whose
+// length is not num_layers, an unknown block letter, a missing or non-positive Mamba size, a
+// Mamba width (Granite's mamba_expand·hidden_size, Falcon-H1's mamba_d_ssm) that differs from
+// mamba_n_heads·mamba_d_head.
 absl::StatusOr<std::optional<MambaHybrid>> ReadMambaHybrid(const ConfigReader& cfg,
                                                            int64_t num_layers, DType model_dtype);
 
 // Parameters of a Mamba-2 hybrid: embeddings, norms, Mamba-2 mixers, attention, Nemotron-H MLP
-// and MoE blocks, Granite's shared MLP and routed experts. `spec` must hold hidden_size, vocab_size
-// and model_type.
+// and MoE blocks, Granite's shared MLP and routed experts, Falcon-H1's SwiGLU MLP. `spec` must
+// hold hidden_size, vocab_size and model_type.
 absl::StatusOr<ParamCounts> CountMambaHybridParameters(const ConfigReader& cfg,
                                                        const ModelSpec& spec,
                                                        const MambaHybrid& hybrid);

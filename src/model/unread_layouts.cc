@@ -22,7 +22,6 @@ constexpr Marker kMarkers[] = {
     {"index_head_dim", "DeepSeek-V3.2 sparse attention",
      "needs the lightning indexer's per-token key cache beside the MLA latent"},
     {"attn_layer_period", "Jamba", "interleaves Mamba layers kvpage does not place yet"},
-    {"mamba_d_ssm", "Falcon-H1", "runs a Mamba-2 mixer beside attention in every layer"},
     {"attn_type_list", "MiniMax lightning attention", "keeps a linear-attention state"},
     {"linear_attn_config", "Kimi Linear", "keeps a linear-attention state"},
     {"ssm_cfg", "a Mamba state-space model", "keeps a recurrent state"},
@@ -30,14 +29,14 @@ constexpr Marker kMarkers[] = {
 
 // model_type values of recurrent or hybrid models whose configs carry none of the fields above.
 constexpr absl::string_view kRecurrentTypes[] = {
-    "mamba", "mamba2", "falcon_mamba", "falcon_h1", "jamba", "bamba", "zamba", "zamba2",
+    "mamba", "mamba2", "falcon_mamba", "jamba", "bamba", "zamba", "zamba2",
     "rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm", "lfm2", "plamo2", "minimax", "minimax_m1",
     "kimi_linear", "deepseek_v32",
 };
 
 constexpr absl::string_view kHint =
     "; kvpage reads full, sliding-window, chunked-local, MLA, Gated DeltaNet and Mamba-2 "
-    "(Nemotron-H, Granite 4.0-H) layers";
+    "(Nemotron-H, Granite 4.0-H, Falcon-H1) layers";
 
 }  // namespace
 

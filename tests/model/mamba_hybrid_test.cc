@@ -202,6 +202,55 @@ TEST(MambaHybridErrorsTest, MoeBlockWithoutExperts) {
   ExpectInvalid(cfg, {"n_routed_experts"});
 }
 
+// Falcon-H1-0.5B (tiiuae/Falcon-H1-0.5B-Base, as quoted by Megatron-Bridge's conversion test):
+// 36 layers, each running attention and a Mamba-2 mixer side by side.
+json FalconH1() {
+  return {{"model_type", "falcon_h1"}, {"num_hidden_layers", 36}, {"hidden_size", 1024},
+          {"intermediate_size", 2048}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+          {"head_dim", 64}, {"vocab_size", 32784}, {"max_position_embeddings", 16384},
+          {"mamba_d_ssm", 1536}, {"mamba_n_heads", 24}, {"mamba_d_head", 64},
+          {"mamba_n_groups", 1}, {"mamba_d_state", 128}, {"mamba_d_conv", 4},
+          {"mamba_expand", 2}, {"mamba_conv_bias", true}, {"mamba_rms_norm", false},
+          {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}};
+}
+
+TEST(MambaHybridTest, FalconH1LayersHoldAttentionAndMambaState) {
+  const ModelSpec spec = Parse(FalconH1());
+  EXPECT_EQ(spec.num_layers(), 72);
+  EXPECT_EQ(spec.NumLayersOfKind(LayerKind::kLinearAttention), 36);
+  EXPECT_EQ(spec.NumLayersOfKind(LayerKind::kFullAttention), 36);
+  // Mamba state in the model dtype (bf16): conv 3 × (1,536 + 2·1·128) = 5,376 values, SSM
+  // 24 × 64 × 128 = 196,608 values: 403,968 bytes per layer.
+  const LinearStateShape& s = spec.groups[0].spec.linear;
+  EXPECT_EQ(s, (LinearStateShape{4, 1, 128, 24, 64, DType::kBF16, DType::kBF16}));
+  EXPECT_EQ(s.NativeBytes(), 403968);
+  EXPECT_EQ(StateBytesPerRequest(spec), 36 * 403968);
+}
+
+TEST(MambaHybridTest, FalconH1ParameterCount) {
+  // Embeddings + LM head 2 × 32,784 × 1,024 = 67,141,632; final norm 1,024.
+  // Per layer: two norms 2,048; Mamba in_proj 1,024 × (2·1,536 + 256 + 24) = 3,432,448, conv
+  // 1,792 × 5 = 8,960, A, D, dt_bias 72, no gated norm (mamba_rms_norm false), out_proj
+  // 1,536 × 1,024 = 1,572,864; attention q, o 2 × 1,024 × 512 + k, v 2 × 1,024 × 128 =
+  // 1,310,720; SwiGLU 3 × 1,024 × 2,048 = 6,291,456: 12,618,568 × 36 = 454,268,448.
+  // Total 521,411,104: TII publishes 0.52B.
+  EXPECT_EQ(Parse(FalconH1()).num_params, 521411104);
+  json cfg = FalconH1();
+  cfg["mamba_rms_norm"] = true;  // + the gated norm's 1,536 weights per layer
+  EXPECT_EQ(Parse(cfg).num_params, 521411104 + 36 * 1536);
+  cfg["mamba_d_head"] = "auto";  // mamba_d_ssm / mamba_n_heads = 64
+  EXPECT_EQ(Parse(cfg).num_params, 521411104 + 36 * 1536);
+}
+
+TEST(MambaHybridErrorsTest, FalconH1WidthMustMatchTheHeads) {
+  json cfg = FalconH1();
+  cfg["mamba_d_ssm"] = 2048;
+  ExpectInvalid(cfg, {"mamba_d_ssm", "(2048) differs from mamba_n_heads × mamba_d_head = 1536"});
+  cfg["mamba_d_head"] = "auto";
+  cfg["mamba_d_ssm"] = 1000;
+  ExpectInvalid(cfg, {"mamba_d_head", "is auto but mamba_d_ssm 1000"});
+}
+
 // The bundled NVIDIA-Nemotron-3-Nano-30B-A3B: 52 blocks, 23 'M', 23 'E' (MoE), 6 '*'.
 TEST(MambaHybridTest, NemotronNanoMoeLayersAndState) {
   absl::StatusOr<ModelSpec> spec = LoadModel("nemotron-3-nano-30b-a3b");

@@ -301,10 +301,6 @@ TEST(ParseModelSpecTest, BundledLlama4ScoutIsChunkedLocalWithTwelveGlobalLayers)
 // Architectures whose cache kvpage cannot size are refused by the field that announces them,
 // never planned as if every layer were full attention. Shapes: published configs of each.
 TEST(ParseModelSpecTest, UnreadLayoutsAreRefusedNamingTheField) {
-  json falcon = LlamaConfig();  // Falcon-H1: a Mamba-2 mixer beside attention in every layer
-  falcon["model_type"] = "falcon_h1";
-  falcon["mamba_d_ssm"] = 1536;
-  ExpectInvalid(falcon, {"field 'mamba_d_ssm'", "Falcon-H1", "not supported yet"});
   json jamba = LlamaConfig();
   jamba["attn_layer_period"] = 8;
   ExpectInvalid(jamba, {"field 'attn_layer_period'", "Jamba"});

@@ -49,6 +49,7 @@ struct PlanFlags {
   bool no_async_scheduling = false;
   bool no_enable_prefix_caching = false;
   std::string vllm_version{VllmVersionName(kCurrentVllmVersion)};
+  bool allow_long_max_model_len = false;
   int64_t ubatch = 512;
   int64_t batch = 2048;
   int64_t parallel = 1;
@@ -88,6 +89,9 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
                 std::string(VllmVersionName(kCurrentVllmVersion)) +
                 "). Both reserve the same\nfor every bundled model "
                 "(docs/capacity_planning.md §3.2).");
+  fs.Bool("allow-long-max-model-len", &f.allow_long_max_model_len,
+          "vllm: as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, accept a --context above the model's\n"
+          "derived max_model_len (positions past the trained range give NaN under RoPE).");
   fs.Int("ubatch", &f.ubatch, "llamacpp: --ubatch-size (default 512).");
   fs.Int("batch", &f.batch, "llamacpp: --batch-size (default 2048).");
   fs.Int("parallel", &f.parallel, "llamacpp: --parallel, number of sequences (default 1).");
@@ -163,6 +167,7 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--vllm-version: ", version.status().message()));
   }
   o.vllm_version = *version;
+  o.allow_long_max_model_len = f.allow_long_max_model_len;
   if (f.tp < 1 || f.tp > kMaxTensorParallel) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp must be in [1, ", kMaxTensorParallel, "], got ", f.tp));
@@ -174,11 +179,15 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   return o;
 }
 
-// --vllm-version only means something to the vllm policy: refused, not ignored, elsewhere.
-absl::Status CheckVllmVersionFlag(const PlanFlags& f, const FlagSet& fs, Policy policy) {
-  if (policy == Policy::kVllm || !fs.WasSet("vllm-version")) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy));
+// The vllm-only flags mean nothing to the other policies: refused, not ignored, there.
+absl::Status CheckVllmOnlyFlags(const PlanFlags& f, const FlagSet& fs, Policy policy) {
+  if (policy == Policy::kVllm) return absl::OkStatus();
+  for (const char* flag : {"vllm-version", "allow-long-max-model-len"}) {
+    if (!fs.WasSet(flag)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " applies to --policy vllm (or --compare), not --policy ", f.policy));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet& fs,
@@ -310,7 +319,7 @@ absl::StatusOr<std::vector<Policy>> Policies(const PlanFlags& f, const FlagSet& 
   if (f.compare) return std::vector<Policy>{Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp};
   auto p = ParsePolicy(f.policy);
   if (!p.ok()) return p.status();
-  if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return s;
+  if (absl::Status s = CheckVllmOnlyFlags(f, fs, *p); !s.ok()) return s;
   return std::vector<Policy>{*p};
 }
 
@@ -339,6 +348,12 @@ absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& m
                        PlanRun& run) {
   auto budget = Budget(f, fs, model);
   if (!budget.ok()) return budget.status();
+  PlanOptions options = run.options;
+  if (auto gpu = LoadGpu(f.gpu); gpu.ok() && !fs.WasSet("kv-budget-gib")) {
+    // The budget came from this GPU: a vllm refusal can name the utilization and tp that fit.
+    options.gpu_memory_bytes = gpu->memory_bytes;
+    options.gpu_memory_utilization = f.gpu_memory_utilization;
+  }
   const bool host = fs.WasSet("host-cache-gib");
   HostTierCapacity capacity;
   if (host) {
@@ -348,7 +363,7 @@ absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& m
     capacity = *c;
   }
   for (Policy policy : run.policies) {
-    PlanOptions o = run.options;
+    PlanOptions o = options;
     o.policy = policy;
     auto plan = MakePlan(model, o, run.contexts, *budget);
     if (!plan.ok()) {

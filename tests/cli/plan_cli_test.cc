@@ -153,14 +153,31 @@ TEST(PlanCliTest, TableNamesModelAndContexts) {
 TEST(PlanCliTest, SaysWhyVllmWouldNotStart) {
   const CommandResult r = RunKvpage("plan --model qwen3-8b --policy vllm --context 128K");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("vLLM would not start at 128K: max_model_len 131072 is above "
-                                  "the model's derived limit of 40960"));
-  EXPECT_THAT(r.output, HasSubstr("Try --max-model-len 40960"));
+  EXPECT_THAT(r.output, HasSubstr("vLLM would not start at 128K: max_model_len 131072 is "
+                                  "greater than the derived max_model_len 40960"));
+  EXPECT_THAT(r.output, HasSubstr("Any one of these would let it: --max-model-len 40960; "));
   const json j = RunJson("plan --model qwen3-8b --policy vllm --context 32K,128K --format json");
   EXPECT_EQ(j["rows"][0]["vllm_starts"], true);
   EXPECT_FALSE(j["rows"][0].contains("refusal"));
   EXPECT_EQ(j["rows"][1]["vllm_starts"], false);
-  EXPECT_THAT(j["rows"][1]["fix"].get<std::string>(), HasSubstr("--max-model-len 40960"));
+  EXPECT_EQ(j["rows"][1]["fixes"][0], "--max-model-len 40960");
+  // The override lets 128K through to the memory check, which an L4 fails: the fixes
+  // include the utilization and tp that fit on it (weights 16,381,470,720 B).
+  const CommandResult csv = RunKvpage(
+      "plan --model qwen3-8b --policy vllm --context 32K,128K --gpu l4 --format csv "
+      "--allow-long-max-model-len");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  EXPECT_THAT(csv.output, HasSubstr(",max_concurrency,vllm_starts,vllm_refusal\n"));
+  // 32K: budget 5,356,138,905 B // 2,359,296 B blocks = 2,270 blocks, 2,048 per request.
+  EXPECT_THAT(csv.output, HasSubstr(",147456.000,1,true,\n"));
+  EXPECT_THAT(csv.output, HasSubstr(",0,false,\"one request of max_model_len 131072 needs "
+                                    "18.0 GiB of KV cache, more than the 4.99 GiB available\"\n"));
+  const CommandResult text = RunKvpage(
+      "plan --model qwen3-8b --policy vllm --context 128K --gpu l4 --allow-long-max-model-len");
+  EXPECT_THAT(text.output, HasSubstr("Any one of these would let it: --max-model-len 36304; "
+                                     "--tp 2.\n"));
+  ExpectUsageError("plan --model qwen3-8b --policy kvpage --allow-long-max-model-len",
+                   "--allow-long-max-model-len applies to --policy vllm");
 }
 
 TEST(PlanCliTest, HelpListsEveryFlag) {
@@ -171,7 +188,7 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
         "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
-        "--vllm-version", "--tp", "--slo", "--host-cache-gib"}) {
+        "--vllm-version", "--tp", "--slo", "--host-cache-gib", "--allow-long-max-model-len"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }

@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
+#include "kvpage/checkpoint.h"
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
@@ -62,6 +63,7 @@ struct PlanFlags {
   std::string format = "table";
   std::string plot;
   double host_cache_gib = 0;
+  std::string checkpoint;
 };
 
 void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
@@ -115,6 +117,12 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Double("host-cache-gib", &f.host_cache_gib,
             "Also report how many tokens a host-memory tier of the prefix cache of this many\n"
             "GiB holds (kvpage's pools; table and json formats; `kvpage sim --host-cache-gib`).");
+  fs.String("checkpoint", &f.checkpoint,
+            "Local Hugging Face checkpoint directory: the weights subtracted from --gpu's\n"
+            "memory are its safetensors tensors' exact bytes (model.safetensors.index.json or\n"
+            "model.safetensors; quantized dtypes included), not config.json's parameter count.\n"
+            "Without safetensors files, the count from config.json. The model is its\n"
+            "config.json unless --model names one.");
   fs.String("plot", &f.plot,
             "Also draw reserved memory against context length (powers of two from 1K up to\n"
             "the largest --context) for the chosen models and policies, to this PNG file.\n"
@@ -135,6 +143,39 @@ absl::StatusOr<std::vector<ModelSpec>> LoadModels(const std::string& list) {
     if (!model.ok()) return model.status();
     models.push_back(*std::move(model));
   }
+  return models;
+}
+
+// --checkpoint DIR: one model (DIR/config.json unless --model names it) whose weight bytes
+// are the checkpoint's; config.json's count when DIR holds no safetensors files (a warning).
+absl::StatusOr<std::vector<ModelSpec>> LoadPlanModels(const PlanFlags& f) {
+  if (f.checkpoint.empty()) return LoadModels(f.model);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(f.checkpoint, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint: '", f.checkpoint, "' is not a directory"));
+  }
+  auto models = LoadModels(
+      f.model.empty() ? (std::filesystem::path(f.checkpoint) / "config.json").string() : f.model);
+  if (!models.ok()) return models.status();
+  if (models->size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint applies to one model, got ", models->size()));
+  }
+  ModelSpec& model = (*models)[0];
+  const absl::StatusOr<CheckpointWeights> weights = ReadCheckpointWeights(f.checkpoint);
+  if (absl::IsNotFound(weights.status())) {
+    std::cerr << "kvpage plan: warning: " << weights.status().message()
+              << "; weights counted from config.json (" << model.WeightBytes() << " bytes)\n";
+    return models;
+  }
+  if (!weights.ok()) return weights.status();
+  std::cerr << absl::StrFormat(
+      "kvpage plan: weights of %s: %d bytes in %d tensors of %d safetensors files (config.json "
+      "counts %d)\n",
+      model.name, weights->total_bytes, weights->num_tensors, weights->num_files,
+      model.WeightBytes());
+  model.weight_bytes = weights->total_bytes;
   return models;
 }
 
@@ -388,7 +429,7 @@ absl::StatusOr<PlanRun> MakePlans(const PlanFlags& f, const FlagSet& fs) {
   if (absl::Status s = ParseTokenCountList("context", f.context, &run.contexts); !s.ok()) {
     return s;
   }
-  auto models = LoadModels(f.model);
+  auto models = LoadPlanModels(f);
   if (!models.ok()) return models.status();
   auto options = ToOptions(f);
   if (!options.ok()) return options.status();

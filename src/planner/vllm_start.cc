@@ -10,7 +10,6 @@
 //    group's blocks times the bytes of one block id. Otherwise it binary-searches the longest
 //    length that would fit (_estimate_max_model_len_from_groups) and refuses.
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -65,8 +64,9 @@ absl::StatusOr<int64_t> LongestFitting(const ModelSpec& shard, const PlanOptions
 absl::StatusOr<int32_t> UtilizationThatFits(const ModelSpec& shard, const PlanOptions& options,
                                             int64_t context) {
   for (int32_t h = 1; h <= 100; ++h) {
-    if (h <= std::lround(options.gpu_memory_utilization * 100)) continue;
-    const absl::StatusOr<int64_t> budget = KvBudgetFromGpu(shard, *options.gpu_memory_bytes, h / 100.0);
+    if (h / 100.0 <= options.gpu_memory_utilization) continue;
+    const absl::StatusOr<int64_t> budget =
+        KvBudgetFromGpu(shard, *options.gpu_memory_bytes, h / 100.0);
     if (!budget.ok()) continue;  // the weights do not fit yet
     KVPAGE_ASSIGN_OR_RETURN(const MemoryCheck m, CheckMemory(shard, options, context, *budget));
     if (m.fits()) return h;
@@ -114,7 +114,8 @@ absl::StatusOr<std::vector<std::string>> MemoryFixes(const ModelSpec& whole, con
     KVPAGE_ASSIGN_OR_RETURN(const int32_t h, UtilizationThatFits(shard, options, context));
     if (h > 0) fixes.push_back(absl::StrFormat("--gpu-memory-utilization %.2f", h / 100.0));
   }
-  KVPAGE_ASSIGN_OR_RETURN(const int32_t tp, TensorParallelThatFits(whole, options, context, budget));
+  KVPAGE_ASSIGN_OR_RETURN(const int32_t tp,
+                          TensorParallelThatFits(whole, options, context, budget));
   if (tp > 0) fixes.push_back(absl::StrCat("--tp ", tp));
   if (fixes.empty()) fixes.push_back("a GPU with more memory");
   return fixes;

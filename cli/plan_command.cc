@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/flags.h"
 #include "kvpage/catalog.h"
+#include "kvpage/checkpoint.h"
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
@@ -49,6 +50,7 @@ struct PlanFlags {
   bool no_async_scheduling = false;
   bool no_enable_prefix_caching = false;
   std::string vllm_version{VllmVersionName(kCurrentVllmVersion)};
+  bool allow_long_max_model_len = false;
   int64_t ubatch = 512;
   int64_t batch = 2048;
   int64_t parallel = 1;
@@ -61,6 +63,7 @@ struct PlanFlags {
   std::string format = "table";
   std::string plot;
   double host_cache_gib = 0;
+  std::string checkpoint;
 };
 
 void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
@@ -88,6 +91,9 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
                 std::string(VllmVersionName(kCurrentVllmVersion)) +
                 "). Both reserve the same\nfor every bundled model "
                 "(docs/capacity_planning.md §3.2).");
+  fs.Bool("allow-long-max-model-len", &f.allow_long_max_model_len,
+          "vllm: as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, accept a --context above the model's\n"
+          "derived max_model_len (positions past the trained range give NaN under RoPE).");
   fs.Int("ubatch", &f.ubatch, "llamacpp: --ubatch-size (default 512).");
   fs.Int("batch", &f.batch, "llamacpp: --batch-size (default 2048).");
   fs.Int("parallel", &f.parallel, "llamacpp: --parallel, number of sequences (default 1).");
@@ -111,6 +117,12 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Double("host-cache-gib", &f.host_cache_gib,
             "Also report how many tokens a host-memory tier of the prefix cache of this many\n"
             "GiB holds (kvpage's pools; table and json formats; `kvpage sim --host-cache-gib`).");
+  fs.String("checkpoint", &f.checkpoint,
+            "Local Hugging Face checkpoint directory: the weights subtracted from --gpu's\n"
+            "memory are its safetensors tensors' exact bytes (model.safetensors.index.json or\n"
+            "model.safetensors; quantized dtypes included), not config.json's parameter count.\n"
+            "Without safetensors files, the count from config.json. The model is its\n"
+            "config.json unless --model names one.");
   fs.String("plot", &f.plot,
             "Also draw reserved memory against context length (powers of two from 1K up to\n"
             "the largest --context) for the chosen models and policies, to this PNG file.\n"
@@ -131,6 +143,39 @@ absl::StatusOr<std::vector<ModelSpec>> LoadModels(const std::string& list) {
     if (!model.ok()) return model.status();
     models.push_back(*std::move(model));
   }
+  return models;
+}
+
+// --checkpoint DIR: one model (DIR/config.json unless --model names it) whose weight bytes
+// are the checkpoint's; config.json's count when DIR holds no safetensors files (a warning).
+absl::StatusOr<std::vector<ModelSpec>> LoadPlanModels(const PlanFlags& f) {
+  if (f.checkpoint.empty()) return LoadModels(f.model);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(f.checkpoint, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint: '", f.checkpoint, "' is not a directory"));
+  }
+  auto models = LoadModels(
+      f.model.empty() ? (std::filesystem::path(f.checkpoint) / "config.json").string() : f.model);
+  if (!models.ok()) return models.status();
+  if (models->size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint applies to one model, got ", models->size()));
+  }
+  ModelSpec& model = (*models)[0];
+  const absl::StatusOr<CheckpointWeights> weights = ReadCheckpointWeights(f.checkpoint);
+  if (absl::IsNotFound(weights.status())) {
+    std::cerr << "kvpage plan: warning: " << weights.status().message()
+              << "; weights counted from config.json (" << model.WeightBytes() << " bytes)\n";
+    return models;
+  }
+  if (!weights.ok()) return weights.status();
+  std::cerr << absl::StrFormat(
+      "kvpage plan: weights of %s: %d bytes in %d tensors of %d safetensors files (config.json "
+      "counts %d)\n",
+      model.name, weights->total_bytes, weights->num_tensors, weights->num_files,
+      model.WeightBytes());
+  model.weight_bytes = weights->total_bytes;
   return models;
 }
 
@@ -163,6 +208,7 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--vllm-version: ", version.status().message()));
   }
   o.vllm_version = *version;
+  o.allow_long_max_model_len = f.allow_long_max_model_len;
   if (f.tp < 1 || f.tp > kMaxTensorParallel) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp must be in [1, ", kMaxTensorParallel, "], got ", f.tp));
@@ -174,11 +220,15 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   return o;
 }
 
-// --vllm-version only means something to the vllm policy: refused, not ignored, elsewhere.
-absl::Status CheckVllmVersionFlag(const PlanFlags& f, const FlagSet& fs, Policy policy) {
-  if (policy == Policy::kVllm || !fs.WasSet("vllm-version")) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--vllm-version applies to --policy vllm (or --compare), not --policy ", f.policy));
+// The vllm-only flags mean nothing to the other policies: refused, not ignored, there.
+absl::Status CheckVllmOnlyFlags(const PlanFlags& f, const FlagSet& fs, Policy policy) {
+  if (policy == Policy::kVllm) return absl::OkStatus();
+  for (const char* flag : {"vllm-version", "allow-long-max-model-len"}) {
+    if (!fs.WasSet(flag)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " applies to --policy vllm (or --compare), not --policy ", f.policy));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<int64_t>> Budget(const PlanFlags& f, const FlagSet& fs,
@@ -310,7 +360,7 @@ absl::StatusOr<std::vector<Policy>> Policies(const PlanFlags& f, const FlagSet& 
   if (f.compare) return std::vector<Policy>{Policy::kKvpage, Policy::kVllm, Policy::kLlamaCpp};
   auto p = ParsePolicy(f.policy);
   if (!p.ok()) return p.status();
-  if (absl::Status s = CheckVllmVersionFlag(f, fs, *p); !s.ok()) return s;
+  if (absl::Status s = CheckVllmOnlyFlags(f, fs, *p); !s.ok()) return s;
   return std::vector<Policy>{*p};
 }
 
@@ -339,6 +389,12 @@ absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& m
                        PlanRun& run) {
   auto budget = Budget(f, fs, model);
   if (!budget.ok()) return budget.status();
+  PlanOptions options = run.options;
+  if (auto gpu = LoadGpu(f.gpu); gpu.ok() && !fs.WasSet("kv-budget-gib")) {
+    // The budget came from this GPU: a vllm refusal can name the utilization and tp that fit.
+    options.gpu_memory_bytes = gpu->memory_bytes;
+    options.gpu_memory_utilization = f.gpu_memory_utilization;
+  }
   const bool host = fs.WasSet("host-cache-gib");
   HostTierCapacity capacity;
   if (host) {
@@ -348,7 +404,7 @@ absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& m
     capacity = *c;
   }
   for (Policy policy : run.policies) {
-    PlanOptions o = run.options;
+    PlanOptions o = options;
     o.policy = policy;
     auto plan = MakePlan(model, o, run.contexts, *budget);
     if (!plan.ok()) {
@@ -373,7 +429,7 @@ absl::StatusOr<PlanRun> MakePlans(const PlanFlags& f, const FlagSet& fs) {
   if (absl::Status s = ParseTokenCountList("context", f.context, &run.contexts); !s.ok()) {
     return s;
   }
-  auto models = LoadModels(f.model);
+  auto models = LoadPlanModels(f);
   if (!models.ok()) return models.status();
   auto options = ToOptions(f);
   if (!options.ok()) return options.status();

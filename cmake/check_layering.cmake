@@ -25,7 +25,7 @@ set(allowed_cli model block scheduler planner sim events memory internal cli)
 set(allowed_library model block scheduler planner kernels memory device events internal)
 
 # The layer of each public header in include/kvpage/.
-set(public_model dtype model_spec catalog vllm_version tensor_parallel)
+set(public_model dtype model_spec catalog vllm_version tensor_parallel checkpoint)
 set(public_block types block_hash memory_backing memory_layout kv_events kv_cache_manager)
 set(public_memory host_memory_backing cuda_vmm_backing)
 set(public_scheduler scheduler step_image metrics)

@@ -64,6 +64,14 @@ struct PlanOptions {
   VllmVersion vllm_version = kCurrentVllmVersion;
   // All policies: tensor-parallel degree; the plan is of one GPU's share of the model.
   int32_t tp = 1;
+  // vllm only: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, which lets a length above the model's derived
+  // limit through; PlanRow::refusal then checks memory only.
+  bool allow_long_max_model_len = false;
+  // vllm only: the GPU one GPU's budget was derived from (KvBudgetFromGpu). When set, a
+  // refusal names the --gpu-memory-utilization and --tp that would let vLLM start; unset with
+  // an explicit budget.
+  std::optional<int64_t> gpu_memory_bytes;
+  double gpu_memory_utilization = 0.9;
 
   // llamacpp only.
   int32_t ubatch = 512;   // --ubatch-size
@@ -105,12 +113,15 @@ struct PlanRow {
   double bytes_per_token = 0;                // reserved_bytes / context
   std::optional<int64_t> max_concurrency;    // requests of `context` that fit; unset w/o budget
   std::vector<GroupReservation> groups;
-  // vllm policy: why vLLM would refuse to start with --max-model-len = context (empty when it
-  // would start), and the settings that would let it. Checked as vLLM checks at start-up:
-  // the length against the model's derived limit (VllmDerivedMaxModelLen), then, with a
-  // budget, one request of that length against the KV cache.
+  // vllm policy: why vLLM (0.33) would refuse to start with --max-model-len = context (empty
+  // when it would start), and the settings each of which would let it ("--max-model-len
+  // 14560", "--kv-cache-dtype fp8", "--gpu-memory-utilization 0.95", "--tp 2", ...). Checked
+  // as vLLM checks at start-up: the length against the model's derived limit
+  // (VllmDerivedMaxModelLen) unless allow_long_max_model_len, then, with a budget, one request
+  // of that length against the budget less vLLM's null block; the longest length that fits
+  // is vLLM's own estimate. max_concurrency stays the capacity-log figure either way.
   std::string refusal;
-  std::string fix;
+  std::vector<std::string> fixes;
 };
 
 // The longest --max-model-len vLLM accepts for `model` without VLLM_ALLOW_LONG_MAX_MODEL_LEN

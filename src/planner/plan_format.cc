@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 
 namespace kvpage {
@@ -49,7 +50,7 @@ nlohmann::ordered_json PlanJson(const Plan& plan) {
       row["vllm_starts"] = r.refusal.empty();
       if (!r.refusal.empty()) {
         row["refusal"] = r.refusal;
-        row["fix"] = r.fix;
+        row["fixes"] = r.fixes;
       }
     }
     rows.push_back(std::move(row));
@@ -70,8 +71,16 @@ void AppendRefusals(const Plan& plan, std::string& out) {
   for (const PlanRow& r : plan.rows) {
     if (r.refusal.empty()) continue;
     absl::StrAppend(&out, "vLLM would not start at ", ContextLabel(r.context), ": ", r.refusal,
-                    ". Try ", r.fix, ".\n");
+                    ". Any one of these would let it: ", absl::StrJoin(r.fixes, "; "), ".\n");
   }
+}
+
+// The CSV's vllm_starts and vllm_refusal cells: empty under other policies; the refusal
+// quoted, its quotes doubled (RFC 4180).
+std::string VllmStartCells(const Plan& plan, const PlanRow& r) {
+  if (plan.policy != Policy::kVllm) return ",";
+  if (r.refusal.empty()) return "true,";
+  return absl::StrCat("false,\"", absl::StrReplaceAll(r.refusal, {{"\"", "\"\""}}), "\"");
 }
 
 }  // namespace
@@ -88,7 +97,7 @@ std::string PlansToJson(absl::Span<const Plan> plans) {
 std::string PlansToCsv(absl::Span<const Plan> plans) {
   std::string out =
       "model,policy,kv_cache_dtype,context,reserved_bytes,kv_bytes,state_bytes,shared_bytes,"
-      "snapshot_bytes,bytes_per_token,max_concurrency\n";
+      "snapshot_bytes,bytes_per_token,max_concurrency,vllm_starts,vllm_refusal\n";
   for (const Plan& p : plans) {
     for (const PlanRow& r : p.rows) {
       absl::StrAppend(&out, p.model, ",", PolicyName(p.policy), ",", DTypeName(p.kv_cache_dtype),
@@ -96,7 +105,7 @@ std::string PlansToCsv(absl::Span<const Plan> plans) {
                       ",", r.shared_bytes, ",", r.snapshot_bytes, ",",
                       absl::StrFormat("%.3f", r.bytes_per_token), ",",
                       r.max_concurrency.has_value() ? absl::StrCat(*r.max_concurrency) : "",
-                      "\n");
+                      ",", VllmStartCells(p, r), "\n");
     }
   }
   return out;

@@ -47,6 +47,14 @@ absl::Status PlanOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("tp must be in [1, ", kMaxTensorParallel, "], got ", tp));
   }
+  if (gpu_memory_bytes.has_value() && *gpu_memory_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_memory_bytes must be positive, got ", *gpu_memory_bytes));
+  }
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_memory_utilization must be in (0, 1], got ", gpu_memory_utilization));
+  }
   if (parallel > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("parallel ", parallel, " is too large"));
   }
@@ -87,6 +95,10 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& whole_model, const PlanOptions& o
       case Policy::kLlamaCpp: row = internal::PlanLlamaCppRow(model, options, context, kv_budget_bytes); break;
     }
     if (!row.ok()) return row.status();
+    if (options.policy == Policy::kVllm) {
+      KVPAGE_RETURN_IF_ERROR(
+          internal::CheckVllmStart(whole_model, model, options, kv_budget_bytes, *row));
+    }
     row->kv_bytes = row->reserved_bytes - row->state_bytes;
     row->bytes_per_token = static_cast<double>(row->reserved_bytes) / static_cast<double>(context);
     plan.rows.push_back(*std::move(row));

@@ -21,6 +21,17 @@ absl::StatusOr<PlanRow> PlanVllmRow(const ModelSpec& model, const PlanOptions& o
 absl::StatusOr<PlanRow> PlanLlamaCppRow(const ModelSpec& model, const PlanOptions& options,
                                         int64_t context, std::optional<int64_t> budget);
 
+// vllm: bytes of one block id, what every group's block costs across the shared tensors.
+absl::StatusOr<int64_t> VllmBlockIdBytes(const ModelSpec& model, const PlanOptions& options);
+
+// vllm: fills row.refusal and row.fixes when vLLM would refuse to start with
+// --max-model-len = row.context (src/planner/vllm_start.cc). `shard` is `whole` split by
+// options.tp; `budget` is one GPU's.
+// REQUIRES: row is PlanVllmRow(shard, options, row.context, budget)'s.
+absl::Status CheckVllmStart(const ModelSpec& whole, const ModelSpec& shard,
+                            const PlanOptions& options, std::optional<int64_t> budget,
+                            PlanRow& row);
+
 }  // namespace kvpage::internal
 
 #endif  // KVPAGE_PLANNER_POLICIES_H_

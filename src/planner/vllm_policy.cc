@@ -44,62 +44,23 @@ int64_t BlocksPerRequest(const LayerSpec& spec, const VllmBucket& b, const PlanO
   return 0;
 }
 
-// What one request of `context` reserves, and how many fit the budget.
-absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& options,
-                                   int64_t context, std::optional<int64_t> budget);
-
-std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); }
-
-// vLLM's two start-up refusals for --max-model-len = row.context (see PlanRow::refusal).
-absl::Status CheckStart(const ModelSpec& model, const PlanOptions& options,
-                        std::optional<int64_t> budget, PlanRow& row) {
-  const int64_t limit = VllmDerivedMaxModelLen(model);
-  if (row.context > limit && row.context > model.model_max_length) {
-    row.refusal = absl::StrCat("max_model_len ", row.context,
-                               " is above the model's derived limit of ", limit,
-                               " (max_position_embeddings=", model.max_position_embeddings,
-                               " in config.json)");
-    row.fix = absl::StrCat("--max-model-len ", limit,
-                           ", or RoPE scaling the model supports (--hf-overrides); "
-                           "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 skips the check, but positions past "
-                           "the trained range give NaN under RoPE");
-    return absl::OkStatus();
-  }
-  if (!budget.has_value() || row.max_concurrency.value_or(1) > 0) return absl::OkStatus();
-  // vLLM's estimate: the longest length whose one request fits (binary search, as it does).
-  int64_t lo = 0, hi = row.context - 1;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    KVPAGE_ASSIGN_OR_RETURN(const PlanRow r, ReserveRow(model, options, mid, budget));
-    if (r.max_concurrency.value_or(0) > 0) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  row.refusal = absl::StrCat("one request of max_model_len ", row.context, " needs ",
-                             GiB(row.reserved_bytes), " GiB of KV cache, more than the ",
-                             GiB(*budget), " GiB available");
-  row.fix = lo > 0 ? absl::StrCat("--max-model-len ", lo,
-                                  " (the longest that fits), a higher --gpu-memory-utilization, "
-                                  "or more GPUs (--tp)")
-                   : "a higher --gpu-memory-utilization, or more GPUs (--tp)";
-  return absl::OkStatus();
+// What one block id costs across the tensors the groups share.
+int64_t BlockIdBytes(const VllmLayout& layout) {
+  return layout.uniform_single_group ? layout.uniform_block_bytes
+                                     : layout.group_size * layout.page_bytes;
 }
 
 }  // namespace
 
-absl::StatusOr<PlanRow> PlanVllmRow(const ModelSpec& model, const PlanOptions& options,
-                                    int64_t context, std::optional<int64_t> budget) {
-  KVPAGE_ASSIGN_OR_RETURN(PlanRow row, ReserveRow(model, options, context, budget));
-  KVPAGE_RETURN_IF_ERROR(CheckStart(model, options, budget, row));
-  return row;
+absl::StatusOr<int64_t> VllmBlockIdBytes(const ModelSpec& model, const PlanOptions& options) {
+  KVPAGE_ASSIGN_OR_RETURN(
+      const VllmLayout layout,
+      BuildVllmLayout(model, options.block_size, options.ResolvedKvDtype(model.dtype)));
+  return BlockIdBytes(layout);
 }
 
-namespace {
-
-absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& options,
-                                   int64_t context, std::optional<int64_t> budget) {
+absl::StatusOr<PlanRow> PlanVllmRow(const ModelSpec& model, const PlanOptions& options,
+                                    int64_t context, std::optional<int64_t> budget) {
   KVPAGE_ASSIGN_OR_RETURN(VllmLayout layout,
                           BuildVllmLayout(model, options.block_size, options.ResolvedKvDtype(model.dtype)));
   PlanRow row;
@@ -115,11 +76,11 @@ absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& op
     g.blocks = BlocksPerRequest(VllmManagedSpec(model, b.group->spec), b, options, context);
     g.reserved_bytes = g.blocks * layout.uniform_block_bytes;
     blocks_per_request = g.blocks;
-    block_id_bytes = layout.uniform_block_bytes;
+    block_id_bytes = BlockIdBytes(layout);
     row.reserved_bytes = g.reserved_bytes;
     row.groups.push_back(g);
   } else {
-    block_id_bytes = layout.group_size * layout.page_bytes;
+    block_id_bytes = BlockIdBytes(layout);
     for (const VllmBucket& b : layout.buckets) {
       const int64_t n = b.group->num_layers();
       const int64_t num_groups = CeilDiv(n, layout.group_size);
@@ -149,8 +110,6 @@ absl::StatusOr<PlanRow> ReserveRow(const ModelSpec& model, const PlanOptions& op
   }
   return row;
 }
-
-}  // namespace
 
 }  // namespace kvpage::internal
 

@@ -153,14 +153,89 @@ TEST(PlanCliTest, TableNamesModelAndContexts) {
 TEST(PlanCliTest, SaysWhyVllmWouldNotStart) {
   const CommandResult r = RunKvpage("plan --model qwen3-8b --policy vllm --context 128K");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("vLLM would not start at 128K: max_model_len 131072 is above "
-                                  "the model's derived limit of 40960"));
-  EXPECT_THAT(r.output, HasSubstr("Try --max-model-len 40960"));
+  EXPECT_THAT(r.output, HasSubstr("vLLM would not start at 128K: max_model_len 131072 is "
+                                  "greater than the derived max_model_len 40960"));
+  EXPECT_THAT(r.output, HasSubstr("Any one of these would let it: --max-model-len 40960; "));
   const json j = RunJson("plan --model qwen3-8b --policy vllm --context 32K,128K --format json");
   EXPECT_EQ(j["rows"][0]["vllm_starts"], true);
   EXPECT_FALSE(j["rows"][0].contains("refusal"));
   EXPECT_EQ(j["rows"][1]["vllm_starts"], false);
-  EXPECT_THAT(j["rows"][1]["fix"].get<std::string>(), HasSubstr("--max-model-len 40960"));
+  EXPECT_EQ(j["rows"][1]["fixes"][0], "--max-model-len 40960");
+  // The override lets 128K through to the memory check, which an L4 fails: the fixes
+  // include the utilization and tp that fit on it (weights 16,381,470,720 B).
+  const CommandResult csv = RunKvpage(
+      "plan --model qwen3-8b --policy vllm --context 32K,128K --gpu l4 --format csv "
+      "--allow-long-max-model-len");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  EXPECT_THAT(csv.output, HasSubstr(",max_concurrency,vllm_starts,vllm_refusal\n"));
+  // 32K: budget 5,356,138,905 B // 2,359,296 B blocks = 2,270 blocks, 2,048 per request.
+  EXPECT_THAT(csv.output, HasSubstr(",147456.000,1,true,\n"));
+  EXPECT_THAT(csv.output, HasSubstr(",0,false,\"one request of max_model_len 131072 needs "
+                                    "18.0 GiB of KV cache, more than the 4.99 GiB available\"\n"));
+  const CommandResult text = RunKvpage(
+      "plan --model qwen3-8b --policy vllm --context 128K --gpu l4 --allow-long-max-model-len");
+  EXPECT_THAT(text.output, HasSubstr("Any one of these would let it: --max-model-len 36304; "
+                                     "--tp 2.\n"));
+  ExpectUsageError("plan --model qwen3-8b --policy kvpage --allow-long-max-model-len",
+                   "--allow-long-max-model-len applies to --policy vllm");
+}
+
+// A checkpoint directory with qwen3-8b's config.json and, when `weight_bytes` > 0, a
+// model.safetensors holding one U8 tensor of that many bytes (a sparse file: nothing written).
+std::filesystem::path TinyCheckpoint(const std::string& name, int64_t weight_bytes) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(std::string(KVPAGE_SOURCE_DIR) + "/sim/data/models/qwen3-8b.json",
+                             dir / "config.json");
+  if (weight_bytes > 0) {
+    const std::string header = "{\"w\":{\"dtype\":\"U8\",\"shape\":[" +
+                               std::to_string(weight_bytes) + "],\"data_offsets\":[0," +
+                               std::to_string(weight_bytes) + "]}}";
+    {
+      std::ofstream out(dir / "model.safetensors", std::ios::binary);
+      for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+      out << header;
+    }
+    std::filesystem::resize_file(dir / "model.safetensors", 8 + header.size() + weight_bytes);
+  }
+  return dir;
+}
+
+// The JSON after the informational lines --checkpoint prints on stderr.
+json JsonAfterNotes(const std::string& output) {
+  return json::parse(output.substr(std::min(output.find('{'), output.size())), nullptr,
+                     /*allow_exceptions=*/false);
+}
+
+TEST(PlanCliTest, CheckpointWeightsSetTheBudget) {
+  // 8,000,000,000 B of weights instead of config.json's 16,381,470,720 B: on an H100 the
+  // budget is floor(85,520,809,984 × 0.9) − 8e9 = 76,968,728,985 − 8e9 = 68,968,728,985 B
+  // = 29,232 blocks of 2.25 MiB; 32K takes 2,048 of them: 14 requests.
+  const auto dir = TinyCheckpoint("kvpage_plan_checkpoint", 8'000'000'000);
+  const CommandResult r = RunKvpage("plan --checkpoint " + Quote(dir.string()) +
+                                    " --policy vllm --context 32K --gpu h100 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("weights of kvpage_plan_checkpoint: 8000000000 bytes in 1 "
+                                  "tensors of 1 safetensors files (config.json counts "
+                                  "16381470720)"));
+  const json j = JsonAfterNotes(r.output);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["kv_budget_bytes"], 68'968'728'985);
+  EXPECT_EQ(j["rows"][0]["max_concurrency"], 14);
+  // No safetensors: config.json's count, with a warning.
+  const CommandResult bare = RunKvpage(
+      "plan --checkpoint " + Quote(TinyCheckpoint("kvpage_plan_bare", 0).string()) +
+      " --model qwen3-8b --policy vllm --context 32K --gpu h100 --format json");
+  ASSERT_EQ(bare.exit_code, 0) << bare.output;
+  EXPECT_THAT(bare.output, HasSubstr("weights counted from config.json (16381470720 bytes)"));
+  EXPECT_EQ(JsonAfterNotes(bare.output)["kv_budget_bytes"], 60'587'258'265);
+  ExpectUsageError("plan --checkpoint /nonexistent/dir --context 4K", "is not a directory");
+  ExpectUsageError("plan --checkpoint " + Quote(dir.string()) + " --model qwen3-8b,gemma-3-4b-it",
+                   "--checkpoint applies to one model, got 2");
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << "short";
+  ExpectUsageError("plan --checkpoint " + Quote(dir.string()) + " --context 4K",
+                   "shorter than the 8-byte header length");
 }
 
 TEST(PlanCliTest, HelpListsEveryFlag) {
@@ -171,7 +246,8 @@ TEST(PlanCliTest, HelpListsEveryFlag) {
         "--max-num-batched-tokens", "--no-async-scheduling", "--no-enable-prefix-caching",
         "--ubatch", "--batch", "--parallel", "--kv-unified", "--swa-full", "--gpu",
         "--gpu-memory-utilization", "--kv-budget-gib", "--format", "--plot",
-        "--vllm-version", "--tp", "--slo", "--host-cache-gib"}) {
+        "--vllm-version", "--tp", "--slo", "--host-cache-gib", "--allow-long-max-model-len",
+        "--checkpoint"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }

@@ -210,7 +210,7 @@ TEST(PlansToJsonTest, PlannedModelRoundTrips) {
 
 constexpr char kCsvHeader[] =
     "model,policy,kv_cache_dtype,context,reserved_bytes,kv_bytes,state_bytes,shared_bytes,"
-    "snapshot_bytes,bytes_per_token,max_concurrency";
+    "snapshot_bytes,bytes_per_token,max_concurrency,vllm_starts,vllm_refusal";
 
 TEST(PlansToCsvTest, HeaderAndOneLinePerRow) {
   const Plan plan = HybridPlan();
@@ -219,16 +219,28 @@ TEST(PlansToCsvTest, HeaderAndOneLinePerRow) {
   EXPECT_EQ(lines[0], kCsvHeader);
   EXPECT_EQ(lines[1],
             "tiny-hybrid,vllm,fp8,32768,1073741824,1069547520,4194304,8388608,4194304,"
-            "32768.000,");
-  EXPECT_EQ(lines[2], "tiny-hybrid,vllm,fp8,1000,1500,1500,0,0,0,1.500,");
+            "32768.000,,true,");
+  EXPECT_EQ(lines[2], "tiny-hybrid,vllm,fp8,1000,1500,1500,0,0,0,1.500,,true,");
 }
 
 TEST(PlansToCsvTest, MaxConcurrencyWhenBudgeted) {
   const Plan plan = BudgetedPlan();
   const std::vector<std::string> lines = Lines(PlansToCsv(absl::MakeConstSpan(&plan, 1)));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_THAT(lines[1], ::testing::EndsWith(",32768.000,9"));
-  EXPECT_THAT(lines[2], ::testing::EndsWith(",1.500,7158278"));
+  EXPECT_THAT(lines[1], ::testing::EndsWith(",32768.000,9,true,"));
+  EXPECT_THAT(lines[2], ::testing::EndsWith(",1.500,7158278,true,"));
+}
+
+TEST(PlansToCsvTest, QuotesTheRefusalAndLeavesOtherPoliciesEmpty) {
+  Plan plan = BudgetedPlan();
+  plan.rows[0].refusal = R"(say "no", twice)";
+  plan.rows[0].fixes = {"--max-model-len 16"};
+  std::vector<std::string> lines = Lines(PlansToCsv(absl::MakeConstSpan(&plan, 1)));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[1], ::testing::EndsWith(R"(,9,false,"say ""no"", twice")"));
+  plan.policy = Policy::kKvpage;
+  lines = Lines(PlansToCsv(absl::MakeConstSpan(&plan, 1)));
+  EXPECT_THAT(lines[1], ::testing::EndsWith(",32768.000,9,,"));
 }
 
 TEST(PlansToCsvTest, RowsOfSeveralPlans) {

@@ -235,24 +235,77 @@ TEST(VllmPolicyTest, SaysWhenVllmWouldNotStartAboveTheModelsLength) {
   const Plan plan = PlanBundled("qwen3-8b", Vllm(), {40960, 131072});
   EXPECT_EQ(plan.rows[0].refusal, "");
   EXPECT_EQ(plan.rows[1].refusal,
-            "max_model_len 131072 is above the model's derived limit of 40960 "
+            "max_model_len 131072 is greater than the derived max_model_len 40960 "
             "(max_position_embeddings=40960 in config.json)");
-  EXPECT_THAT(plan.rows[1].fix, ::testing::StartsWith("--max-model-len 40960"));
+  ASSERT_EQ(plan.rows[1].fixes.size(), 3u);
+  EXPECT_EQ(plan.rows[1].fixes[0], "--max-model-len 40960");
+  EXPECT_THAT(plan.rows[1].fixes[2], ::testing::StartsWith("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"));
   // The other policies do not check it.
   EXPECT_EQ(PlanBundled("qwen3-8b", testing::WithPolicy(Policy::kKvpage), {131072}).rows[0].refusal,
             "");
+  // VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lets the length through; without a budget nothing else is
+  // checked, with 2 GiB the memory refuses it instead.
+  PlanOptions allow = Vllm();
+  allow.allow_long_max_model_len = true;
+  EXPECT_EQ(PlanBundled("qwen3-8b", allow, {131072}).rows[0].refusal, "");
+  EXPECT_THAT(PlanBundled("qwen3-8b", allow, {131072}, 2 * kGiB).rows[0].refusal,
+              ::testing::StartsWith("one request of max_model_len 131072 needs 18.0 GiB"));
 }
 
 TEST(VllmPolicyTest, SaysWhenOneRequestDoesNotFitAndTheLongestThatDoes) {
-  // 2 GiB of 2.25 MiB blocks (16 tokens × 144 KiB): 910 blocks, 14,560 tokens.
-  const Plan plan = PlanBundled("qwen3-8b", Vllm(), {14560, 32768}, 2 * kGiB);
+  // Qwen3-8B, 2 GiB: one block id = 16 tokens × 36 layers × 4 KiB = 2.25 MiB. vLLM checks
+  // against the budget less its null block, 2,048 − 2.25 = 2,045.75 MiB = 909.2 blocks, so
+  // 909 blocks = 14,544 tokens fit. 14,560 tokens need 910 blocks = 2,047.5 MiB: refused,
+  // although the capacity log (max_concurrency) counts 910 blocks and 1 request.
+  const Plan plan = PlanBundled("qwen3-8b", Vllm(), {14544, 14560, 32768}, 2 * kGiB);
   EXPECT_EQ(plan.rows[0].refusal, "");
-  EXPECT_EQ(plan.rows[0].max_concurrency, 1);
-  EXPECT_EQ(plan.rows[1].max_concurrency, 0);
+  EXPECT_TRUE(plan.rows[0].fixes.empty());
+  EXPECT_EQ(plan.rows[1].max_concurrency, 1);
   EXPECT_EQ(plan.rows[1].refusal,
-            "one request of max_model_len 32768 needs 4.50 GiB of KV cache, more than the 2.00 "
+            "one request of max_model_len 14560 needs 2.0 GiB of KV cache, more than the 2.0 "
             "GiB available");
-  EXPECT_THAT(plan.rows[1].fix, ::testing::StartsWith("--max-model-len 14560 "));
+  // fp8 halves the block (1.125 MiB): 910 of them = 1,023.75 MiB fit in 2,046.875 MiB.
+  // tp 2 halves the KV heads: the same. Utilization is not offered: no GPU given.
+  EXPECT_THAT(plan.rows[1].fixes,
+              ::testing::ElementsAre("--max-model-len 14544", "--kv-cache-dtype fp8", "--tp 2"));
+  // 32K: 2,048 blocks = 4,608 MiB = 4.5 GiB. fp8: 2,304 MiB, still too much; tp 2: 2,304 MiB
+  // too; tp 4: 1,152 MiB fits.
+  EXPECT_EQ(plan.rows[2].refusal,
+            "one request of max_model_len 32768 needs 4.5 GiB of KV cache, more than the 2.0 "
+            "GiB available");
+  EXPECT_THAT(plan.rows[2].fixes, ::testing::ElementsAre("--max-model-len 14544", "--tp 4"));
+}
+
+TEST(VllmPolicyTest, NamesTheUtilizationThatFitsOnAKnownGpu) {
+  // Qwen3-8B on an L4 (24,152,899,584 B; weights 16,381,470,720 B) at 0.9:
+  // budget = 21,737,609,625 − 16,381,470,720 = 5,356,138,905 B; less one 2,359,296 B block =
+  // 5,353,779,609 B = 2,269.2 blocks = 36,304 tokens. 40K needs 2,560 blocks = 6,039,797,760 B.
+  // At 0.92 the budget is 5,839,196,897 B (too little), at 0.93 6,080,725,893 B (enough).
+  PlanOptions l4 = Vllm();
+  l4.gpu_memory_bytes = 24152899584;
+  l4.gpu_memory_utilization = 0.9;
+  const Plan plan = PlanBundled("qwen3-8b", l4, {40960}, 5356138905);
+  EXPECT_EQ(plan.rows[0].refusal,
+            "one request of max_model_len 40960 needs 5.62 GiB of KV cache, more than the 4.99 "
+            "GiB available");
+  // tp 2: each GPU holds 8,190,735,360 B of weights and half the KV: 3,019,898,880 B fits.
+  EXPECT_THAT(plan.rows[0].fixes,
+              ::testing::ElementsAre("--max-model-len 36304", "--kv-cache-dtype fp8",
+                                     "--gpu-memory-utilization 0.93", "--tp 2"));
+}
+
+TEST(VllmPolicyTest, BudgetUnderOneBlockHasNoMemoryForTheCache) {
+  const Plan plan = PlanBundled("qwen3-8b", Vllm(), {4096}, 2359296);
+  EXPECT_EQ(plan.rows[0].refusal,
+            "no memory is available for the cache blocks: the KV budget of 2359296 bytes does "
+            "not exceed one block (2359296 bytes)");
+  EXPECT_THAT(plan.rows[0].fixes, ::testing::ElementsAre("a GPU with more memory"));
+  PlanOptions bad = Vllm();
+  bad.gpu_memory_utilization = 1.5;
+  auto model = LoadModel("qwen3-8b");
+  ASSERT_TRUE(model.ok());
+  EXPECT_THAT(MakePlan(*model, bad, std::vector<int64_t>{4096}).status().message(),
+              ::testing::HasSubstr("gpu_memory_utilization must be in (0, 1], got 1.5"));
 }
 
 TEST(VllmPolicyTest, DerivedLengthScalesRopeOnlyWhereVllmDoes) {

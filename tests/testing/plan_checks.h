@@ -36,6 +36,8 @@ inline void ExpectRowInvariants(const PlanRow& row) {
   if (row.max_concurrency.has_value()) {
     EXPECT_GE(*row.max_concurrency, 0);
   }
+  // A refusal always comes with something to try, and only a refusal does.
+  EXPECT_EQ(row.refusal.empty(), row.fixes.empty()) << row.refusal;
 }
 
 // Plans `contexts` for a bundled model and checks every row's invariants.

@@ -1,4 +1,4 @@
-// Scheduler: continuous batching on top of the KvCacheManager.
+// Scheduler: continuous batching on top of the KvCacheManager, as vLLM v1's scheduler does it.
 //
 // A server hands the scheduler its requests and, every step, asks what to run:
 //
@@ -6,24 +6,31 @@
 //   scheduler->AddRequest({.id = id, .prompt_token_ids = prompt, .max_new_tokens = 256});
 //   while (scheduler->HasUnfinishedRequests()) {
 //     const SchedulerOutput& out = scheduler->Schedule();
-//     ... zero out.slots_to_zero, run out.state_copies, then the forward pass on
-//         out.groups[g].block_table / slot_mapping, out.seq_lens, out.query_start_loc ...
-//     ModelOutput result = ...;   // one sampled token per request that finished its prompt
-//     auto step = scheduler->Update(out, result);
+//     ... run out.transfers (host tier), upload the step (kvpage/step_image.h), zero
+//         out.slots_to_zero, then the forward pass on out.attention[a] (block_table,
+//         slot_mapping), out.states[s] (read/write slots), out.seq_lens, out.query_start_loc ...
+//     ModelOutput result = ...;   // the tokens of each request with samples = true
+//     auto step = scheduler->Update(out, result);   // finished requests, step stats
 //   }
 //
 // There are no prefill and decode phases: every request has tokens computed and tokens still
-// to compute, and one token budget per step covers both (vLLM v1's model). Running requests are
-// served first, in queue order; then waiting ones, if the step preempted nobody. When the KV
-// cache runs out, the scheduler preempts by recompute: FCFS takes the last running request,
-// priority the worst (highest priority value, latest arrival). Preempted requests go back to
-// the front of the waiting queue and usually resume from the prefix cache.
+// to compute, and one token budget per step (max_num_batched_tokens) covers prompt chunks,
+// decode tokens and draft tokens alike (vLLM v1's model). Running requests are served first,
+// in queue order; then waiting ones, if the step preempted nobody, while max_num_seqs, the
+// budget, max_loras and the KV cache allow (reserve_full_prompt, watermark). A waiting request
+// starts from its prefix-cache hit; one the host tier extends waits outside the queue for its
+// loads (SchedulerOutput::transfers, CompleteTransfers). When the KV cache runs out, the
+// scheduler preempts by recompute: FCFS takes the last running request, priority the worst
+// (highest priority value, latest arrival). Preempted requests go back to the front of the
+// waiting queue and usually resume from the prefix cache. Update ends requests on a stop
+// token, max_new_tokens or max_model_len; Abort and Finish end them from outside.
 //
-// Batch layout. The scheduler keeps one row per running request in device-ready tables that it
+// Batch layout. The scheduler keeps one row per running request in block tables that it
 // updates in place (only new blocks are written), so a decode step costs O(requests), not
-// O(context). Rows are dense: when a request leaves, the last row moves into its place
-// (reported in `row_moves`). Rows of running requests not scheduled this step have zero query
-// tokens and a sequence length of 0; kernels skip them.
+// O(context), and reports the entries that changed as table runs, so a server patches a
+// device copy with O(changes) bytes. Rows are dense: when a request leaves, the last row
+// moves into its place (reported in `row_moves`). Rows of running requests not scheduled this
+// step have zero query tokens and a sequence length of 0; kernels skip them.
 //
 // Time and randomness are the caller's: the scheduler reads no clock (arrival times come with
 // the requests) and draws no random numbers. Not thread-safe: one thread drives it.
@@ -174,9 +181,9 @@ struct SchedulerOutput {
   std::vector<int32_t> seq_lens;
   std::vector<AttentionBatch> attention;
   std::vector<StateBatch> states;
-  // Run before the forward pass: zero these state slots, then copy src -> dst.
+  // State slots newly given to a request: zero them before the forward pass. (State is never
+  // copied: a step reads its request's latest state, or a prefix-cache snapshot, in place.)
   std::vector<SlotToZero> slots_to_zero;
-  std::vector<StateCopy> state_copies;
   // Copies between device memory and the host tier (config.kv.host_cache; TierTransfers says
   // when each kind runs), to report with Scheduler::CompleteTransfers(transfers.id). Requests
   // waiting for their loads are not in this batch.

@@ -7,7 +7,7 @@
 //                        table_runs          TableRun (4 x int32) [runs]
 //                        table_values        int32 [values]
 //   per state group:     read_slots, write_slots   int32 [num_rows]
-//   slots_to_zero, state_copies              SlotToZero (2 x int32), StateCopy (3 x int32)
+//   slots_to_zero                            SlotToZero (2 x int32)
 // The block tables themselves are not in it: the device keeps one persistent copy per
 // attention group and patches it with the step's table runs (AttentionBatch::table_runs), so a
 // decode step uploads bytes in proportion to the rows that changed, not to
@@ -53,7 +53,6 @@ struct StepImageLayout {
   std::vector<Attention> attention;  // as SchedulerOutput::attention
   std::vector<State> states;         // as SchedulerOutput::states
   ImageArray slots_to_zero;  // SlotToZero
-  ImageArray state_copies;   // StateCopy
   int64_t bytes = 0;         // the whole image
 };
 

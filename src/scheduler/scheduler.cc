@@ -171,7 +171,6 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
   KVPAGE_DCHECK(clean);
   (void)clean;
   kv->TakeSlotsToZero();
-  kv->TakeStateCopies();
   kv->DrainEvents();
   return fits;
 }

@@ -10,7 +10,6 @@ namespace kvpage {
 
 static_assert(std::is_trivially_copyable_v<TableRun> && sizeof(TableRun) == 16);
 static_assert(std::is_trivially_copyable_v<SlotToZero> && sizeof(SlotToZero) == 8);
-static_assert(std::is_trivially_copyable_v<StateCopy> && sizeof(StateCopy) == 12);
 
 namespace {
 
@@ -32,7 +31,6 @@ void ForEachArray(const SchedulerOutput& out, StepImageLayout& l, F&& f) {
     f(l.states[s].write_slots, out.states[s].write_slots);
   }
   f(l.slots_to_zero, out.slots_to_zero);
-  f(l.state_copies, out.state_copies);
 }
 
 }  // namespace

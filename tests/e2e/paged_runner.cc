@@ -230,16 +230,11 @@ absl::StatusOr<std::vector<SlotTensor>> Runner::StateTensors(GroupId group) cons
   return tensors;
 }
 
-// Zeroes, then copies, as the scheduler's contract orders them.
+// Zeroes the state slots the step newly hands out, as the scheduler's contract asks.
 absl::Status Runner::ApplyStateOps(const SchedulerOutput& out) {
   for (const SlotToZero& z : out.slots_to_zero) {
     KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(z.group));
     KVPAGE_RETURN_IF_ERROR(ref::ZeroSlots(tensors, &z.slot, 1));
-  }
-  for (const StateCopy& c : out.state_copies) {
-    KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(c.group));
-    KVPAGE_RETURN_IF_ERROR(ref::CopySlots(tensors, &c.src_slot, &c.dst_slot, 1));
-    ++result_.state_copies;
   }
   return absl::OkStatus();
 }

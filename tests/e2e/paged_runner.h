@@ -58,8 +58,8 @@ struct RunResult {
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t prefix_hit_tokens = 0;
-  int64_t state_copies = 0;         // copies run before forward passes
-  int64_t resumed_from_snapshot = 0;  // new requests whose first read slot was a copy's target
+  int64_t resumed_from_snapshot = 0;  // new requests that started from a prefix hit (a
+                                      // snapshot's slot, for linear-attention state)
   int64_t attention_checks = 0;     // paged query outputs compared with dense attention
   int64_t attention_mismatches = 0; // of those, outputs not bit-identical
   int64_t peak_mapped_bytes = 0;

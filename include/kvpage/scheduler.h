@@ -90,6 +90,14 @@ struct SchedulerConfig {
   // running requests count, scheduled this step or not; a waiting request with another
   // adapter is passed over, keeping its place, and those behind it may start.
   int32_t max_loras = 0;
+  // CUDA graphs (vLLM's cudagraph_capture_sizes, one list per dimension): each step is padded
+  // up to the first row count (per-row arrays) and the first token count (slot mappings) at
+  // or above its own, with inert padding, so the server replays the graph it captured for
+  // that pair (SchedulerOutput::padded). A step above the largest size of either list is not
+  // padded (run it eagerly). Strictly increasing and positive; rows at most max_num_seqs,
+  // tokens at most max_num_batched_tokens. Empty: that dimension is never padded.
+  std::vector<int32_t> cuda_graph_row_sizes;
+  std::vector<int32_t> cuda_graph_token_sizes;
 
   absl::Status Validate() const;
 };
@@ -144,11 +152,12 @@ struct AttentionBatch {
   int32_t kernel_block_size = 0;
   int32_t window = 0;             // sliding window in tokens, 0 otherwise
   int32_t max_blocks_per_row = 0; // row stride of block_table
-  // int32 [num_rows, max_blocks_per_row] kernel-block ids, 0 past a request's blocks and where
-  // a sliding window released a block. Owned by the scheduler; valid until the next call.
+  // int32 [num_padded_rows, max_blocks_per_row] kernel-block ids, 0 past a request's blocks
+  // and where a sliding window released a block. Owned by the scheduler; valid until the next
+  // call.
   absl::Span<const int32_t> block_table;
-  // int64 [num_scheduled_tokens]: slot = block · kernel_block_size + offset of each new token
-  // (in scheduled-request order, drafts included).
+  // int64 [num_padded_tokens]: slot = block · kernel_block_size + offset of each new token
+  // (in scheduled-request order, drafts included; -1 for padding).
   std::vector<int64_t> slot_mapping;
   // Every entry of block_table that changed since the previous output (new blocks, released
   // blocks, rows moved or freed), as runs of one row each. Applied in order to a copy that
@@ -166,8 +175,8 @@ absl::Status ApplyTableRuns(const AttentionBatch& batch, absl::Span<int32_t> tab
 // A linear-attention group's part of the batch: where each row reads and writes its state.
 struct StateBatch {
   GroupId group;
-  std::vector<int32_t> read_slots;   // [num_rows], -1 for rows not scheduled
-  std::vector<int32_t> write_slots;  // [num_rows]
+  std::vector<int32_t> read_slots;   // [num_padded_rows], -1 for rows not scheduled
+  std::vector<int32_t> write_slots;  // [num_padded_rows]
 };
 
 struct SchedulerOutput {
@@ -175,8 +184,19 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> requests;  // this step's batch, in query order
   int64_t total_num_scheduled_tokens = 0;
   int32_t num_rows = 0;                    // running requests, scheduled or not
-  // Per row: query start offsets [num_rows + 1] and sequence lengths after the step (0 for
-  // rows not scheduled).
+  // CUDA-graph padding (SchedulerConfig::cuda_graph_row_sizes / _token_sizes). The per-row
+  // arrays (query_start_loc, seq_lens, block_table rows, state slots) hold num_padded_rows
+  // rows and the slot mappings num_padded_tokens tokens. Padded rows have no query tokens
+  // (query_start_loc stays at total_num_scheduled_tokens), seq_len 0, state slots -1 and
+  // all-zero table rows; padded tokens have slot -1. Kernels skip all of it. `padded`: both
+  // fit a configured size (or their list is empty) and the step is laid out for the graph of
+  // (num_padded_rows, num_padded_tokens); otherwise the counts equal num_rows and
+  // total_num_scheduled_tokens.
+  bool padded = false;
+  int32_t num_padded_rows = 0;
+  int32_t num_padded_tokens = 0;
+  // Per row: query start offsets [num_padded_rows + 1] and sequence lengths after the step
+  // (0 for rows not scheduled).
   std::vector<int32_t> query_start_loc;
   std::vector<int32_t> seq_lens;
   std::vector<AttentionBatch> attention;

@@ -434,6 +434,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     WriteSlots(attention[a], o.attention[a]);
     WriteTableRuns(attention[a], o.attention[a]);
   }
+  PadForCudaGraph();
 }
 
 void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {

@@ -28,8 +28,8 @@ int main() {
   // One token of 1 KV head x 64 values into a two-block cache at the step's first slot.
   constexpr int32_t kBlocks = 2, kBlockSize = 16, kHeadDim = 64;
   std::vector<uint16_t> cache(2 * kBlocks * kBlockSize * kHeadDim, 0);
-  const kvpage::KvCacheView view = kvpage::ContiguousKvCache(cache.data(), kBlocks, kBlockSize, 1,
-                                                             kHeadDim, kvpage::DType::kBF16);
+  const kvpage::KvCacheView view = kvpage::BlocksFirstKvCache(cache.data(), kBlocks, kBlockSize,
+                                                              1, kHeadDim, kvpage::DType::kBF16);
   std::vector<uint16_t> k(kHeadDim, kvpage::ref::FloatToBf16(1.5f));
   std::vector<uint16_t> v(kHeadDim, kvpage::ref::FloatToBf16(-2.0f));
   const int64_t slot = out.attention[0].slot_mapping[0] % (kBlocks * kBlockSize);

@@ -5,7 +5,8 @@
 #   <prefix>/include/kvpage/sim/      simulator headers, included as "sim/<name>.h"
 #   <prefix>/lib/libkvpage_*.a        one library per layer
 #   <prefix>/lib/cmake/kvpage/        kvpageConfig.cmake, version file, exported targets
-#   <prefix>/lib/pkgconfig/kvpage.pc  the core library for pkg-config
+#                                     (kvpageCudaTargets.cmake: the CUDA ones, when built)
+#   <prefix>/lib/pkgconfig/kvpage.pc  the core library and kernel_ref for pkg-config
 #   <prefix>/bin/kvpage               the CLI
 #   <prefix>/share/kvpage/            its plot scripts, traces, model and GPU files
 include(CMakePackageConfigHelpers)
@@ -28,22 +29,29 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/sim/
         COMPONENT kvpage_development
         FILES_MATCHING PATTERN *.h PATTERN data EXCLUDE)
 
-set(_kvpage_export_targets
+# Two export sets: the CUDA targets name CUDA::* targets, which only a consumer with the
+# toolkit can resolve, so kvpageConfig.cmake loads kvpageCudaTargets.cmake only where
+# find_package(CUDAToolkit) succeeds (or the `cuda` component is required).
+set(_kvpage_export_sets kvpageTargets)
+set(kvpageTargets_targets
     kvpage kvpage_model kvpage_block kvpage_scheduler kvpage_planner kvpage_memory kvpage_sim
     kvpage_kernel_ref kvpage_events)
 if(TARGET kvpage_cuda)
-  list(APPEND _kvpage_export_targets kvpage_cuda kvpage_memory_cuda kvpage_device)
+  list(APPEND _kvpage_export_sets kvpageCudaTargets)
+  set(kvpageCudaTargets_targets kvpage_cuda kvpage_memory_cuda kvpage_device)
 endif()
-install(TARGETS ${_kvpage_export_targets}
-        EXPORT kvpageTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvpage_development
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvpage_runtime
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT kvpage_runtime
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(EXPORT kvpageTargets
-        NAMESPACE kvpage::
-        DESTINATION ${KVPAGE_INSTALL_CMAKEDIR}
-        COMPONENT kvpage_development)
+foreach(_set IN LISTS _kvpage_export_sets)
+  install(TARGETS ${${_set}_targets}
+          EXPORT ${_set}
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvpage_development
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvpage_runtime
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT kvpage_runtime
+          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT ${_set}
+          NAMESPACE kvpage::
+          DESTINATION ${KVPAGE_INSTALL_CMAKEDIR}
+          COMPONENT kvpage_development)
+endforeach()
 
 set(KVPAGE_CONFIG_WITH_CUDA OFF)
 if(TARGET kvpage_cuda)
@@ -61,7 +69,8 @@ install(FILES ${PROJECT_BINARY_DIR}/kvpageConfig.cmake
         DESTINATION ${KVPAGE_INSTALL_CMAKEDIR}
         COMPONENT kvpage_development)
 
-# pkg-config: the core library (model, block, scheduler, planner), static link order.
+# pkg-config: the core library (model, block, scheduler, planner, memory) and the kernels' CPU
+# references (kernel_ref), static link order.
 # Static libraries cannot carry their private dependencies: list them as link requirements.
 if(BUILD_SHARED_LIBS)
   set(KVPAGE_PC_LINK_DEPS "")

@@ -51,7 +51,6 @@ class ManagerRun {
       KVPAGE_FUZZ_CHECK_OK(m_->CheckInvariants());
       KVPAGE_FUZZ_CHECK(m_->num_requests() == static_cast<int64_t>(live_.size()));
       m_->TakeSlotsToZero();
-      m_->TakeStateCopies();
       m_->DrainEvents();
     }
     Drain();

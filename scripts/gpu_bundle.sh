@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_bundle.sh [DIR]            # default DIR: build/gpu-bundle (ignored by git)
 #   # then, on the GPU machine, with DIR carried there:
-#   bash DIR/gpu_check.sh --prebuilt DIR
+#   bash DIR/gpu_check.sh --prebuilt DIR      # exit 3 there if it finds no usable GPU
+#   bash DIR/gpu_check.sh --prebuilt DIR --allow-no-gpu   # a dry run anywhere
 #
 # It configures the kernels-only project (kernels/CMakeLists.txt on its own: the kernels, their
 # CPU references, the checks; needs the CUDA toolkit, Abseil and GoogleTest here, nothing else)
@@ -73,7 +74,7 @@ glibc=$(ldd --version | awk 'NR == 1 {print $NF}')
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- kernels src/kernels_ref include || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $glibc"
   echo "nvcc: $(nvcc --version | sed -n '$p')"
-  echo "run: bash gpu_check.sh --prebuilt <this folder>   (needs glibc >= $glibc and a driver for CUDA 13)"
+  echo "run: bash gpu_check.sh --prebuilt <this folder>   (needs glibc >= $glibc and a driver for CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p') or newer; exit 3 without one)"
   echo
   for b in "$DIR"/bin/*; do
     echo "$(basename "$b"): $(stat -c %s "$b") bytes; needs: $(ldd "$b" | awk '{print $1}' | tr '\n' ' ')"

@@ -12,15 +12,26 @@
 #                                         # (and compute-sanitizer, if the toolkit is there)
 #   scripts/gpu_check.sh                  # builds the kernels-only project here (kernels/ as its
 #                                         # own CMake project: CUDA toolkit + Abseil + GTest)
+#   ... --allow-no-gpu                    # a dry run: no usable GPU is not an error
 #
 # Results (logs, bandwidth.csv) go to OUT_DIR: DIR/results with --prebuilt, else
-# build/kernels-only/gpu_check. Never changes clocks or device settings. Exit status is non-zero
-# if any correctness check fails (a bandwidth row below target is reported, not fatal).
+# build/kernels-only/gpu_check. Never changes clocks or device settings. Exit status: 1 if any
+# correctness check fails (a bandwidth row below target is reported, not fatal); 3, with one
+# line saying which, when there is no usable GPU (no driver, a driver older than the CUDA
+# runtime the binaries were built with, no device) or a test was skipped for want of one.
+# With --allow-no-gpu those skip as they did before: the tests run and skip, exit 0.
 set -euo pipefail
 PREBUILT=""
-if [ "${1:-}" = "--prebuilt" ]; then
-  PREBUILT=$(cd "${2:?usage: $0 --prebuilt DIR}" && pwd)
-fi
+ALLOW_NO_GPU=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) PREBUILT=$(cd "${2:?usage: $0 [--prebuilt DIR] [--allow-no-gpu]}" && pwd); shift 2 ;;
+    --allow-no-gpu) ALLOW_NO_GPU=1; shift ;;
+    *) echo "usage: $0 [--prebuilt DIR] [--allow-no-gpu]" >&2; exit 2 ;;
+  esac
+done
+NO_GPU_FLAG=()
+[ $ALLOW_NO_GPU -eq 1 ] && NO_GPU_FLAG=(--allow-no-gpu)
 
 if [ -n "$PREBUILT" ]; then
   BIN_DIR="$PREBUILT/bin"
@@ -54,26 +65,54 @@ if [ -z "$PREBUILT" ]; then
   echo "build took $(( $(date +%s) - start )) s"
 fi
 
+# Is there a GPU to check? Without one every test below would skip and the run would pass.
+echo "== GPU probe"
+if ! "$BIN_DIR/kvpage_gpu_check" --probe "${NO_GPU_FLAG[@]}" 2>&1 | tee "$OUT_DIR/probe.txt"; then
+  echo "gpu_check.sh: $(tail -1 "$OUT_DIR/probe.txt" | sed 's/^FAIL: //') (exit 3; --allow-no-gpu for a dry run)"
+  exit 3
+fi
+
+# A GoogleTest binary; its tests skip only when they find no usable GPU, so a skip fails the run
+# (status 3) unless --allow-no-gpu.
+run_gtest() {
+  local name=$1 log=$2 rc=0 skipped
+  "$BIN_DIR/$name" > "$log" 2>&1 || rc=$?
+  tail -3 "$log"
+  [ $rc -eq 0 ] || status=1
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\},.*/\1/p' "$log" | head -1)
+  if [ "${skipped:-0}" -gt 0 ] && [ $ALLOW_NO_GPU -eq 0 ]; then
+    echo "gpu_check.sh: $name skipped $skipped test(s): no usable GPU"
+    no_gpu="$name skipped $skipped test(s): no usable GPU"
+  fi
+}
+no_gpu=""
+
 echo "== kernels_gpu_test (device vs CPU reference, fixed seeds: write_kv, paged_decode, paged_prefill, merge, copies)"
-"$BIN_DIR/kernels_gpu_test" 2>&1 | tee "$OUT_DIR/gtest.txt" | tail -3 || status=1
+run_gtest kernels_gpu_test "$OUT_DIR/gtest.txt"
 
 echo "== cuda_vmm_backing_gpu_test (KV cache on CUDA virtual memory: granules per chunk)"
-"$BIN_DIR/cuda_vmm_backing_gpu_test" 2>&1 | tee "$OUT_DIR/vmm.txt" | tail -3 || status=1
+run_gtest cuda_vmm_backing_gpu_test "$OUT_DIR/vmm.txt"
 
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SANITIZER" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (small cases)"
     "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN_DIR/kvpage_gpu_check" --quick \
-      2>&1 | tee "$OUT_DIR/$tool.txt" | tail -4 || status=1
+      "${NO_GPU_FLAG[@]}" 2>&1 | tee "$OUT_DIR/$tool.txt" | tail -4 || status=1
   done
 else
   echo "== compute-sanitizer not found: memcheck and racecheck skipped" | tee "$OUT_DIR/memcheck.txt"
 fi
 
 echo "== kvpage_gpu_check"
-"$BIN_DIR/kvpage_gpu_check" --csv "$OUT_DIR/bandwidth.csv" 2>&1 \
-  | tee "$OUT_DIR/gpu_check.txt" || status=1
+rc=0
+"$BIN_DIR/kvpage_gpu_check" --csv "$OUT_DIR/bandwidth.csv" "${NO_GPU_FLAG[@]}" 2>&1 \
+  | tee "$OUT_DIR/gpu_check.txt" || rc=$?
+if [ $rc -eq 3 ]; then
+  no_gpu=$(grep '^FAIL: no usable GPU' "$OUT_DIR/gpu_check.txt" | tail -1 | sed 's/^FAIL: //')
+elif [ $rc -ne 0 ]; then
+  status=1
+fi
 
 if [ -x "$BIN_DIR/kvpage_flashinfer_peer" ]; then
   echo "== kvpage_flashinfer_peer (FlashInfer's CUDA-core decode on the same cache and sweep)"
@@ -84,5 +123,9 @@ else
     | tee "$OUT_DIR/flashinfer.txt"
 fi
 
+if [ -n "$no_gpu" ]; then
+  echo "gpu_check.sh: $no_gpu (exit 3; results in $OUT_DIR)"
+  exit 3
+fi
 echo "== results in $OUT_DIR (status $status)"
 exit $status

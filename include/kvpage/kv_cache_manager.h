@@ -224,12 +224,6 @@ struct StateSlots {
   int32_t write_slot = -1;  // where it writes the state after the step (may equal read_slot)
 };
 
-struct StateCopy {
-  GroupId group;
-  int32_t src_slot = -1;
-  int32_t dst_slot = -1;
-};
-
 struct SlotToZero {
   GroupId group;
   int32_t slot = -1;
@@ -448,8 +442,8 @@ class KvCacheManager {
                                absl::Span<int64_t> out) const;
   // Read and write state slots of a linear-attention group for the current step.
   absl::StatusOr<StateSlots> GetStateSlots(RequestHandle request, GroupId group) const;
-  // State copies to run before the next forward pass, and newly allocated slots to zero.
-  std::vector<StateCopy> TakeStateCopies();
+  // Newly allocated state slots to zero before the next forward pass. (No state is ever
+  // copied: a prefix-cache snapshot is the slot a step wrote, read in place by the next one.)
   std::vector<SlotToZero> TakeSlotsToZero();
 
   // ---- Host tier (KvCacheConfig::host_cache) --------------------------------------------------

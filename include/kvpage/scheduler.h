@@ -1,4 +1,4 @@
-// Scheduler: continuous batching on top of the KvCacheManager.
+// Scheduler: continuous batching on top of the KvCacheManager, as vLLM v1's scheduler does it.
 //
 // A server hands the scheduler its requests and, every step, asks what to run:
 //
@@ -6,24 +6,31 @@
 //   scheduler->AddRequest({.id = id, .prompt_token_ids = prompt, .max_new_tokens = 256});
 //   while (scheduler->HasUnfinishedRequests()) {
 //     const SchedulerOutput& out = scheduler->Schedule();
-//     ... zero out.slots_to_zero, run out.state_copies, then the forward pass on
-//         out.groups[g].block_table / slot_mapping, out.seq_lens, out.query_start_loc ...
-//     ModelOutput result = ...;   // one sampled token per request that finished its prompt
-//     auto step = scheduler->Update(out, result);
+//     ... run out.transfers (host tier), upload the step (kvpage/step_image.h), zero
+//         out.slots_to_zero, then the forward pass on out.attention[a] (block_table,
+//         slot_mapping), out.states[s] (read/write slots), out.seq_lens, out.query_start_loc ...
+//     ModelOutput result = ...;   // the tokens of each request with samples = true
+//     auto step = scheduler->Update(out, result);   // finished requests, step stats
 //   }
 //
 // There are no prefill and decode phases: every request has tokens computed and tokens still
-// to compute, and one token budget per step covers both (vLLM v1's model). Running requests are
-// served first, in queue order; then waiting ones, if the step preempted nobody. When the KV
-// cache runs out, the scheduler preempts by recompute: FCFS takes the last running request,
-// priority the worst (highest priority value, latest arrival). Preempted requests go back to
-// the front of the waiting queue and usually resume from the prefix cache.
+// to compute, and one token budget per step (max_num_batched_tokens) covers prompt chunks,
+// decode tokens and draft tokens alike (vLLM v1's model). Running requests are served first,
+// in queue order; then waiting ones, if the step preempted nobody, while max_num_seqs, the
+// budget, max_loras and the KV cache allow (reserve_full_prompt, watermark). A waiting request
+// starts from its prefix-cache hit; one the host tier extends waits outside the queue for its
+// loads (SchedulerOutput::transfers, CompleteTransfers). When the KV cache runs out, the
+// scheduler preempts by recompute: FCFS takes the last running request, priority the worst
+// (highest priority value, latest arrival). Preempted requests go back to the front of the
+// waiting queue and usually resume from the prefix cache. Update ends requests on a stop
+// token, max_new_tokens or max_model_len; Abort and Finish end them from outside.
 //
-// Batch layout. The scheduler keeps one row per running request in device-ready tables that it
+// Batch layout. The scheduler keeps one row per running request in block tables that it
 // updates in place (only new blocks are written), so a decode step costs O(requests), not
-// O(context). Rows are dense: when a request leaves, the last row moves into its place
-// (reported in `row_moves`). Rows of running requests not scheduled this step have zero query
-// tokens and a sequence length of 0; kernels skip them.
+// O(context), and reports the entries that changed as table runs, so a server patches a
+// device copy with O(changes) bytes. Rows are dense: when a request leaves, the last row
+// moves into its place (reported in `row_moves`). Rows of running requests not scheduled this
+// step have zero query tokens and a sequence length of 0; kernels skip them.
 //
 // Time and randomness are the caller's: the scheduler reads no clock (arrival times come with
 // the requests) and draws no random numbers. Not thread-safe: one thread drives it.
@@ -83,6 +90,14 @@ struct SchedulerConfig {
   // running requests count, scheduled this step or not; a waiting request with another
   // adapter is passed over, keeping its place, and those behind it may start.
   int32_t max_loras = 0;
+  // CUDA graphs (vLLM's cudagraph_capture_sizes, one list per dimension): each step is padded
+  // up to the first row count (per-row arrays) and the first token count (slot mappings) at
+  // or above its own, with inert padding, so the server replays the graph it captured for
+  // that pair (SchedulerOutput::padded). A step above the largest size of either list is not
+  // padded (run it eagerly). Strictly increasing and positive; rows at most max_num_seqs,
+  // tokens at most max_num_batched_tokens. Empty: that dimension is never padded.
+  std::vector<int32_t> cuda_graph_row_sizes;
+  std::vector<int32_t> cuda_graph_token_sizes;
 
   absl::Status Validate() const;
 };
@@ -137,11 +152,12 @@ struct AttentionBatch {
   int32_t kernel_block_size = 0;
   int32_t window = 0;             // sliding window in tokens, 0 otherwise
   int32_t max_blocks_per_row = 0; // row stride of block_table
-  // int32 [num_rows, max_blocks_per_row] kernel-block ids, 0 past a request's blocks and where
-  // a sliding window released a block. Owned by the scheduler; valid until the next call.
+  // int32 [num_padded_rows, max_blocks_per_row] kernel-block ids, 0 past a request's blocks
+  // and where a sliding window released a block. Owned by the scheduler; valid until the next
+  // call.
   absl::Span<const int32_t> block_table;
-  // int64 [num_scheduled_tokens]: slot = block · kernel_block_size + offset of each new token
-  // (in scheduled-request order, drafts included).
+  // int64 [num_padded_tokens]: slot = block · kernel_block_size + offset of each new token
+  // (in scheduled-request order, drafts included; -1 for padding).
   std::vector<int64_t> slot_mapping;
   // Every entry of block_table that changed since the previous output (new blocks, released
   // blocks, rows moved or freed), as runs of one row each. Applied in order to a copy that
@@ -159,8 +175,8 @@ absl::Status ApplyTableRuns(const AttentionBatch& batch, absl::Span<int32_t> tab
 // A linear-attention group's part of the batch: where each row reads and writes its state.
 struct StateBatch {
   GroupId group;
-  std::vector<int32_t> read_slots;   // [num_rows], -1 for rows not scheduled
-  std::vector<int32_t> write_slots;  // [num_rows]
+  std::vector<int32_t> read_slots;   // [num_padded_rows], -1 for rows not scheduled
+  std::vector<int32_t> write_slots;  // [num_padded_rows]
 };
 
 struct SchedulerOutput {
@@ -168,15 +184,26 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> requests;  // this step's batch, in query order
   int64_t total_num_scheduled_tokens = 0;
   int32_t num_rows = 0;                    // running requests, scheduled or not
-  // Per row: query start offsets [num_rows + 1] and sequence lengths after the step (0 for
-  // rows not scheduled).
+  // CUDA-graph padding (SchedulerConfig::cuda_graph_row_sizes / _token_sizes). The per-row
+  // arrays (query_start_loc, seq_lens, block_table rows, state slots) hold num_padded_rows
+  // rows and the slot mappings num_padded_tokens tokens. Padded rows have no query tokens
+  // (query_start_loc stays at total_num_scheduled_tokens), seq_len 0, state slots -1 and
+  // all-zero table rows; padded tokens have slot -1. Kernels skip all of it. `padded`: both
+  // fit a configured size (or their list is empty) and the step is laid out for the graph of
+  // (num_padded_rows, num_padded_tokens); otherwise the counts equal num_rows and
+  // total_num_scheduled_tokens.
+  bool padded = false;
+  int32_t num_padded_rows = 0;
+  int32_t num_padded_tokens = 0;
+  // Per row: query start offsets [num_padded_rows + 1] and sequence lengths after the step
+  // (0 for rows not scheduled).
   std::vector<int32_t> query_start_loc;
   std::vector<int32_t> seq_lens;
   std::vector<AttentionBatch> attention;
   std::vector<StateBatch> states;
-  // Run before the forward pass: zero these state slots, then copy src -> dst.
+  // State slots newly given to a request: zero them before the forward pass. (State is never
+  // copied: a step reads its request's latest state, or a prefix-cache snapshot, in place.)
   std::vector<SlotToZero> slots_to_zero;
-  std::vector<StateCopy> state_copies;
   // Copies between device memory and the host tier (config.kv.host_cache; TierTransfers says
   // when each kind runs), to report with Scheduler::CompleteTransfers(transfers.id). Requests
   // waiting for their loads are not in this batch.

@@ -1,13 +1,18 @@
 // StepImage: one scheduler step packed into one contiguous buffer, so that a server uploads the
 // whole batch description with a single host-to-device copy from pinned memory.
 //
-// The image holds, each array at a 16-byte-aligned byte offset:
-//   query_start_loc, seq_lens                int32 [num_rows + 1], [num_rows]
-//   per attention group: slot_mapping        int64 [num_scheduled_tokens]
-//                        table_runs          TableRun (4 x int32) [runs]
+// The image holds, in this order, each array at a 16-byte-aligned byte offset:
+//   query_start_loc, seq_lens                int32 [num_padded_rows + 1], [num_padded_rows]
+//   per attention group: slot_mapping        int64 [num_padded_tokens]
+//   per state group:     read_slots, write_slots   int32 [num_padded_rows]
+//   per attention group: table_runs          TableRun (4 x int32) [runs]
 //                        table_values        int32 [values]
-//   per state group:     read_slots, write_slots   int32 [num_rows]
-//   slots_to_zero, state_copies              SlotToZero (2 x int32), StateCopy (3 x int32)
+//   slots_to_zero                            SlotToZero (2 x int32)
+// What the kernels read comes first, sized by the padded row and token counts alone: two
+// steps with the same (num_padded_rows, num_padded_tokens) have those arrays at the same
+// offsets, so a CUDA graph captured on one replays on the other
+// (SchedulerConfig::cuda_graph_row_sizes). The table runs and slots to zero, applied before
+// the forward pass, vary per step and come last.
 // The block tables themselves are not in it: the device keeps one persistent copy per
 // attention group and patches it with the step's table runs (AttentionBatch::table_runs), so a
 // decode step uploads bytes in proportion to the rows that changed, not to
@@ -53,7 +58,6 @@ struct StepImageLayout {
   std::vector<Attention> attention;  // as SchedulerOutput::attention
   std::vector<State> states;         // as SchedulerOutput::states
   ImageArray slots_to_zero;  // SlotToZero
-  ImageArray state_copies;   // StateCopy
   int64_t bytes = 0;         // the whole image
 };
 

@@ -5,8 +5,14 @@
 //      outside the timed region, working sets of hundreds of MiB, far above L2),
 // and prints a table of GB/s and percent of the copy ceiling (also written as CSV with --csv).
 //
-// Usage: kvpage_gpu_check [--quick] [--csv PATH] [--seed N]
-//   --quick  correctness on the small cases only (for compute-sanitizer runs)
+// Usage: kvpage_gpu_check [--quick] [--probe] [--allow-no-gpu] [--csv PATH] [--seed N]
+//   --quick         correctness on the small cases only (for compute-sanitizer runs)
+//   --probe         only the first step below: is there a GPU to check?
+//   --allow-no-gpu  a dry run: no usable GPU exits 0 with "SKIP" instead of failing
+//
+// Exit status: 0 when every check passed; 1 when one failed; 2 for bad flags; 3 when there is
+// no usable GPU (no driver, a driver older than the CUDA runtime, no device) or a check found
+// none, with one line saying which (gpu_probe.h). A check cannot pass by being skipped.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +29,7 @@
 #include "kernels/check/bandwidth_targets.h"
 #include "kernels/check/check_cases.h"
 #include "kernels/check/device_buffer.h"
+#include "kernels/check/gpu_probe.h"
 #include "kernels/check/kernel_checks.h"
 #include "kvpage/cuda/copy_slots.h"
 #include "kvpage/cuda/paged_decode.h"
@@ -81,12 +88,33 @@ class Bench {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
-int Correctness(bool quick, uint32_t seed) {
+constexpr int kExitNoGpu = 3;
+
+// The driver, runtime and devices as the CUDA runtime reports them.
+GpuProbe ProbeGpu() {
+  GpuProbe probe;
+  if (cudaDriverGetVersion(&probe.driver_version) != cudaSuccess) probe.driver_version = 0;
+  if (cudaRuntimeGetVersion(&probe.runtime_version) != cudaSuccess) probe.runtime_version = 0;
+  const cudaError_t err = cudaGetDeviceCount(&probe.device_count);
+  probe.count_error = static_cast<int>(err);
+  probe.count_error_name = cudaGetErrorName(err);
+  if (err != cudaSuccess) probe.device_count = 0;
+  return probe;
+}
+
+struct CheckCounts {
   int failures = 0;
+  int skipped = 0;  // checks that found no device (Unavailable): never a pass
+};
+
+CheckCounts Correctness(bool quick, uint32_t seed) {
+  CheckCounts counts;
   auto report = [&](const std::string& name, const absl::Status& s) {
-    std::printf("%-4s %s%s%s\n", s.ok() ? "PASS" : "FAIL", name.c_str(), s.ok() ? "" : ": ",
+    const char* verdict = s.ok() ? "PASS" : absl::IsUnavailable(s) ? "SKIP" : "FAIL";
+    std::printf("%-4s %s%s%s\n", verdict, name.c_str(), s.ok() ? "" : ": ",
                 s.ok() ? "" : std::string(s.message()).c_str());
-    failures += s.ok() ? 0 : 1;
+    counts.failures += s.ok() || absl::IsUnavailable(s) ? 0 : 1;
+    counts.skipped += absl::IsUnavailable(s) ? 1 : 0;
   };
   std::mt19937 seeds(seed);
   auto write_cases = WriteKvCases();
@@ -126,7 +154,7 @@ int Correctness(bool quick, uint32_t seed) {
   int edges = -1;
   const absl::Status graph = CheckGraphCapture(seeds(), &edges);
   report(absl::StrFormat("CUDA graph capture and replay (%d programmatic edges)", edges), graph);
-  return failures;
+  return counts;
 }
 
 absl::StatusOr<Row> BenchCopyCeiling(Bench& bench) {
@@ -270,35 +298,72 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
              bytes, t, c.seqs, c.len};
 }
 
-int Run(int argc, char** argv) {
-  bool quick = false;
+struct Flags {
+  bool quick = false, probe_only = false, allow_no_gpu = false;
   std::string csv;
   uint32_t seed = std::random_device{}();
+};
+
+// False, after printing the usage, on a flag it does not know.
+bool ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
+      f.quick = true;
+    } else if (std::strcmp(argv[i], "--probe") == 0) {
+      f.probe_only = true;
+    } else if (std::strcmp(argv[i], "--allow-no-gpu") == 0) {
+      f.allow_no_gpu = true;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
-      csv = argv[++i];
+      f.csv = argv[++i];
     } else if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-      seed = static_cast<uint32_t>(std::stoul(argv[++i]));
+      f.seed = static_cast<uint32_t>(std::stoul(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--csv PATH] [--seed N]\n", argv[0]);
-      return 2;
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--probe] [--allow-no-gpu] [--csv PATH] [--seed N]\n",
+                   argv[0]);
+      return false;
     }
   }
-  const absl::Status device = RequireDevice();
-  if (!device.ok()) {
-    std::printf("SKIP: %s\n", std::string(device.message()).c_str());
-    return absl::IsUnavailable(device) ? 0 : 1;
+  return true;
+}
+
+// Prints the device, or the one line saying why there is none to check. Returns true to go
+// on; otherwise `exit_status` is set (kExitNoGpu, or 0 for --allow-no-gpu and --probe).
+bool ReportDevice(const Flags& f, int& exit_status) {
+  const GpuProbe probe = ProbeGpu();
+  if (const absl::Status usable = CheckUsableGpu(probe); !usable.ok()) {
+    const std::string why(usable.message());
+    std::printf(f.allow_no_gpu ? "SKIP: %s (--allow-no-gpu)\n" : "FAIL: %s\n", why.c_str());
+    exit_status = f.allow_no_gpu ? 0 : kExitNoGpu;
+    return false;
   }
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB; seed %u\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20,
-              prop.totalGlobalMem / double(1 << 30), seed);
+  std::printf("device: %s, %d SMs, L2 %d MiB, %.1f GiB; driver CUDA %s, runtime CUDA %s; seed %u\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              prop.totalGlobalMem / double(1 << 30),
+              CudaVersionName(probe.driver_version).c_str(),
+              CudaVersionName(probe.runtime_version).c_str(), f.seed);
+  exit_status = 0;
+  return !f.probe_only;
+}
 
-  const int failures = Correctness(quick, seed);
-  std::printf("correctness: %d failure(s)\n", failures);
+int Run(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, flags)) return 2;
+  int exit_status = 0;
+  if (!ReportDevice(flags, exit_status)) return exit_status;
+  const bool quick = flags.quick;
+  const uint32_t seed = flags.seed;
+  const std::string& csv = flags.csv;
+
+  const CheckCounts counts = Correctness(quick, seed);
+  std::printf("correctness: %d failure(s), %d skipped\n", counts.failures, counts.skipped);
+  if (counts.skipped > 0 && !flags.allow_no_gpu) {
+    std::printf("FAIL: no usable GPU: %d check(s) found no device\n", counts.skipped);
+    return kExitNoGpu;
+  }
+  const int failures = counts.failures;
   if (quick) return failures == 0 ? 0 : 1;
 
   Bench bench;

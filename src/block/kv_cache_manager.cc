@@ -471,11 +471,6 @@ absl::StatusOr<StateSlots> KvCacheManager::GetStateSlots(RequestHandle request,
   return impl_->groups[group.value]->Slots(st->slot);
 }
 
-std::vector<StateCopy> KvCacheManager::TakeStateCopies() {
-  std::vector<StateCopy> out;
-  out.swap(impl_->state_copies);
-  return out;
-}
 
 std::vector<SlotToZero> KvCacheManager::TakeSlotsToZero() {
   std::vector<SlotToZero> out;

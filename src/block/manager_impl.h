@@ -275,7 +275,6 @@ class KvCacheManager::Impl {
   // Slots whose last step has pending full blocks or a state step, committed by CompleteStep
   // (a slot may appear twice; committing is idempotent).
   std::vector<int32_t> pending_commits;
-  std::vector<StateCopy> state_copies;
   std::vector<SlotToZero> slots_to_zero;
   PrefixCacheStats stats;
   // A step is pending: AllocateSlots or AllocateDecodeStep ran since the last CompleteStep.

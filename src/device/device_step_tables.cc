@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -95,8 +96,9 @@ absl::Status DeviceStepTables::Reserve(int64_t bytes, cudaStream_t stream) {
 
 absl::StatusOr<int64_t> DeviceStepTables::Upload(const SchedulerOutput& out,
                                                  cudaStream_t stream) {
-  if (out.num_rows > max_rows_) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", out.step, " has ", out.num_rows,
+  const int32_t rows = std::max(out.num_rows, out.num_padded_rows);  // padded for CUDA graphs
+  if (rows > max_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", out.step, " has ", rows,
                                                    " rows, more than max_rows ", max_rows_));
   }
   if (!allocated_) {

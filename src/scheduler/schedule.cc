@@ -387,7 +387,6 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
   o.finished_ids.swap(pending_finished);
   pending_finished.clear();
   o.slots_to_zero = kv->TakeSlotsToZero();
-  o.state_copies = kv->TakeStateCopies();
   o.transfers = kv->TakeTransfers();
   const size_t rows = static_cast<size_t>(o.num_rows);
   o.requests.resize(scheduled.size());
@@ -435,6 +434,7 @@ void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
     WriteSlots(attention[a], o.attention[a]);
     WriteTableRuns(attention[a], o.attention[a]);
   }
+  PadForCudaGraph();
 }
 
 void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {

@@ -68,7 +68,10 @@ absl::Status SchedulerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel_block_size must be >= 0, got ", kernel_block_size));
   }
-  return absl::OkStatus();
+  KVPAGE_RETURN_IF_ERROR(internal::ValidateCaptureSizes(
+      "cuda_graph_row_sizes", cuda_graph_row_sizes, "max_num_seqs", max_num_seqs));
+  return internal::ValidateCaptureSizes("cuda_graph_token_sizes", cuda_graph_token_sizes,
+                                        "max_num_batched_tokens", max_num_batched_tokens);
 }
 
 bool internal::PriorityLess::operator()(int32_t a, int32_t b) const {
@@ -171,7 +174,6 @@ bool Scheduler::Impl::RequestFits(int64_t len) {
   KVPAGE_DCHECK(clean);
   (void)clean;
   kv->TakeSlotsToZero();
-  kv->TakeStateCopies();
   kv->DrainEvents();
   return fits;
 }

@@ -3,6 +3,7 @@
 //   scheduler.cc     public API: requests, queues, Update, invariants
 //   schedule.cc      Schedule(): the running pass, the waiting pass, preemption, the output
 //   batch_tables.cc  the persistent device-ready rows (block tables, slot mappings)
+//   graph_padding.cc the output padded to CUDA-graph sizes
 //
 // The scheduler decides nothing about memory on its own: it asks the KvCacheManager, and keeps
 // one number from it per request, NextEvent, to know when a decode step changes nothing in the
@@ -20,12 +21,22 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kvpage/kv_cache_manager.h"
 #include "kvpage/scheduler.h"
 
 namespace kvpage {
 
 namespace internal {
+
+// InvalidArgument naming `name`[i] unless `sizes` is strictly increasing within [1, limit].
+absl::Status ValidateCaptureSizes(absl::string_view name, absl::Span<const int32_t> sizes,
+                                  absl::string_view limit_name, int32_t limit);
+// The first of `sizes` (sorted) at or above n; n itself when `sizes` is empty; -1 when n is
+// above them all.
+int32_t PaddedSize(absl::Span<const int32_t> sizes, int32_t n);
 
 // kLoading: out of the waiting queue while its prefix loads from the host tier.
 enum class RequestStatus : uint8_t { kFree, kWaiting, kRunning, kLoading };
@@ -205,6 +216,8 @@ class Scheduler::Impl {
   int64_t AlignedChunk(const internal::SchedRequest& r, int64_t n) const;
   // Fills `out` for the requests in `scheduled`, which compute `total_tokens` tokens in all.
   void BuildOutput(int64_t total_tokens);
+  // Pads the built output to the configured CUDA-graph sizes (SchedulerOutput::padded).
+  void PadForCudaGraph();
   // Writes request r's entry `sr` of the output and its row's sequence length (after its row
   // is synced). Returns its token count.
   int32_t WriteRow(internal::SchedRequest& r, size_t row, ScheduledRequest& sr);

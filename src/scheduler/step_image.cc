@@ -10,12 +10,15 @@ namespace kvpage {
 
 static_assert(std::is_trivially_copyable_v<TableRun> && sizeof(TableRun) == 16);
 static_assert(std::is_trivially_copyable_v<SlotToZero> && sizeof(SlotToZero) == 8);
-static_assert(std::is_trivially_copyable_v<StateCopy> && sizeof(StateCopy) == 12);
 
 namespace {
 
 // Calls f(layout's entry, the values it places) for every array of `out`, in image order: the
-// one list of the image's arrays that laying out and writing both follow.
+// one list of the image's arrays that laying out and writing both follow. The arrays the
+// attention and state kernels read come first: their sizes depend only on the (padded) row
+// and token counts, so a CUDA graph captured on one step finds them at the same offsets in
+// every step of its size. The table runs and slots to zero, which vary per step and are
+// applied before the forward pass, follow.
 template <typename F>
 void ForEachArray(const SchedulerOutput& out, StepImageLayout& l, F&& f) {
   l.attention.resize(out.attention.size());
@@ -24,15 +27,16 @@ void ForEachArray(const SchedulerOutput& out, StepImageLayout& l, F&& f) {
   f(l.seq_lens, out.seq_lens);
   for (size_t a = 0; a < out.attention.size(); ++a) {
     f(l.attention[a].slot_mapping, out.attention[a].slot_mapping);
-    f(l.attention[a].table_runs, out.attention[a].table_runs);
-    f(l.attention[a].table_values, out.attention[a].table_values);
   }
   for (size_t s = 0; s < out.states.size(); ++s) {
     f(l.states[s].read_slots, out.states[s].read_slots);
     f(l.states[s].write_slots, out.states[s].write_slots);
   }
+  for (size_t a = 0; a < out.attention.size(); ++a) {
+    f(l.attention[a].table_runs, out.attention[a].table_runs);
+    f(l.attention[a].table_values, out.attention[a].table_values);
+  }
   f(l.slots_to_zero, out.slots_to_zero);
-  f(l.state_copies, out.state_copies);
 }
 
 }  // namespace

@@ -819,7 +819,6 @@ class Fuzzer {
 
     ASSERT_NO_FATAL_FAILURE(ConsumeEvents());
     (void)m_->TakeSlotsToZero();
-    (void)m_->TakeStateCopies();
     const Snapshot before = Take();
     const std::vector<std::vector<BlockId>> own_before = hit.has_value() ? hit->blocks : Tables(*r);
     auto needed = m_->BlocksNeeded(H(*m_, r->id), req);
@@ -975,7 +974,6 @@ class Fuzzer {
       }
     }
     ASSERT_TRUE(m_->TakeSlotsToZero().empty());
-    ASSERT_TRUE(m_->TakeStateCopies().empty());
   }
 
   void ExpectUnchanged(const Snapshot& before, const Req& r) {
@@ -999,7 +997,6 @@ class Fuzzer {
       }
     }
     ASSERT_TRUE(m_->TakeSlotsToZero().empty());
-    ASSERT_TRUE(m_->TakeStateCopies().empty());
     ASSERT_TRUE(m_->DrainEvents().empty()) << "a failed allocation emitted KV events";
   }
 

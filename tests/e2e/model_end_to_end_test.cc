@@ -71,6 +71,35 @@ TEST(ModelEndToEnd, PrefixCachingOnAndOffGiveTheSameTokens) {
   EXPECT_EQ(off.final_used_bytes, 0);
 }
 
+// Steps padded to CUDA-graph sizes run the reference kernels over the padded arrays (empty
+// rows, slot -1 tokens): the padding is inert, so the tokens are those of unpadded steps. Row
+// sizes {1, 2, 4, 8} and token sizes {1, 2, 4, 8} cover every step of 8-token steps and 8
+// rows; with row sizes {1, 2} only, steps with more rows run unpadded.
+TEST(ModelEndToEnd, CudaGraphPaddingGivesTheSameTokens) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = Workload();
+  RunOptions options = SmallSteps();
+  const RunResult eager = MustRun(model, requests, options);
+  options.cuda_graph_row_sizes = {1, 2, 4, 8};
+  options.cuda_graph_token_sizes = {1, 2, 4, 8};
+  const RunResult padded = MustRun(model, requests, options);
+  options.cuda_graph_row_sizes = {1, 2};
+  const RunResult some = MustRun(model, requests, options);
+  EXPECT_EQ(eager.padded_steps, 0);
+  EXPECT_EQ(padded.padded_steps, padded.steps);
+  EXPECT_EQ(padded.steps, eager.steps);
+  EXPECT_EQ(padded.steps, 38);
+  // Padding changes no scheduling: the same 38 steps, 13 of them with at most 2 rows.
+  EXPECT_EQ(some.steps, 38);
+  EXPECT_EQ(some.padded_steps, 13);
+  EXPECT_EQ(eager.tokens, Expected(model, requests));
+  EXPECT_EQ(padded.tokens, eager.tokens);
+  EXPECT_EQ(some.tokens, eager.tokens);
+  EXPECT_EQ(padded.attention_checks, eager.attention_checks);
+  EXPECT_EQ(eager.attention_mismatches + padded.attention_mismatches + some.attention_mismatches,
+            0);
+}
+
 TEST(ModelEndToEnd, PreemptionByRecomputeGivesTheSameTokens) {
   const TinyModel model(1);
   const std::vector<Request> requests = Workload();

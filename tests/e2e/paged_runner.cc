@@ -177,6 +177,8 @@ absl::Status Runner::Start(const std::vector<Request>& requests) {
   config.max_num_batched_tokens = options_.max_num_batched_tokens;
   config.max_num_seqs = options_.max_num_seqs;
   config.max_model_len = options_.max_model_len;
+  config.cuda_graph_row_sizes = options_.cuda_graph_row_sizes;
+  config.cuda_graph_token_sizes = options_.cuda_graph_token_sizes;
   KVPAGE_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(spec_, config));
   for (const Request& r : requests) {
     KVPAGE_RETURN_IF_ERROR(scheduler_->AddRequest(
@@ -230,16 +232,11 @@ absl::StatusOr<std::vector<SlotTensor>> Runner::StateTensors(GroupId group) cons
   return tensors;
 }
 
-// Zeroes, then copies, as the scheduler's contract orders them.
+// Zeroes the state slots the step newly hands out, as the scheduler's contract asks.
 absl::Status Runner::ApplyStateOps(const SchedulerOutput& out) {
   for (const SlotToZero& z : out.slots_to_zero) {
     KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(z.group));
     KVPAGE_RETURN_IF_ERROR(ref::ZeroSlots(tensors, &z.slot, 1));
-  }
-  for (const StateCopy& c : out.state_copies) {
-    KVPAGE_ASSIGN_OR_RETURN(std::vector<SlotTensor> tensors, StateTensors(c.group));
-    KVPAGE_RETURN_IF_ERROR(ref::CopySlots(tensors, &c.src_slot, &c.dst_slot, 1));
-    ++result_.state_copies;
   }
   return absl::OkStatus();
 }
@@ -370,6 +367,7 @@ absl::Status Runner::Drain(int64_t step) {
 
 absl::Status Runner::Forward(const SchedulerOutput& out, ModelOutput* sampled) {
   KVPAGE_RETURN_IF_ERROR(ApplyStateOps(out));
+  result_.padded_steps += out.padded ? 1 : 0;
   if (out.requests.empty()) return absl::OkStatus();  // every request waits for its loads
   std::vector<std::vector<double>> x(static_cast<size_t>(out.total_num_scheduled_tokens));
   for (const ScheduledRequest& r : out.requests) {
@@ -405,7 +403,8 @@ absl::Status Runner::AttentionLayer(const SchedulerOutput& out, int32_t layer,
   for (const AttentionBatch& b : out.attention) batch = b.group == group ? &b : batch;
   if (batch == nullptr) return absl::InternalError(absl::StrCat("no batch for layer ", layer));
   KVPAGE_ASSIGN_OR_RETURN(KvCacheView cache, KvView(layer));
-  const int32_t total = static_cast<int32_t>(out.total_num_scheduled_tokens);
+  // Padded for a CUDA graph or not: the padding rows and tokens must change nothing.
+  const int32_t total = out.num_padded_tokens;
   std::vector<uint16_t> q(static_cast<size_t>(total) * kQ), k(total * kKv), v(total * kKv);
   for (const ScheduledRequest& r : out.requests) {
     const int32_t start = out.query_start_loc[r.row];
@@ -427,7 +426,7 @@ absl::Status Runner::AttentionLayer(const SchedulerOutput& out, int32_t layer,
   const BlockTableView table{.table = batch->block_table.data(),
                              .row_stride = batch->max_blocks_per_row,
                              .seq_lens = out.seq_lens.data(),
-                             .num_seqs = out.num_rows};
+                             .num_seqs = out.num_padded_rows};
   const DecodeParams params{.num_q_heads = TinyModel::kQHeads,
                             .scale = 1.0f / std::sqrt(static_cast<float>(TinyModel::kHeadDim)),
                             .window_left = TinyModel::WindowLeft(layer)};

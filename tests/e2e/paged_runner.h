@@ -41,6 +41,11 @@ struct RunOptions {
   // The first this many transfers that carry loads are reported failed (succeeded = false):
   // nothing of them is copied, their load targets keep the 0xff fill.
   int32_t failed_load_transfers = 0;
+  // SchedulerConfig::cuda_graph_row_sizes / cuda_graph_token_sizes: the reference kernels then
+  // run over the padded arrays (num_padded_rows sequences, num_padded_tokens tokens), as a
+  // replayed CUDA graph would.
+  std::vector<int32_t> cuda_graph_row_sizes;
+  std::vector<int32_t> cuda_graph_token_sizes;
   // Called at every point of every step (step counts from 0; `out` is null before Schedule):
   // the requests it returns are aborted there (ids no longer live are skipped).
   std::function<std::vector<RequestId>(int64_t step, StepPoint point, const SchedulerOutput* out)>
@@ -56,10 +61,11 @@ struct Request {
 struct RunResult {
   std::map<int64_t, std::vector<int32_t>> tokens;  // generated tokens of finished requests
   int64_t steps = 0;
+  int64_t padded_steps = 0;         // steps laid out for a CUDA graph (SchedulerOutput::padded)
   int64_t preemptions = 0;
   int64_t prefix_hit_tokens = 0;
-  int64_t state_copies = 0;         // copies run before forward passes
-  int64_t resumed_from_snapshot = 0;  // new requests whose first read slot was a copy's target
+  int64_t resumed_from_snapshot = 0;  // new requests that started from a prefix hit (a
+                                      // snapshot's slot, for linear-attention state)
   int64_t attention_checks = 0;     // paged query outputs compared with dense attention
   int64_t attention_mismatches = 0; // of those, outputs not bit-identical
   int64_t peak_mapped_bytes = 0;

@@ -1,7 +1,10 @@
 # Builds and runs tests/package/consumer against kvpage one way (cmake -P, run by CTest):
 #   -DMODE=find_package  install KVPAGE_BUILD to a temporary prefix, move the prefix, then
 #                        find_package(kvpage) from it; the moved kvpage CLI must run `plan`
-#                        and `sim` (bundled trace by bare name) and not name the source tree.
+#                        and `sim` (bundled trace by bare name) and not name the source tree;
+#                        kvpage.pc alone builds consumer_pkgconfig.cc; docs/install.md lists
+#                        every installed library; a consumer without the CUDA toolkit finds
+#                        kvpage (and `COMPONENTS cuda` fails).
 #   -DMODE=subdirectory  add_subdirectory(KVPAGE_CHECKOUT) from the consumer; builds and runs
 #                        the model-layer program only (the whole library would double the
 #                        test's time).
@@ -23,6 +26,67 @@ function(expect_output pattern)
   if(NOT run_output MATCHES "${pattern}")
     message(FATAL_ERROR "output lacks '${pattern}':\n${run_output}")
   endif()
+endfunction()
+
+# docs/install.md's list of installed libraries names every lib/libkvpage_*.a installed.
+function(check_documented_libraries pc_file)
+  get_filename_component(libdir ${pc_file} DIRECTORY)
+  get_filename_component(libdir ${libdir} DIRECTORY)
+  file(GLOB libs RELATIVE ${libdir} ${libdir}/libkvpage_*.a ${libdir}/libkvpage_*.so)
+  file(READ ${KVPAGE_CHECKOUT}/docs/install.md doc)
+  if(NOT doc MATCHES "lib/libkvpage_{([a-z_,]+)}")
+    message(FATAL_ERROR "docs/install.md has no lib/libkvpage_{...} list")
+  endif()
+  string(REPLACE "," ";" documented "${CMAKE_MATCH_1}")
+  foreach(lib IN LISTS libs)
+    string(REGEX REPLACE "^libkvpage_(.*)\\.(a|so)$" "\\1" name ${lib})
+    if(NOT name IN_LIST documented)
+      message(FATAL_ERROR "docs/install.md does not list the installed ${lib}")
+    endif()
+  endforeach()
+endfunction()
+
+# kvpage.pc alone builds and links consumer_pkgconfig.cc (scheduler, block, model, kernel_ref).
+function(build_with_pkg_config pc_file)
+  find_program(PKG_CONFIG pkg-config)
+  if(NOT PKG_CONFIG)
+    message(STATUS "pkg-config not found: kvpage.pc not checked")
+    return()
+  endif()
+  get_filename_component(pc_dir ${pc_file} DIRECTORY)
+  set(ENV{PKG_CONFIG_PATH} ${pc_dir})
+  run(${PKG_CONFIG} --cflags --libs kvpage)
+  separate_arguments(flags UNIX_COMMAND "${run_output}")
+  run(${CXX_COMPILER} -std=c++20 ${KVPAGE_CHECKOUT}/tests/package/consumer/consumer_pkgconfig.cc
+      ${flags} -o ${WORK}/consumer_pkgconfig)
+  run(${WORK}/consumer_pkgconfig)
+  expect_output("consumer_pkgconfig ok")
+  message(STATUS "${run_output}")
+endfunction()
+
+# The CUDA targets are optional in the package: a consumer without the CUDA toolkit (here
+# CMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit) finds kvpage::kvpage in an install built with them,
+# and `COMPONENTS cuda` fails without the toolkit or on an install built without CUDA.
+function(check_cuda_component)
+  file(GLOB cuda_targets ${prefix}/lib*/cmake/kvpage/kvpageCudaTargets.cmake
+                         ${prefix}/lib/*/cmake/kvpage/kvpageCudaTargets.cmake)
+  set(args ${configure_args} -DKVPAGE_REQUIRE_CUDA=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${KVPAGE_CHECKOUT}/tests/package/consumer
+                          -B ${WORK}/build-cuda-required ${args}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "find_package(kvpage COMPONENTS cuda) succeeded without CUDA:\n${out}")
+  endif()
+  if(NOT cuda_targets)
+    message(STATUS "kvpage built without CUDA: the CPU-only consumer is the main check")
+    return()
+  endif()
+  run(${CMAKE_COMMAND} -S ${KVPAGE_CHECKOUT}/tests/package/consumer -B ${WORK}/build-no-cuda
+      ${configure_args} -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+  run(${CMAKE_COMMAND} --build ${WORK}/build-no-cuda --target consumer_model -j 2)
+  run(${WORK}/build-no-cuda/consumer_model)
+  expect_output("consumer_model ok")
+  message(STATUS "without the CUDA toolkit: ${run_output}")
 endfunction()
 
 file(REMOVE_RECURSE ${WORK})
@@ -58,7 +122,11 @@ if(MODE STREQUAL "find_package")
   if(NOT pc_files)
     message(FATAL_ERROR "kvpage.pc not installed")
   endif()
+  list(GET pc_files 0 pc_file)
+  check_documented_libraries(${pc_file})
+  build_with_pkg_config(${pc_file})
   list(APPEND configure_args -DCMAKE_PREFIX_PATH=${prefix})
+  check_cuda_component()
 
   # The CLI: from the moved prefix, in a directory without the trace, with no override.
   unset(ENV{KVPAGE_DATA_DIR})

@@ -42,8 +42,8 @@ absl::StatusOr<int64_t> Serve(const ModelSpec& model,
   int64_t finished = 0;
   while (scheduler.HasUnfinishedRequests()) {
     const SchedulerOutput& out = scheduler.Schedule();
-    // Before the forward pass: zero out.slots_to_zero, run out.state_copies (recurrent
-    // state). The pass reads, per attention group g, out.attention[g].block_table (one row per
+    // Before the forward pass: zero out.slots_to_zero (new recurrent-state slots). The
+    // pass reads, per attention group g, out.attention[g].block_table (one row per
     // running request), writes new K/V at out.attention[g].slot_mapping, and uses
     // out.query_start_loc and out.seq_lens per row.
     ModelOutput sampled = RunForwardPass(out);

@@ -1,6 +1,7 @@
 // Batched slot copies: KV blocks and recurrent-state slots of every layer of a group in one
-// launch (the block manager's snapshot and copy-on-write copies), and zeroing of newly
-// allocated state slots. Built only with KVPAGE_BUILD_CUDA. Layouts: kvpage/kernel_layout.h.
+// launch (for a server's own moves; the block manager never asks for one), and zeroing of
+// newly allocated state slots (SchedulerOutput::slots_to_zero). Built only with
+// KVPAGE_BUILD_CUDA. Layouts: kvpage/kernel_layout.h.
 #ifndef KVPAGE_CUDA_COPY_SLOTS_H_
 #define KVPAGE_CUDA_COPY_SLOTS_H_
 

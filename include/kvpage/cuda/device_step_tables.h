@@ -50,9 +50,9 @@ class DeviceStepTables {
   // SchedulerOutput::attention order: int32 [max_rows, max_blocks_per_row] and int64 [tokens].
   const int32_t* block_table(size_t a) const;
   const int64_t* slot_mapping(size_t a) const;
-  const int32_t* query_start_loc() const;  // int32 [num_rows + 1]
-  const int32_t* seq_lens() const;         // int32 [num_rows]
-  // Per state group s: int32 [num_rows].
+  const int32_t* query_start_loc() const;  // int32 [num_padded_rows + 1]
+  const int32_t* seq_lens() const;         // int32 [num_padded_rows]
+  // Per state group s: int32 [num_padded_rows].
   const int32_t* read_slots(size_t s) const;
   const int32_t* write_slots(size_t s) const;
   const StepImageLayout& layout() const { return layout_; }

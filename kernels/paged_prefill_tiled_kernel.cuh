@@ -52,6 +52,10 @@ KVPAGE_HOST_DEVICE constexpr int32_t TileTokens(int32_t group) {
   return kPrefillTileRows / group;
 }
 
+// Resident CTAs per SM the tiled kernel is compiled for (3 x 4 warps up to head_dim 128, at
+// most 168 registers; 2 at 256, whose O and Q fragments alone take 192 registers a lane).
+constexpr int PrefillMinCtas(int head_dim) { return head_dim <= 128 ? 3 : 2; }
+
 // Whether PagedPrefill takes the tiled kernel: tensor cores asked for (the checks that come
 // with them, f16/bf16, head_dim 64/128/256 and block_size % 16 == 0, already passed), one
 // split, and a GQA group that fits a tile's rows. Otherwise the per-token decode path runs.
@@ -193,7 +197,7 @@ __device__ __forceinline__ void ZeroPrefillTile(const PrefillTiledArgs& a, const
 }
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kPrefillThreads)
+__global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
     PagedPrefillTiledKernel(const PrefillTiledArgs a) {
   constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks of a token row
   constexpr int kKSteps = kHeadDim / 16;        // k steps of S = Q K^T
@@ -237,6 +241,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
                               ? AttendedRange(max(tile.pos0 + warp_tok_lo, 0) + 1,
                                               a.window_left).begin
                               : 0x7fffffff;
+  // The smallest position and the largest window start of the warp's rows (for the mask).
+  const int32_t warp_pos_lo = tile.pos0 + warp_tok_lo;
+  const int32_t warp_begin_hi =
+      warp_tok_lo <= warp_tok_hi ? AttendedRange(max(warp_hi, 0) + 1, a.window_left).begin : 0;
 
   // Q as A fragments: qa[ks] = rows g, g + 8 of dims 16 ks + 2q (+1) and + 8.
   uint32_t qa[kKSteps][4];
@@ -267,23 +275,34 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int32_t* table_row = a.table + static_cast<int64_t>(tile.seq) * a.row_stride;
   const T* cache = static_cast<const T*>(a.cache) + kv_head * a.head_stride;
 
-  // Issues the cp.async copies of K/V tile i into `stage`.
+  // Issues the cp.async copies of K/V tile i into `stage`. A thread's rows are
+  // kCopyRows apart (< block_size), so one division finds the first row's block and the
+  // others step along.
+  constexpr int kCopyRows = kPrefillThreads / kChunks;
+  const int32_t copy_row = static_cast<int32_t>(threadIdx.x) / kChunks;
+  const int32_t copy_chunk = static_cast<int32_t>(threadIdx.x) % kChunks;
   auto issue = [&](int32_t i, int32_t stage) {
     char* k_dst = smem_bytes + stage * 2 * kTileBytes;
+    const int32_t t0 = kv_start + i * kKvTokens + copy_row;
+    int32_t block_index = t0 / a.block_size, offset = t0 % a.block_size;
 #pragma unroll
     for (int c = 0; c < kThreadCopies; ++c) {
-      const int32_t e = static_cast<int32_t>(threadIdx.x) + kPrefillThreads * c;
-      const int32_t r = e / kChunks, chunk = e % kChunks;
-      const int32_t t = kv_start + i * kKvTokens + r;
+      const int32_t r = copy_row + kCopyRows * c;
+      const int32_t t = t0 + kCopyRows * c;
       const bool valid = t >= range.begin && t < range.end;
       const T* src = cache;
       if (valid) {
-        const int64_t block = __ldg(table_row + t / a.block_size);
-        src = cache + block * a.block_stride + (t % a.block_size) * a.token_stride + chunk * 8;
+        const int64_t block = __ldg(table_row + block_index);
+        src = cache + block * a.block_stride + offset * a.token_stride + copy_chunk * 8;
       }
-      const int32_t at = r * kRowBytes + ((chunk ^ (r & 7)) * 16);
+      const int32_t at = r * kRowBytes + ((copy_chunk ^ (r & 7)) * 16);
       CpAsync16(k_dst + at, src, valid);
       CpAsync16(k_dst + kTileBytes + at, src + a.kv_stride, valid);
+      offset += kCopyRows;
+      if (offset >= a.block_size) {
+        offset -= a.block_size;
+        ++block_index;
+      }
     }
   };
 
@@ -314,6 +333,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
     __syncthreads();
     const int32_t start = kv_start + i * kKvTokens;
     if (warp_hi >= start && warp_lo < start + kKvTokens) {
+      // Every row of the warp sees every key of the tile: no mask needed.
+      const bool full = start + kKvTokens - 1 <= warp_pos_lo && start >= warp_begin_hi;
       const char* k_tile = smem_bytes + (i % kPrefillStages) * 2 * kTileBytes;
       const char* v_tile = k_tile + kTileBytes;
       float s[kKeyTiles][4];
@@ -336,20 +357,30 @@ __global__ void __launch_bounds__(kPrefillThreads)
           Mma16816<T>(s[2 * kp + 1], qa[ks], b1);
         }
       }
-      // Mask and online softmax of rows g (h = 0) and g + 8 (h = 1).
+      // Scale, mask (only tiles that cross a row's causal or window edge), then the online
+      // softmax of rows g (h = 0) and g + 8 (h = 1).
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] *= a.scale_log2;
+      }
+      if (!full) {
+#pragma unroll
+        for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int32_t t = start + 8 * j + 2 * q + e % 2;
+            if (t < row_begin[e / 2] || t > row_pos[e / 2]) s[j][e] = -INFINITY;
+          }
+        }
+      }
       float corr[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float m_new = m_run[h];
 #pragma unroll
         for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int32_t t = start + 8 * j + 2 * q + e;
-            float& x = s[j][2 * h + e];
-            x = t >= row_begin[h] && t <= row_pos[h] ? x * a.scale_log2 : -INFINITY;
-            m_new = fmaxf(m_new, x);
-          }
+          m_new = fmaxf(m_new, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
         }
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));

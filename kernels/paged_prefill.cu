@@ -32,15 +32,17 @@ TiledKernelFn TiledKernelFor(int32_t head_dim) {
 }
 
 // The tiled path (paged_prefill_tiled_kernel.cuh): the work list into the front of the
-// workspace, then one CTA per tile and KV head. REQUIRES: arguments validated, tensor cores
-// allowed for this cache (f16/bf16, head_dim 64/128/256, block_size % 16 == 0).
+// workspace, then one CTA per tile, KV head and split, and with splits the merge of the
+// partials kept in split_workspace. REQUIRES: arguments validated, tensor cores allowed for
+// this cache (f16/bf16, head_dim 64/128/256, block_size % 16 == 0).
 absl::Status LaunchTiledPrefill(void* out, const void* q, int64_t q_token_stride,
                                 const int32_t* query_start_loc, int32_t total_tokens,
                                 const KvCacheView& cache, const BlockTableView& table,
-                                const DecodeParams& params, int32_t* work,
-                                cudaStream_t stream) {
-  const internal::PrefillTiledArgs a = internal::MakePrefillTiledArgs(
-      out, q, q_token_stride, query_start_loc, total_tokens, cache, table, params, work);
+                                const DecodeParams& params, const DecodePlan& plan,
+                                int32_t* work, void* split_workspace, cudaStream_t stream) {
+  const internal::PrefillTiledArgs a =
+      internal::MakePrefillTiledArgs(out, q, q_token_stride, query_start_loc, total_tokens,
+                                     cache, table, params, plan, work, split_workspace);
   const int32_t tile_tokens = internal::TileTokens(a.group_size);
   internal::PrefillWorkListKernel<<<1, internal::kWorkListThreads, 0, stream>>>(
       query_start_loc, table.num_seqs, total_tokens, tile_tokens, work);
@@ -49,14 +51,16 @@ absl::Status LaunchTiledPrefill(void* out, const void* q, int64_t q_token_stride
   const dim3 grid(
       static_cast<unsigned int>(internal::MaxPrefillTiles(total_tokens, table.num_seqs,
                                                           tile_tokens)),
-      static_cast<unsigned int>(cache.num_kv_heads));
+      static_cast<unsigned int>(cache.num_kv_heads), static_cast<unsigned int>(plan.num_splits));
   const TiledKernelFn kernel = cache.dtype == DType::kBF16
                                    ? TiledKernelFor<__nv_bfloat16>(cache.head_dim)
                                    : TiledKernelFor<__half>(cache.head_dim);
   kernel<<<grid, internal::kPrefillThreads, 0, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess) return internal::CudaStatus(err, "PagedPrefillTiledKernel");
-  return absl::OkStatus();
+  if (plan.num_splits == 1) return absl::OkStatus();
+  return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, total_tokens, params.num_q_heads,
+                         plan.num_splits, cache.head_dim, cache.dtype, stream);
 }
 
 }  // namespace
@@ -105,7 +109,7 @@ absl::Status PagedPrefill(void* out, const void* q, int64_t q_token_stride,
   if (internal::UseTiledPrefill(cache, params, plan)) {
     // The work list (at most total_tokens entries and a count) fits the rows and lengths.
     return LaunchTiledPrefill(out, q, q_token_stride, query_start_loc, total_tokens, cache,
-                              table, params, rows, stream);
+                              table, params, plan, rows, decode_ws, stream);
   }
   const int blocks =
       (total_tokens + internal::kPrefillRowsThreads - 1) / internal::kPrefillRowsThreads;

@@ -1,5 +1,5 @@
 // Tiled varlen paged prefill on tensor cores (FlashAttention-2 style): the path PagedPrefill
-// takes with plan.use_tensor_cores, one split and a GQA group of at most 64
+// takes with plan.use_tensor_cores and a GQA group of at most 64
 // (include/kvpage/cuda/paged_prefill.h).
 //
 // Design:
@@ -7,7 +7,7 @@
 //   [query_start_loc[b], query_start_loc[b + 1]) into tiles of TileTokens(group) tokens and
 //   writes each tile's first token into the workspace, padding tokens (outside
 //   [query_start_loc[0], query_start_loc[num_seqs])) as tiles of their own marked ~first.
-//   Grid (tile, kv_head): a decode is one tile, a 2,048-token chunk 2,048 / TileTokens tiles,
+//   Grid (tile, kv_head, split): a decode is one tile, a 2,048-token chunk 2,048 / TileTokens tiles,
 //   all in one launch.
 // - Tile = 64 rows = TileTokens tokens x the group's query heads (row r: token r / group,
 //   head r % group), so the query heads of one KV head share every K/V row read. 4 warps of
@@ -24,6 +24,9 @@
 //   skips it. Shared rows are XOR-swizzled by 16-byte chunk as in the tensor-core decode.
 // - Every K/V row of the tile's range is read once per tile, for all its rows (the emulated
 //   test counts the copies).
+// - Split-KV: split z takes SplitRange(tile's keys, chunk_tokens, z, num_splits); rows are
+//   clamped to it, and the normalised partial o and its lse go to ws_o / ws_lse for
+//   MergeAttnStates, as the decode kernels do.
 //
 // Layouts: q, out [total_tokens][num_q_heads][head_dim] (q token stride q_token_stride);
 // cache blocks-first NHD through the strides in PrefillTiledArgs; workspace work
@@ -57,12 +60,11 @@ KVPAGE_HOST_DEVICE constexpr int32_t TileTokens(int32_t group) {
 constexpr int PrefillMinCtas(int head_dim) { return head_dim <= 128 ? 3 : 2; }
 
 // Whether PagedPrefill takes the tiled kernel: tensor cores asked for (the checks that come
-// with them, f16/bf16, head_dim 64/128/256 and block_size % 16 == 0, already passed), one
-// split, and a GQA group that fits a tile's rows. Otherwise the per-token decode path runs.
+// with them, f16/bf16, head_dim 64/128/256 and block_size % 16 == 0, already passed) and a
+// GQA group that fits a tile's rows. Otherwise the per-token decode path runs.
 inline bool UseTiledPrefill(const KvCacheView& cache, const DecodeParams& params,
                             const DecodePlan& plan) {
-  return plan.use_tensor_cores && plan.num_splits == 1 &&
-         params.num_q_heads / cache.num_kv_heads <= kPrefillMaxGroup;
+  return plan.use_tensor_cores && params.num_q_heads / cache.num_kv_heads <= kPrefillMaxGroup;
 }
 
 // Upper bound of the work list's length: every sequence's tiles plus the padding's, never
@@ -94,6 +96,10 @@ struct PrefillTiledArgs {
   int32_t group_size;
   float scale_log2;
   int32_t window_left;
+  int32_t num_splits;
+  int32_t chunk_tokens;  // keys of a split (SplitRange over the tile's range)
+  float* ws_o;           // [total_tokens][num_q_heads][num_splits][head_dim]; null: 1 split
+  float* ws_lse;         // [total_tokens][num_q_heads][num_splits]
 };
 
 // Tiles of `tile_tokens` over each sequence's queries, then over the padding before and
@@ -181,7 +187,8 @@ __device__ __forceinline__ PrefillTile FindPrefillTile(const PrefillTiledArgs& a
   return t;
 }
 
-// Zeroes the outputs of a padding tile's tokens for this KV head's query heads.
+// Zeroes the outputs of a padding tile's tokens for this KV head's query heads (with splits:
+// writes empty partials of this split).
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void ZeroPrefillTile(const PrefillTiledArgs& a, const PrefillTile& t,
                                                 int32_t kv_head) {
@@ -190,9 +197,18 @@ __device__ __forceinline__ void ZeroPrefillTile(const PrefillTiledArgs& a, const
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < t.tokens * per_token; e += kPrefillThreads) {
     const int32_t token = t.first + e / per_token;
     const int32_t head = kv_head * a.group_size + e % per_token / kChunks;
-    T* dst = static_cast<T*>(a.out) +
-             (static_cast<int64_t>(token) * a.num_q_heads + head) * kHeadDim + e % kChunks * 8;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head;
+    if (a.ws_o == nullptr) {
+      T* dst = static_cast<T*>(a.out) + row * kHeadDim + e % kChunks * 8;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    // An empty partial (o 0, lse -inf): the merge writes the zero output.
+    const int64_t at = row * a.num_splits + blockIdx.z;
+    float4* dst = reinterpret_cast<float4*>(a.ws_o + at * kHeadDim + e % kChunks * 8);
+    dst[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    dst[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (e % kChunks == 0) a.ws_lse[at] = -INFINITY;
   }
 }
 
@@ -222,29 +238,44 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t g = lane / 4, q = lane % 4;
 
-  // This lane's two rows (16 warp + g and + 8): position p (-1: no row) and the first key.
+  // Keys of the whole tile, from the first row's window start to the last row's position,
+  // and this CTA's split of them.
+  const int32_t last_pos = tile.pos0 + tile.tokens - 1;
+  const TokenRange tile_range =
+      last_pos >= 0 ? TokenRange{AttendedRange(max(tile.pos0, 0) + 1, a.window_left).begin,
+                                 last_pos + 1}
+                    : TokenRange{0, 0};
+  const TokenRange range = SplitRange(tile_range, a.chunk_tokens,
+                                      static_cast<int32_t>(blockIdx.z), a.num_splits);
+
+  // This lane's two rows (16 warp + g and + 8): the first and last key each sees in this
+  // split (first > last: none).
   int32_t row_pos[2], row_begin[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int32_t r = 16 * warp + g + 8 * h;
     const int32_t tok = r / a.group_size;
     const bool real = tok < tile.tokens && tile.pos0 + tok >= 0;
-    row_pos[h] = real ? tile.pos0 + tok : -1;
-    row_begin[h] = real ? AttendedRange(row_pos[h] + 1, a.window_left).begin : 0;
+    row_pos[h] = real ? min(tile.pos0 + tok, range.end - 1) : -1;
+    row_begin[h] =
+        real ? max(AttendedRange(tile.pos0 + tok + 1, a.window_left).begin, range.begin) : 0;
   }
   // The warp's key range (uniform over the warp; positions and window starts grow with the
   // token): empty (lo > hi) when none of its rows is a query.
   const int32_t warp_tok_lo = 16 * warp / a.group_size;
   const int32_t warp_tok_hi = min((16 * warp + 15) / a.group_size, tile.tokens - 1);
-  const int32_t warp_hi = tile.pos0 + warp_tok_hi;
+  const int32_t warp_hi = min(tile.pos0 + warp_tok_hi, range.end - 1);
   const int32_t warp_lo = warp_tok_lo <= warp_tok_hi
-                              ? AttendedRange(max(tile.pos0 + warp_tok_lo, 0) + 1,
-                                              a.window_left).begin
+                              ? max(AttendedRange(max(tile.pos0 + warp_tok_lo, 0) + 1,
+                                                  a.window_left).begin, range.begin)
                               : 0x7fffffff;
-  // The smallest position and the largest window start of the warp's rows (for the mask).
-  const int32_t warp_pos_lo = tile.pos0 + warp_tok_lo;
+  // The smallest last key and the largest first key of the warp's rows (for the mask).
+  const int32_t warp_pos_lo = min(tile.pos0 + warp_tok_lo, range.end - 1);
   const int32_t warp_begin_hi =
-      warp_tok_lo <= warp_tok_hi ? AttendedRange(max(warp_hi, 0) + 1, a.window_left).begin : 0;
+      warp_tok_lo <= warp_tok_hi
+          ? max(AttendedRange(max(tile.pos0 + warp_tok_hi, 0) + 1, a.window_left).begin,
+                range.begin)
+          : 0;
 
   // Q as A fragments: qa[ks] = rows g, g + 8 of dims 16 ks + 2q (+1) and + 8.
   uint32_t qa[kKSteps][4];
@@ -263,12 +294,6 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
     }
   }
 
-  // Keys of the whole tile: from the first row's window start to the last row's position.
-  const int32_t last_pos = tile.pos0 + tile.tokens - 1;
-  const TokenRange range =
-      last_pos >= 0 ? TokenRange{AttendedRange(max(tile.pos0, 0) + 1, a.window_left).begin,
-                                 last_pos + 1}
-                    : TokenRange{0, 0};
   const int32_t kv_start = range.begin / 16 * 16;
   const int32_t num_kv_tiles =
       range.end > range.begin ? (range.end - kv_start + kKvTokens - 1) / kKvTokens : 0;
@@ -440,14 +465,26 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
     const int32_t tok = r / a.group_size;
     if (tok >= tile.tokens) continue;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    T* dst = static_cast<T*>(a.out) +
-             (static_cast<int64_t>(tile.first + tok) * a.num_q_heads + kv_head * a.group_size +
-              r % a.group_size) * kHeadDim + 2 * q;
+    const int64_t row = static_cast<int64_t>(tile.first + tok) * a.num_q_heads +
+                        kv_head * a.group_size + r % a.group_size;
+    if (a.ws_o == nullptr) {
+      T* dst = static_cast<T*>(a.out) + row * kHeadDim + 2 * q;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
+            PackPair<T>(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+      }
+      continue;
+    }
+    // Split-KV partial: normalised o and the natural-log sum of exp(score).
+    const int64_t at = row * a.num_splits + blockIdx.z;
+    float* dst = a.ws_o + at * kHeadDim + 2 * q;
 #pragma unroll
     for (int n = 0; n < kDimTiles; ++n) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * n) =
-          PackPair<T>(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+      *reinterpret_cast<float2*>(dst + 8 * n) =
+          make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
     }
+    if (q == 0) a.ws_lse[at] = l > 0.0f ? (m_run[h] + __log2f(l)) * kLn2 : -INFINITY;
   }
 }
 
@@ -457,7 +494,9 @@ inline PrefillTiledArgs MakePrefillTiledArgs(void* out, const void* q, int64_t q
                                              const int32_t* query_start_loc,
                                              int32_t total_tokens, const KvCacheView& cache,
                                              const BlockTableView& table,
-                                             const DecodeParams& params, const int32_t* work) {
+                                             const DecodeParams& params,
+                                             const DecodePlan& plan, const int32_t* work,
+                                             void* split_workspace) {
   PrefillTiledArgs a;
   a.out = out;
   a.q = q;
@@ -479,6 +518,13 @@ inline PrefillTiledArgs MakePrefillTiledArgs(void* out, const void* q, int64_t q
   a.group_size = params.num_q_heads / cache.num_kv_heads;
   a.scale_log2 = params.scale * kLog2e;
   a.window_left = params.window_left;
+  a.num_splits = plan.num_splits;
+  // One split covers the whole range whatever the planned chunk.
+  a.chunk_tokens = plan.num_splits == 1 ? 0x7fffffff : plan.chunk_tokens;
+  float* ws = static_cast<float*>(split_workspace);
+  const int64_t partial_rows = static_cast<int64_t>(total_tokens) * a.num_q_heads * plan.num_splits;
+  a.ws_o = plan.num_splits == 1 ? nullptr : ws;
+  a.ws_lse = plan.num_splits == 1 ? nullptr : ws + partial_rows * cache.head_dim;
   return a;
 }
 

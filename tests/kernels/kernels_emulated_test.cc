@@ -236,8 +236,17 @@ TEST(EmulatedKernelsTest, PagedDecodeWithAPlanForShorterSequences) {
 
 // ---- Paged prefill: varlen query chunks over the paged cache ----
 
+// The merge of split-KV partials over `rows` output rows, with the emulated launch.
+template <typename T>
+void LaunchMerge(void* out, const float* ws_o, const float* ws_lse, int64_t rows,
+                 int32_t splits, int32_t head_dim) {
+  Launch(dim3(static_cast<unsigned int>(rows)), dim3(internal::kMergeThreads),
+         internal::MergeKernel<T>, static_cast<T*>(out), static_cast<float*>(nullptr), ws_o,
+         ws_lse, splits, head_dim);
+}
+
 // The tiled path of PagedPrefill: the work list into `work` (total_tokens + 1 entries), then
-// one CTA per tile and KV head, with the emulated launches.
+// one CTA per tile, KV head and split, then the merge when there are splits.
 template <typename T>
 void LaunchTiledPrefill(const internal::PrefillTiledArgs& a, int32_t head_dim,
                         int32_t num_kv_heads, int32_t* work) {
@@ -246,11 +255,16 @@ void LaunchTiledPrefill(const internal::PrefillTiledArgs& a, int32_t head_dim,
          a.query_start_loc, a.num_seqs, a.total_tokens, tile_tokens, work);
   const dim3 grid(static_cast<unsigned int>(
                       internal::MaxPrefillTiles(a.total_tokens, a.num_seqs, tile_tokens)),
-                  static_cast<unsigned int>(num_kv_heads));
+                  static_cast<unsigned int>(num_kv_heads),
+                  static_cast<unsigned int>(a.num_splits));
   const dim3 block(internal::kPrefillThreads);
   if (head_dim == 64) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 64>, a);
   if (head_dim == 128) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 128>, a);
   if (head_dim == 256) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 256>, a);
+  if (a.num_splits > 1) {
+    LaunchMerge<T>(a.out, a.ws_o, a.ws_lse, int64_t{a.total_tokens} * a.num_q_heads,
+                   a.num_splits, head_dim);
+  }
 }
 
 // What PagedPrefill launches: the tiled kernel when UseTiledPrefill says so; otherwise
@@ -262,12 +276,14 @@ std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
   const KvCacheView view = p.View(cache.data());
   const BlockTableView table{p.table.data(), p.max_blocks, p.lens.data(), p.num_seqs()};
   const bool bf16 = p.c.dtype == DType::kBF16;
+  const int64_t out_rows = int64_t{total} * hq;
+  const int32_t splits = p.plan.num_splits;
+  std::vector<float> ws(splits > 1 ? out_rows * splits * (d + 1) : 0, NAN);
   if (internal::UseTiledPrefill(view, p.params, p.plan)) {
     std::vector<int32_t> work(static_cast<size_t>(total) + 1, -7);
-    const internal::PrefillTiledArgs a =
-        internal::MakePrefillTiledArgs(out.data(), p.q.data(), int64_t{hq} * d,
-                                       p.query_start_loc.data(), total, view, table, p.params,
-                                       work.data());
+    const internal::PrefillTiledArgs a = internal::MakePrefillTiledArgs(
+        out.data(), p.q.data(), int64_t{hq} * d, p.query_start_loc.data(), total, view, table,
+        p.params, p.plan, work.data(), ws.data());
     if (bf16) {
       LaunchTiledPrefill<__nv_bfloat16>(a, d, p.c.num_kv_heads, work.data());
     } else {
@@ -282,9 +298,6 @@ std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
          p.query_start_loc.data(), p.lens.data(), p.num_seqs(), total, rows.data(),
          lens.data());
   for (int32_t t = p.real_tokens; t < total; ++t) EXPECT_EQ(lens[t], 0) << "padding " << t;
-  const int64_t out_rows = int64_t{total} * hq;
-  const int32_t splits = p.plan.num_splits;
-  std::vector<float> ws(splits > 1 ? out_rows * splits * (d + 1) : 0, NAN);
   const internal::DecodeLaunch l = internal::MakePrefillLaunch(
       out.data(), p.q.data(), int64_t{hq} * d, view, table, total, rows.data(), lens.data(),
       p.params, p.plan, ws.data());
@@ -293,19 +306,10 @@ std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
   } else {
     LaunchDecode<__half>(l, d, false);
   }
-  if (splits > 1) {
-    const dim3 grid(static_cast<unsigned int>(out_rows));
-    const dim3 block(internal::kMergeThreads);
-    if (bf16) {
-      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
-             reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
-             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
-             splits, d);
-    } else {
-      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
-             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
-             static_cast<const float*>(l.args.ws_lse), splits, d);
-    }
+  if (splits > 1 && bf16) {
+    LaunchMerge<__nv_bfloat16>(out.data(), l.args.ws_o, l.args.ws_lse, out_rows, splits, d);
+  } else if (splits > 1) {
+    LaunchMerge<__half>(out.data(), l.args.ws_o, l.args.ws_lse, out_rows, splits, d);
   }
   EXPECT_EQ(cache, p.cache) << "prefill wrote to the cache";
   return out;
@@ -332,8 +336,8 @@ TEST(EmulatedKernelsTest, PagedPrefillMatchesReference) {
   }
 }
 
-// The tiled kernel (tensor cores, one split) on the same mixed batches: GQA 1, 4, 6 and 8,
-// head_dim 64, 128 and 256, blocks of 16 and 32, sliding windows inside the chunks. With
+// The tiled kernel (tensor cores) on the same mixed batches: GQA 1, 4, 6 and 8, head_dim 64,
+// 128 and 256, blocks of 16 and 32, sliding windows inside the chunks, split-KV. With
 // group 8 a tile holds 8 tokens, so the 37-token prompt takes 5 tiles; with head_dim 64 a K/V
 // tile holds 64 tokens, so the 129-token decode reads 3.
 TEST(EmulatedKernelsTest, PagedPrefillTiledMatchesReference) {
@@ -346,6 +350,8 @@ TEST(EmulatedKernelsTest, PagedPrefillTiledMatchesReference) {
       {DType::kF16, 1, 8, 128, 16, 30, true, 1},
       {DType::kBF16, 1, 1, 256, 32, 45, true, 1},
       {DType::kBF16, 1, 6, 128, 16, -1, true, 1},  // 10 tokens a tile, 4 rows idle
+      {DType::kBF16, 1, 4, 128, 16, -1, true, 3},  // split-KV: 32 keys a split, then the rest
+      {DType::kF16, 2, 8, 64, 32, 30, true, 2},    // split-KV inside a window
   };
   uint32_t seed = 900;
   for (const check::PrefillCase& c : cases) {
@@ -386,7 +392,8 @@ TEST(EmulatedKernelsTest, PagedPrefillTiledReadsEachBlockOncePerTile) {
   const KvCacheView view = BlocksFirstKvCache(cache.data(), kBlocks, kBs, 1, kD, DType::kBF16);
   const BlockTableView tv{table.data(), kBlocks, lens.data(), 1};
   const DecodeParams params{1, 0.125f, -1};
-  ASSERT_TRUE(internal::UseTiledPrefill(view, params, DecodePlan{1, 0, true}));
+  const DecodePlan plan{1, 0, true};
+  ASSERT_TRUE(internal::UseTiledPrefill(view, params, plan));
 
   std::vector<uint16_t> out(q.size(), kHalfNan);
   std::vector<int32_t> work(kChunk + 1, -7);
@@ -396,7 +403,7 @@ TEST(EmulatedKernelsTest, PagedPrefillTiledReadsEachBlockOncePerTile) {
   emulation::cp_async_observer = &BlockReads::Observe;
   LaunchTiledPrefill<__nv_bfloat16>(
       internal::MakePrefillTiledArgs(out.data(), q.data(), kD, qsl.data(), kChunk, view, tv,
-                                     params, work.data()),
+                                     params, plan, work.data(), nullptr),
       kD, 1, work.data());
   emulation::cp_async_observer = nullptr;
 

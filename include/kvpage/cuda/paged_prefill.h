@@ -35,9 +35,10 @@ int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
 // The query at position p attends to AttendedRange(p + 1, window_left): causal within its
 // chunk, the cached prefix in full, within the sliding window when there is one.
 // Two paths (docs/kernels.md, "paged_prefill"):
-// - plan.use_tensor_cores, plan.num_splits == 1 and at most 64 query heads per KV head: the
-//   tiled tensor-core kernel. Tiles of query tokens x the query heads of one KV head share
-//   each K/V tile, so a chunk reads each K/V row once per tile of 64 / group tokens.
+// - plan.use_tensor_cores and at most 64 query heads per KV head: the tiled tensor-core
+//   kernel. Tiles of query tokens x the query heads of one KV head share each K/V tile, so a
+//   chunk reads each K/V row once per tile of 64 / group tokens; plan.num_splits splits
+//   each tile's key range (merged by MergeAttnStates).
 // - otherwise: each query computed as PagedDecode computes a sequence of length p + 1 (same
 //   kernels, same plan: plan.num_splits splits each query's range), every query reading its
 //   own K/V range; exact and cheap for decodes and short chunks, q·n rows for a long chunk.

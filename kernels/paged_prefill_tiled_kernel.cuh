@@ -212,6 +212,145 @@ __device__ __forceinline__ void ZeroPrefillTile(const PrefillTiledArgs& a, const
   }
 }
 
+// The query rows one lane holds (16 warp + g and + 8) and its warp's, in one split.
+struct PrefillRows {
+  int32_t pos[2];    // the last key each row sees (its position, clamped to the split)
+  int32_t begin[2];  // the first (window start or split start); begin > pos: none
+  // Over the warp (positions and window starts grow with the token): the keys any row sees
+  // (lo > hi: none), the smallest last key and the largest first key (no mask inside).
+  int32_t warp_lo, warp_hi, warp_pos_lo, warp_begin_hi;
+};
+
+__device__ __forceinline__ PrefillRows MakePrefillRows(const PrefillTiledArgs& a,
+                                                       const PrefillTile& tile,
+                                                       const TokenRange& range, int32_t warp,
+                                                       int32_t g) {
+  PrefillRows rows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t r = 16 * warp + g + 8 * h;
+    const int32_t tok = r / a.group_size;
+    const bool real = tok < tile.tokens && tile.pos0 + tok >= 0;
+    rows.pos[h] = real ? min(tile.pos0 + tok, range.end - 1) : -1;
+    rows.begin[h] =
+        real ? max(AttendedRange(tile.pos0 + tok + 1, a.window_left).begin, range.begin) : 0;
+  }
+  const int32_t warp_tok_lo = 16 * warp / a.group_size;
+  const int32_t warp_tok_hi = min((16 * warp + 15) / a.group_size, tile.tokens - 1);
+  rows.warp_hi = min(tile.pos0 + warp_tok_hi, range.end - 1);
+  rows.warp_lo = warp_tok_lo <= warp_tok_hi
+                      ? max(AttendedRange(max(tile.pos0 + warp_tok_lo, 0) + 1,
+                                          a.window_left).begin, range.begin)
+                      : 0x7fffffff;
+  rows.warp_pos_lo = min(tile.pos0 + warp_tok_lo, range.end - 1);
+  rows.warp_begin_hi =
+      warp_tok_lo <= warp_tok_hi
+          ? max(AttendedRange(max(tile.pos0 + warp_tok_hi, 0) + 1, a.window_left).begin,
+                range.begin)
+          : 0;
+  return rows;
+}
+
+// One K/V tile of the online softmax for the lane's rows g (h = 0) and g + 8 (h = 1): scales
+// the scores s (C fragments of keys start + 8 j + 2 q (+1)), masks them unless `full` (no row
+// crosses its causal or window edge inside the tile), turns them into weights, and rescales
+// O, the running maxima (log2 domain, equal over the quad) and the lane's partial sums.
+template <int kKeyTiles, int kDimTiles>
+__device__ __forceinline__ void SoftmaxStep(const PrefillRows& rows, int32_t start, int32_t q,
+                                            bool full, float scale_log2,
+                                            float (&s)[kKeyTiles][4], float (&o)[kDimTiles][4],
+                                            float (&m_run)[2], float (&l_part)[2]) {
+#pragma unroll
+  for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+  }
+  if (!full) {
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int32_t t = start + 8 * j + 2 * q + e % 2;
+        if (t < rows.begin[e / 2] || t > rows.pos[e / 2]) s[j][e] = -INFINITY;
+      }
+    }
+  }
+  float corr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m_new = m_run[h];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+      m_new = fmaxf(m_new, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    }
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+    const bool empty = m_new == -INFINITY;
+    corr[h] = empty ? 1.0f : exp2f(m_run[h] - m_new);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[j][2 * h + e];
+        x = empty ? 0.0f : exp2f(x - m_new);
+        sum += x;
+      }
+    }
+    l_part[h] = l_part[h] * corr[h] + sum;
+    m_run[h] = m_new;
+  }
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+    o[n][0] *= corr[0];
+    o[n][1] *= corr[0];
+    o[n][2] *= corr[1];
+    o[n][3] *= corr[1];
+  }
+}
+
+// Normalises and stores the lane's two rows (dims 8 n + 2 q, + 1): to out, or as the
+// split's partial (o and its natural-log lse) to ws_o / ws_lse.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void StorePrefillRows(const PrefillTiledArgs& a,
+                                                 const PrefillTile& tile, int32_t kv_head,
+                                                 int32_t warp, int32_t lane,
+                                                 const float (&o)[kHeadDim / 8][4],
+                                                 const float (&m_run)[2], float (&l_part)[2]) {
+  constexpr int kDimTiles = kHeadDim / 8;
+  const int32_t g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_part[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int32_t r = 16 * warp + g + 8 * h;
+    const int32_t tok = r / a.group_size;
+    if (tok >= tile.tokens) continue;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t row = static_cast<int64_t>(tile.first + tok) * a.num_q_heads +
+                        kv_head * a.group_size + r % a.group_size;
+    if (a.ws_o == nullptr) {
+      T* dst = static_cast<T*>(a.out) + row * kHeadDim + 2 * q;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
+            PackPair<T>(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+      }
+      continue;
+    }
+    // Split-KV partial: normalised o and the natural-log sum of exp(score).
+    const int64_t at = row * a.num_splits + blockIdx.z;
+    float* dst = a.ws_o + at * kHeadDim + 2 * q;
+#pragma unroll
+    for (int n = 0; n < kDimTiles; ++n) {
+      *reinterpret_cast<float2*>(dst + 8 * n) =
+          make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+    }
+    if (q == 0) a.ws_lse[at] = l > 0.0f ? (m_run[h] + __log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
     PagedPrefillTiledKernel(const PrefillTiledArgs a) {
@@ -248,34 +387,7 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
   const TokenRange range = SplitRange(tile_range, a.chunk_tokens,
                                       static_cast<int32_t>(blockIdx.z), a.num_splits);
 
-  // This lane's two rows (16 warp + g and + 8): the first and last key each sees in this
-  // split (first > last: none).
-  int32_t row_pos[2], row_begin[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int32_t r = 16 * warp + g + 8 * h;
-    const int32_t tok = r / a.group_size;
-    const bool real = tok < tile.tokens && tile.pos0 + tok >= 0;
-    row_pos[h] = real ? min(tile.pos0 + tok, range.end - 1) : -1;
-    row_begin[h] =
-        real ? max(AttendedRange(tile.pos0 + tok + 1, a.window_left).begin, range.begin) : 0;
-  }
-  // The warp's key range (uniform over the warp; positions and window starts grow with the
-  // token): empty (lo > hi) when none of its rows is a query.
-  const int32_t warp_tok_lo = 16 * warp / a.group_size;
-  const int32_t warp_tok_hi = min((16 * warp + 15) / a.group_size, tile.tokens - 1);
-  const int32_t warp_hi = min(tile.pos0 + warp_tok_hi, range.end - 1);
-  const int32_t warp_lo = warp_tok_lo <= warp_tok_hi
-                              ? max(AttendedRange(max(tile.pos0 + warp_tok_lo, 0) + 1,
-                                                  a.window_left).begin, range.begin)
-                              : 0x7fffffff;
-  // The smallest last key and the largest first key of the warp's rows (for the mask).
-  const int32_t warp_pos_lo = min(tile.pos0 + warp_tok_lo, range.end - 1);
-  const int32_t warp_begin_hi =
-      warp_tok_lo <= warp_tok_hi
-          ? max(AttendedRange(max(tile.pos0 + warp_tok_hi, 0) + 1, a.window_left).begin,
-                range.begin)
-          : 0;
+  const PrefillRows rows = MakePrefillRows(a, tile, range, warp, g);
 
   // Q as A fragments: qa[ks] = rows g, g + 8 of dims 16 ks + 2q (+1) and + 8.
   uint32_t qa[kKSteps][4];
@@ -357,9 +469,9 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
     CpAsyncWait<kPrefillStages - 1>();
     __syncthreads();
     const int32_t start = kv_start + i * kKvTokens;
-    if (warp_hi >= start && warp_lo < start + kKvTokens) {
+    if (rows.warp_hi >= start && rows.warp_lo < start + kKvTokens) {
       // Every row of the warp sees every key of the tile: no mask needed.
-      const bool full = start + kKvTokens - 1 <= warp_pos_lo && start >= warp_begin_hi;
+      const bool full = start + kKvTokens - 1 <= rows.warp_pos_lo && start >= rows.warp_begin_hi;
       const char* k_tile = smem_bytes + (i % kPrefillStages) * 2 * kTileBytes;
       const char* v_tile = k_tile + kTileBytes;
       float s[kKeyTiles][4];
@@ -382,55 +494,7 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
           Mma16816<T>(s[2 * kp + 1], qa[ks], b1);
         }
       }
-      // Scale, mask (only tiles that cross a row's causal or window edge), then the online
-      // softmax of rows g (h = 0) and g + 8 (h = 1).
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] *= a.scale_log2;
-      }
-      if (!full) {
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int32_t t = start + 8 * j + 2 * q + e % 2;
-            if (t < row_begin[e / 2] || t > row_pos[e / 2]) s[j][e] = -INFINITY;
-          }
-        }
-      }
-      float corr[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float m_new = m_run[h];
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-          m_new = fmaxf(m_new, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        }
-        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-        const bool empty = m_new == -INFINITY;
-        corr[h] = empty ? 1.0f : exp2f(m_run[h] - m_new);
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[j][2 * h + e];
-            x = empty ? 0.0f : exp2f(x - m_new);
-            sum += x;
-          }
-        }
-        l_part[h] = l_part[h] * corr[h] + sum;
-        m_run[h] = m_new;
-      }
-#pragma unroll
-      for (int n = 0; n < kDimTiles; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
-      }
+      SoftmaxStep<kKeyTiles, kDimTiles>(rows, start, q, full, a.scale_log2, s, o, m_run, l_part);
       // O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A fragment of k step kk.
 #pragma unroll
       for (int kk = 0; kk < kKvTokens / 16; ++kk) {
@@ -455,37 +519,7 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
   }
   CpAsyncWait<0>();
 
-  // Normalise and store the lane's two rows: dims 8n + 2q, + 1.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_part[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int32_t r = 16 * warp + g + 8 * h;
-    const int32_t tok = r / a.group_size;
-    if (tok >= tile.tokens) continue;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t row = static_cast<int64_t>(tile.first + tok) * a.num_q_heads +
-                        kv_head * a.group_size + r % a.group_size;
-    if (a.ws_o == nullptr) {
-      T* dst = static_cast<T*>(a.out) + row * kHeadDim + 2 * q;
-#pragma unroll
-      for (int n = 0; n < kDimTiles; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
-            PackPair<T>(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
-      }
-      continue;
-    }
-    // Split-KV partial: normalised o and the natural-log sum of exp(score).
-    const int64_t at = row * a.num_splits + blockIdx.z;
-    float* dst = a.ws_o + at * kHeadDim + 2 * q;
-#pragma unroll
-    for (int n = 0; n < kDimTiles; ++n) {
-      *reinterpret_cast<float2*>(dst + 8 * n) =
-          make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
-    }
-    if (q == 0) a.ws_lse[at] = l > 0.0f ? (m_run[h] + __log2f(l)) * kLn2 : -INFINITY;
-  }
+  StorePrefillRows<T, kHeadDim>(a, tile, kv_head, warp, lane, o, m_run, l_part);
 }
 
 // Kernel arguments of one PagedPrefill call on the tiled path, shared by the launcher and

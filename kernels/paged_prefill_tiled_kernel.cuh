@@ -7,8 +7,8 @@
 //   [query_start_loc[b], query_start_loc[b + 1]) into tiles of TileTokens(group) tokens and
 //   writes each tile's first token into the workspace, padding tokens (outside
 //   [query_start_loc[0], query_start_loc[num_seqs])) as tiles of their own marked ~first.
-//   Grid (tile, kv_head, split): a decode is one tile, a 2,048-token chunk 2,048 / TileTokens tiles,
-//   all in one launch.
+//   Grid (tile, kv_head, split): a decode is one tile, a 2,048-token chunk 2,048 / TileTokens
+//   tiles, all in one launch.
 // - Tile = 64 rows = TileTokens tokens x the group's query heads (row r: token r / group,
 //   head r % group), so the query heads of one KV head share every K/V row read. 4 warps of
 //   16 rows; Q stays in registers as mma A fragments.
@@ -194,7 +194,8 @@ __device__ __forceinline__ void ZeroPrefillTile(const PrefillTiledArgs& a, const
                                                 int32_t kv_head) {
   constexpr int kChunks = kHeadDim / 8;
   const int32_t per_token = a.group_size * kChunks;
-  for (int32_t e = static_cast<int32_t>(threadIdx.x); e < t.tokens * per_token; e += kPrefillThreads) {
+  const int32_t count = t.tokens * per_token;
+  for (int32_t e = static_cast<int32_t>(threadIdx.x); e < count; e += kPrefillThreads) {
     const int32_t token = t.first + e / per_token;
     const int32_t head = kv_head * a.group_size + e % per_token / kChunks;
     const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head;
@@ -316,7 +317,8 @@ __device__ __forceinline__ void StorePrefillRows(const PrefillTiledArgs& a,
                                                  const PrefillTile& tile, int32_t kv_head,
                                                  int32_t warp, int32_t lane,
                                                  const float (&o)[kHeadDim / 8][4],
-                                                 const float (&m_run)[2], float (&l_part)[2]) {
+                                                 const float (&m_run)[2],
+                                                 const float (&l_part)[2]) {
   constexpr int kDimTiles = kHeadDim / 8;
   const int32_t g = lane / 4, q = lane % 4;
 #pragma unroll
@@ -348,6 +350,90 @@ __device__ __forceinline__ void StorePrefillRows(const PrefillTiledArgs& a,
           make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
     }
     if (q == 0) a.ws_lse[at] = l > 0.0f ? (m_run[h] + __log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+// Q as A fragments: qa[ks] = the lane's rows g, g + 8 of dims 16 ks + 2q (+1) and + 8 (zero
+// for rows that are no query).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void LoadQFragments(const PrefillTiledArgs& a, const PrefillTile& tile,
+                                               int32_t kv_head, int32_t warp, int32_t lane,
+                                               uint32_t (&qa)[kHeadDim / 16][4]) {
+  constexpr int kKSteps = kHeadDim / 16;
+  const int32_t g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t r = 16 * warp + g + 8 * h;
+    const int32_t tok = r / a.group_size;
+    const bool real = tok < tile.tokens;
+    const T* q_row = static_cast<const T*>(a.q) +
+                     static_cast<int64_t>(tile.first + (real ? tok : 0)) * a.q_token_stride +
+                     (kv_head * a.group_size + r % a.group_size) * kHeadDim;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      qa[ks][h] = real ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * q) : 0u;
+      qa[ks][h + 2] = real ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * q) : 0u;
+    }
+  }
+}
+
+// S = Q K^T of one K/V tile (rows [16 tokens][kHeadDim / 8 swizzled chunks] in shared
+// memory): s[j] = the C fragment of keys 8 j .. 8 j + 7. K is read by ldmatrix in pairs of
+// 8-key matrices (rows 0-7 / 8-15 with the two chunk halves), as in the tensor-core decode.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void TileScores(const uint32_t (&qa)[kHeadDim / 16][4],
+                                           const char* k_tile, int32_t lane,
+                                           float (&s)[512 / kHeadDim][4]) {
+  constexpr int kKSteps = kHeadDim / 16, kKeyTiles = 512 / kHeadDim, kRowBytes = kHeadDim * 2;
+  const int32_t k_row = (lane & 7) + ((lane >> 4) << 3), k_half = (lane >> 3) & 1;
+#pragma unroll
+  for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  }
+#pragma unroll
+  for (int kp = 0; kp < kKeyTiles / 2; ++kp) {  // 16 keys a pass
+    const int32_t row = 16 * kp + k_row;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      uint32_t kb[4];
+      const int32_t chunk = 2 * ks + k_half;
+      LdMatrixX4(kb, k_tile + row * kRowBytes + ((chunk ^ (row & 7)) * 16));
+      const uint32_t b0[2] = {kb[0], kb[1]};
+      const uint32_t b1[2] = {kb[2], kb[3]};
+      Mma16816<T>(s[2 * kp], qa[ks], b0);
+      Mma16816<T>(s[2 * kp + 1], qa[ks], b1);
+    }
+  }
+}
+
+// O += P V for one K/V tile: P's C fragments of key tiles 2 kk, 2 kk + 1 are the A fragment
+// of k step kk; V is read by ldmatrix.trans, matrices 0/1 giving b0/b1 of dim tile 2 np and
+// 2/3 those of 2 np + 1.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void AccumulatePV(const float (&s)[512 / kHeadDim][4],
+                                             const char* v_tile, int32_t lane,
+                                             float (&o)[kHeadDim / 8][4]) {
+  constexpr int kKvTokens = 4096 / kHeadDim, kDimTiles = kHeadDim / 8;
+  constexpr int kRowBytes = kHeadDim * 2;
+  const int32_t v_row = (lane & 7) + (((lane >> 3) & 1) << 3), v_half = lane >> 4;
+#pragma unroll
+  for (int kk = 0; kk < kKvTokens / 16; ++kk) {
+    const uint32_t pa[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]),
+                            PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                            PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const int32_t row = 16 * kk + v_row;
+#pragma unroll
+    for (int np = 0; np < kDimTiles / 2; ++np) {
+      uint32_t vb[4];
+      const int32_t chunk = 2 * np + v_half;
+      LdMatrixX4Trans(vb, v_tile + row * kRowBytes + ((chunk ^ (row & 7)) * 16));
+      const uint32_t b0[2] = {vb[0], vb[1]};
+      const uint32_t b1[2] = {vb[2], vb[3]};
+      Mma16816<T>(o[2 * np], pa, b0);
+      Mma16816<T>(o[2 * np + 1], pa, b1);
+    }
   }
 }
 
@@ -389,22 +475,8 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
 
   const PrefillRows rows = MakePrefillRows(a, tile, range, warp, g);
 
-  // Q as A fragments: qa[ks] = rows g, g + 8 of dims 16 ks + 2q (+1) and + 8.
   uint32_t qa[kKSteps][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int32_t r = 16 * warp + g + 8 * h;
-    const int32_t tok = r / a.group_size;
-    const bool real = tok < tile.tokens;
-    const T* q_row = static_cast<const T*>(a.q) +
-                     static_cast<int64_t>(tile.first + (real ? tok : 0)) * a.q_token_stride +
-                     (kv_head * a.group_size + r % a.group_size) * kHeadDim;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      qa[ks][h] = real ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * q) : 0u;
-      qa[ks][h + 2] = real ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * q) : 0u;
-    }
-  }
+  LoadQFragments<T, kHeadDim>(a, tile, kv_head, warp, lane, qa);
 
   const int32_t kv_start = range.begin / 16 * 16;
   const int32_t num_kv_tiles =
@@ -452,11 +524,6 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
   float m_run[2] = {-INFINITY, -INFINITY};  // log2 domain, the same over the lane's quad
   float l_part[2] = {0.0f, 0.0f};           // this lane's part of each row's sum
 
-  // ldmatrix row addresses: K (non-trans) pairs rows 0-7 / 8-15 with chunk halves as in the
-  // decode kernel; V (trans) gives b0/b1 of dim tile 2np from matrices 0/1, 2np + 1 from 2/3.
-  const int32_t k_row = (lane & 7) + ((lane >> 4) << 3), k_half = (lane >> 3) & 1;
-  const int32_t v_row = (lane & 7) + (((lane >> 3) & 1) << 3), v_half = lane >> 4;
-
 #pragma unroll
   for (int s = 0; s < kPrefillStages - 1; ++s) {
     if (s < num_kv_tiles) issue(s, s);
@@ -475,45 +542,9 @@ __global__ void __launch_bounds__(kPrefillThreads, PrefillMinCtas(kHeadDim))
       const char* k_tile = smem_bytes + (i % kPrefillStages) * 2 * kTileBytes;
       const char* v_tile = k_tile + kTileBytes;
       float s[kKeyTiles][4];
-#pragma unroll
-      for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-      }
-#pragma unroll
-      for (int kp = 0; kp < kKeyTiles / 2; ++kp) {  // 16 keys a pass
-        const int32_t row = 16 * kp + k_row;
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks) {
-          uint32_t kb[4];
-          const int32_t chunk = 2 * ks + k_half;
-          LdMatrixX4(kb, k_tile + row * kRowBytes + ((chunk ^ (row & 7)) * 16));
-          const uint32_t b0[2] = {kb[0], kb[1]};
-          const uint32_t b1[2] = {kb[2], kb[3]};
-          Mma16816<T>(s[2 * kp], qa[ks], b0);
-          Mma16816<T>(s[2 * kp + 1], qa[ks], b1);
-        }
-      }
+      TileScores<T, kHeadDim>(qa, k_tile, lane, s);
       SoftmaxStep<kKeyTiles, kDimTiles>(rows, start, q, full, a.scale_log2, s, o, m_run, l_part);
-      // O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A fragment of k step kk.
-#pragma unroll
-      for (int kk = 0; kk < kKvTokens / 16; ++kk) {
-        const uint32_t pa[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]),
-                                PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
-                                PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int32_t row = 16 * kk + v_row;
-#pragma unroll
-        for (int np = 0; np < kDimTiles / 2; ++np) {
-          uint32_t vb[4];
-          const int32_t chunk = 2 * np + v_half;
-          LdMatrixX4Trans(vb, v_tile + row * kRowBytes + ((chunk ^ (row & 7)) * 16));
-          const uint32_t b0[2] = {vb[0], vb[1]};
-          const uint32_t b1[2] = {vb[2], vb[3]};
-          Mma16816<T>(o[2 * np], pa, b0);
-          Mma16816<T>(o[2 * np + 1], pa, b1);
-        }
-      }
+      AccumulatePV<T, kHeadDim>(s, v_tile, lane, o);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
@@ -556,7 +587,8 @@ inline PrefillTiledArgs MakePrefillTiledArgs(void* out, const void* q, int64_t q
   // One split covers the whole range whatever the planned chunk.
   a.chunk_tokens = plan.num_splits == 1 ? 0x7fffffff : plan.chunk_tokens;
   float* ws = static_cast<float*>(split_workspace);
-  const int64_t partial_rows = static_cast<int64_t>(total_tokens) * a.num_q_heads * plan.num_splits;
+  const int64_t partial_rows =
+      static_cast<int64_t>(total_tokens) * a.num_q_heads * plan.num_splits;
   a.ws_o = plan.num_splits == 1 ? nullptr : ws;
   a.ws_lse = plan.num_splits == 1 ? nullptr : ws + partial_rows * cache.head_dim;
   return a;

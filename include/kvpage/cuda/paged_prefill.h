@@ -14,7 +14,8 @@
 namespace kvpage::cuda {
 
 // Bytes of workspace PagedPrefill needs: each token's table row and length (8 bytes a token,
-// rounded up to 16), then DecodeWorkspaceBytes(plan, total_tokens, num_q_heads, head_dim).
+// rounded up to 16; the tiled path keeps its work list there), then
+// DecodeWorkspaceBytes(plan, total_tokens, num_q_heads, head_dim) for split-KV partials.
 int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
                               int32_t num_q_heads, int32_t head_dim);
 

@@ -39,6 +39,7 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* ro
 // Copies 16 bytes global -> shared, or writes 16 zero bytes when !valid (src not read).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
   if (valid) {
+    if (emulation::cp_async_observer != nullptr) emulation::cp_async_observer(src);
     memcpy(dst, src, 16);
   } else {
     memset(dst, 0, 16);

@@ -1,5 +1,7 @@
 // paged_prefill launcher (include/kvpage/cuda/paged_prefill.h); the kernel and its design
 // notes are in paged_prefill_kernel.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -8,10 +10,60 @@
 #include "kernels/cuda_status.h"
 #include "kernels/paged_decode_launch.h"
 #include "kernels/paged_prefill_kernel.cuh"
+#include "kernels/paged_prefill_tiled_kernel.cuh"
 #include "kvpage/cuda/paged_decode.h"
 #include "kvpage/cuda/paged_prefill.h"
 
 namespace kvpage::cuda {
+namespace {
+
+using TiledKernelFn = void (*)(internal::PrefillTiledArgs);
+
+template <typename T>
+TiledKernelFn TiledKernelFor(int32_t head_dim) {
+  switch (head_dim) {
+    case 64:
+      return internal::PagedPrefillTiledKernel<T, 64>;
+    case 128:
+      return internal::PagedPrefillTiledKernel<T, 128>;
+    default:
+      return internal::PagedPrefillTiledKernel<T, 256>;
+  }
+}
+
+// The tiled path (paged_prefill_tiled_kernel.cuh): the work list into the front of the
+// workspace, then one CTA per tile, KV head and split, and with splits the merge of the
+// partials kept in split_workspace. REQUIRES: arguments validated, tensor cores allowed for
+// this cache (f16/bf16, head_dim 64/128/256, block_size % 16 == 0).
+absl::Status LaunchTiledPrefill(void* out, const void* q, int64_t q_token_stride,
+                                const int32_t* query_start_loc, int32_t total_tokens,
+                                const KvCacheView& cache, const BlockTableView& table,
+                                const DecodeParams& params, const DecodePlan& plan,
+                                int32_t* work, void* split_workspace, cudaStream_t stream) {
+  const internal::PrefillTiledArgs a =
+      internal::MakePrefillTiledArgs(out, q, q_token_stride, query_start_loc, total_tokens,
+                                     cache, table, params, plan, work, split_workspace);
+  const int32_t tile_tokens = internal::TileTokens(a.group_size);
+  internal::PrefillWorkListKernel<<<1, internal::kWorkListThreads, 0, stream>>>(
+      query_start_loc, table.num_seqs, total_tokens, tile_tokens, work);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return internal::CudaStatus(err, "PrefillWorkListKernel");
+  const dim3 grid(
+      static_cast<unsigned int>(internal::MaxPrefillTiles(total_tokens, table.num_seqs,
+                                                          tile_tokens)),
+      static_cast<unsigned int>(cache.num_kv_heads), static_cast<unsigned int>(plan.num_splits));
+  const TiledKernelFn kernel = cache.dtype == DType::kBF16
+                                   ? TiledKernelFor<__nv_bfloat16>(cache.head_dim)
+                                   : TiledKernelFor<__half>(cache.head_dim);
+  kernel<<<grid, internal::kPrefillThreads, 0, stream>>>(a);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return internal::CudaStatus(err, "PagedPrefillTiledKernel");
+  if (plan.num_splits == 1) return absl::OkStatus();
+  return MergeAttnStates(out, nullptr, a.ws_o, a.ws_lse, total_tokens, params.num_q_heads,
+                         plan.num_splits, cache.head_dim, cache.dtype, stream);
+}
+
+}  // namespace
 
 int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
                               int32_t num_q_heads, int32_t head_dim) {
@@ -54,6 +106,11 @@ absl::Status PagedPrefill(void* out, const void* q, int64_t q_token_stride,
       internal::ValidatePagedDecode("PagedPrefill", out, q, q_token_stride, cache, per_token,
                                     params, plan, decode_ws, workspace_bytes - rows_bytes);
   if (!status.ok() || total_tokens == 0) return status;
+  if (internal::UseTiledPrefill(cache, params, plan)) {
+    // The work list (at most total_tokens entries and a count) fits the rows and lengths.
+    return LaunchTiledPrefill(out, q, q_token_stride, query_start_loc, total_tokens, cache,
+                              table, params, plan, rows, decode_ws, stream);
+  }
   const int blocks =
       (total_tokens + internal::kPrefillRowsThreads - 1) / internal::kPrefillRowsThreads;
   internal::PrefillRowsKernel<<<blocks, internal::kPrefillRowsThreads, 0, stream>>>(

@@ -12,9 +12,9 @@
 // sequence was chunked.
 //
 // Cost: each query token reads its attended K/V range on its own, so a chunk of q tokens over
-// n cached ones reads about q·n rows where a tiled prefill kernel reads n. That is exact and
-// cheap for decodes and short chunks; long prefill chunks want a kernel that shares K/V tiles
-// across the chunk's queries (docs/kernels.md, "Not yet").
+// n cached ones reads about q·n rows. That is exact and cheap for decodes and short chunks;
+// with tensor cores and one split PagedPrefill takes the tiled kernel instead
+// (paged_prefill_tiled_kernel.cuh), which shares K/V tiles across a tile's queries.
 //
 // Device code only; the launcher is in paged_prefill.cu. Kept in a header so the same source
 // also compiles on the host against kernels/emulation/cuda_emulation.h (tests/kernels).

@@ -13,7 +13,8 @@ import sys
 
 THREADS = {"PagedDecodeKernel": 128, "PagedDecodeMlaKernel": 128, "WriteKvKernel": 128,
            "WriteKvFp8Kernel": 128, "MergeKernel": 128, "CopySlotsKernel": 256,
-           "ZeroSlotsKernel": 256}
+           "ZeroSlotsKernel": 256, "PagedPrefillTiledKernel": 128, "PrefillWorkListKernel": 1024,
+           "PrefillRowsKernel": 256}
 
 
 def threads_of(name):

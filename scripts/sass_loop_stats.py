@@ -11,7 +11,8 @@ warp reads loads x 32 lanes x their width, times the share of lanes that hold da
 12/16 and 24/32 for head_dim 80, 96 and 192, whose other lanes idle; 3/4 for the MLA kernel,
 whose rope vector only lanes 0-7 load); the table prints the
 loop's SASS instructions, that byte count, bytes per warp-instruction and instructions per
-KiB.
+KiB, and how many of them are HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async). The
+tiled prefill kernel's loop is its K/V-tile loop; its bytes are one warp's share of the tile.
 cuobjdump and nvdisasm are not in the Debian toolkit packages here; the PyPI wheels
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm carry them.
 """
@@ -54,8 +55,15 @@ def main_loop(body):
         lane_bytes = sum(16 if VEC_LOAD.search(t) else 8 if HALF_LOAD.search(t) else 0
                          for t in inside)
         if lane_bytes and (best is None or lane_bytes > best[1]):
-            best = (len(inside), lane_bytes)
+            best = (len(inside), lane_bytes, opcode_counts(inside))
     return best
+
+
+def opcode_counts(inside):
+    """Tensor-core and async-copy instructions of a loop body: HMMA, LDSM (ldmatrix), LDGSTS
+    (cp.async)."""
+    return tuple(sum(1 for t in inside if re.match(rf"(@!?U?P\w+\s+)?{op}\b", t))
+                 for op in ("HMMA", "LDSM", "LDGSTS"))
 
 
 def active_lanes(name):
@@ -90,19 +98,20 @@ def main():
     found = list(kernels(sys.stdin))
     names = demangle([n for n, _ in found])
     print(f"{'kernel':<44} {'loop instr':>10} {'KiB/pass':>8} {'B/warp-instr':>12} "
-          f"{'instr/KiB':>9}")
+          f"{'instr/KiB':>9} {'HMMA':>5} {'LDSM':>5} {'LDGSTS':>6}")
     rows = []
     for (mangled, body), name in zip(found, names):
-        if "PagedDecode" not in mangled:
+        if "PagedDecode" not in mangled and "PagedPrefill" not in mangled:
             continue
         loop = main_loop(body)
         if loop is None:
             continue
-        instrs, lane_bytes = loop
+        instrs, lane_bytes, ops = loop
         kib = lane_bytes * 32 * active_lanes(short(name)) / 1024
-        rows.append((short(name), instrs, kib, kib * 1024 / instrs, instrs / kib))
+        rows.append((short(name), instrs, kib, kib * 1024 / instrs, instrs / kib) + ops)
     for r in sorted(rows):
-        print(f"{r[0]:<44} {r[1]:>10} {r[2]:>8.1f} {r[3]:>12.1f} {r[4]:>9.1f}")
+        print(f"{r[0]:<44} {r[1]:>10} {r[2]:>8.1f} {r[3]:>12.1f} {r[4]:>9.1f} "
+              f"{r[5]:>5} {r[6]:>5} {r[7]:>6}")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,10 @@ inline std::vector<PrefillCase> PrefillCases() {
       {DType::kF16, 2, 8, 256, 16, 20, false, 1},  // sliding window inside the chunks
       {DType::kBF16, 2, 6, 64, 8, 10, false, 1},   // group 6 in a tile of 8, block 8
       {DType::kBF16, 4, 4, 128, 16, -1, false, 3},  // split-KV per query
-      {DType::kBF16, 8, 4, 128, 16, -1, true, 1},  // tensor cores
-      {DType::kF16, 2, 4, 128, 32, 30, true, 2},
+      {DType::kBF16, 8, 4, 128, 16, -1, true, 1},  // tensor cores: the tiled kernel
+      {DType::kBF16, 4, 1, 64, 16, -1, true, 1},   // tiled, GQA 1
+      {DType::kF16, 2, 8, 256, 32, 20, true, 1},   // tiled, GQA 8, window
+      {DType::kF16, 2, 4, 128, 32, 30, true, 2},   // tensor cores, split: per token
   };
 }
 

@@ -9,7 +9,8 @@
 // Not thread-safe: one launch at a time per process.
 //
 // The warp-wide matrix instructions the tensor-core decode uses (mma.sync m16n8k16, ldmatrix,
-// through kernels/mma.cuh) are emulated with the PTX fragment layouts; cp.async copies at once.
+// through kernels/mma.cuh) are emulated with the PTX fragment layouts; cp.async copies at once
+// and reports each read to cp_async_observer.
 //
 // What it proves: indexing, masking, fragment bookkeeping, the online-softmax merges and the
 // split/merge protocol of the real kernel source. What it does not prove: timing, memory-model
@@ -119,6 +120,7 @@ inline float __expf(float x) { return std::exp(x); }
 inline float __log2f(float x) { return std::log2(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 // The CUDA built-in indices. Fibers of one CTA share the OS thread, so the scheduler sets
 // threadIdx on every switch.
@@ -383,6 +385,10 @@ inline void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
   cta.SyncWarp();
   for (int j = 0; j < 4; ++j) r[j] = out[j];
 }
+
+// Called with the global address of every 16-byte cp.async that reads memory (a zero fill
+// reads none); null: nobody listens. Tests count K/V reads with it (one launch at a time).
+inline void (*cp_async_observer)(const void* src) = nullptr;
 
 // Runs kernel(args...) over `grid` x `block` (1-D blocks), one CTA at a time.
 template <typename Kernel, typename... Args>

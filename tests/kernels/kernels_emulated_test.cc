@@ -23,6 +23,7 @@
 #include "kernels/paged_decode_mma_kernel.cuh"
 #include "kernels/paged_decode_select.cuh"
 #include "kernels/paged_prefill_kernel.cuh"
+#include "kernels/paged_prefill_tiled_kernel.cuh"
 #include "kernels/table_runs_kernel.cuh"
 #include "kernels/write_kv_kernel.cuh"
 #include "kvpage/kernel_reference.h"
@@ -235,44 +236,80 @@ TEST(EmulatedKernelsTest, PagedDecodeWithAPlanForShorterSequences) {
 
 // ---- Paged prefill: varlen query chunks over the paged cache ----
 
-// What PagedPrefill launches: PrefillRowsKernel, then the decode kernels over its rows (and
-// the merge with splits), with the emulated launches.
+// The merge of split-KV partials over `rows` output rows, with the emulated launch.
+template <typename T>
+void LaunchMerge(void* out, const float* ws_o, const float* ws_lse, int64_t rows,
+                 int32_t splits, int32_t head_dim) {
+  Launch(dim3(static_cast<unsigned int>(rows)), dim3(internal::kMergeThreads),
+         internal::MergeKernel<T>, static_cast<T*>(out), static_cast<float*>(nullptr), ws_o,
+         ws_lse, splits, head_dim);
+}
+
+// The tiled path of PagedPrefill: the work list into `work` (total_tokens + 1 entries), then
+// one CTA per tile, KV head and split, then the merge when there are splits.
+template <typename T>
+void LaunchTiledPrefill(const internal::PrefillTiledArgs& a, int32_t head_dim,
+                        int32_t num_kv_heads, int32_t* work) {
+  const int32_t tile_tokens = internal::TileTokens(a.group_size);
+  Launch(dim3(1), dim3(internal::kWorkListThreads), internal::PrefillWorkListKernel,
+         a.query_start_loc, a.num_seqs, a.total_tokens, tile_tokens, work);
+  const dim3 grid(static_cast<unsigned int>(
+                      internal::MaxPrefillTiles(a.total_tokens, a.num_seqs, tile_tokens)),
+                  static_cast<unsigned int>(num_kv_heads),
+                  static_cast<unsigned int>(a.num_splits));
+  const dim3 block(internal::kPrefillThreads);
+  if (head_dim == 64) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 64>, a);
+  if (head_dim == 128) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 128>, a);
+  if (head_dim == 256) Launch(grid, block, internal::PagedPrefillTiledKernel<T, 256>, a);
+  if (a.num_splits > 1) {
+    LaunchMerge<T>(a.out, a.ws_o, a.ws_lse, int64_t{a.total_tokens} * a.num_q_heads,
+                   a.num_splits, head_dim);
+  }
+}
+
+// What PagedPrefill launches: the tiled kernel when UseTiledPrefill says so; otherwise
+// PrefillRowsKernel, then the decode kernels over its rows (and the merge with splits).
 std::vector<uint16_t> RunPrefill(const check::PrefillProblem& p) {
   const int32_t total = p.total_tokens, hq = p.num_q_heads(), d = p.c.head_dim;
+  std::vector<uint16_t> out(static_cast<size_t>(total) * hq * d, kHalfNan);
+  std::vector<uint16_t> cache = p.cache;
+  const KvCacheView view = p.View(cache.data());
+  const BlockTableView table{p.table.data(), p.max_blocks, p.lens.data(), p.num_seqs()};
+  const bool bf16 = p.c.dtype == DType::kBF16;
+  const int64_t out_rows = int64_t{total} * hq;
+  const int32_t splits = p.plan.num_splits;
+  std::vector<float> ws(splits > 1 ? out_rows * splits * (d + 1) : 0, NAN);
+  if (internal::UseTiledPrefill(view, p.params, p.plan)) {
+    std::vector<int32_t> work(static_cast<size_t>(total) + 1, -7);
+    const internal::PrefillTiledArgs a = internal::MakePrefillTiledArgs(
+        out.data(), p.q.data(), int64_t{hq} * d, p.query_start_loc.data(), total, view, table,
+        p.params, p.plan, work.data(), ws.data());
+    if (bf16) {
+      LaunchTiledPrefill<__nv_bfloat16>(a, d, p.c.num_kv_heads, work.data());
+    } else {
+      LaunchTiledPrefill<__half>(a, d, p.c.num_kv_heads, work.data());
+    }
+    EXPECT_EQ(cache, p.cache) << "prefill wrote to the cache";
+    return out;
+  }
   std::vector<int32_t> rows(static_cast<size_t>(total), -7), lens(rows.size(), -7);
   Launch(dim3((total + internal::kPrefillRowsThreads - 1) / internal::kPrefillRowsThreads),
          dim3(internal::kPrefillRowsThreads), internal::PrefillRowsKernel,
          p.query_start_loc.data(), p.lens.data(), p.num_seqs(), total, rows.data(),
          lens.data());
   for (int32_t t = p.real_tokens; t < total; ++t) EXPECT_EQ(lens[t], 0) << "padding " << t;
-  const int64_t out_rows = int64_t{total} * hq;
-  const int32_t splits = p.plan.num_splits;
-  std::vector<float> ws(splits > 1 ? out_rows * splits * (d + 1) : 0, NAN);
-  std::vector<uint16_t> out(static_cast<size_t>(out_rows) * d, kHalfNan);
-  std::vector<uint16_t> cache = p.cache;
   const internal::DecodeLaunch l = internal::MakePrefillLaunch(
-      out.data(), p.q.data(), int64_t{hq} * d, p.View(cache.data()),
-      BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), p.num_seqs()}, total,
-      rows.data(), lens.data(), p.params, p.plan, ws.data());
-  const bool bf16 = p.c.dtype == DType::kBF16;
+      out.data(), p.q.data(), int64_t{hq} * d, view, table, total, rows.data(), lens.data(),
+      p.params, p.plan, ws.data());
   if (bf16) {
     LaunchDecode<__nv_bfloat16>(l, d, false);
   } else {
     LaunchDecode<__half>(l, d, false);
   }
-  if (splits > 1) {
-    const dim3 grid(static_cast<unsigned int>(out_rows));
-    const dim3 block(internal::kMergeThreads);
-    if (bf16) {
-      Launch(grid, block, internal::MergeKernel<__nv_bfloat16>,
-             reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
-             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
-             splits, d);
-    } else {
-      Launch(grid, block, internal::MergeKernel<__half>, reinterpret_cast<__half*>(out.data()),
-             static_cast<float*>(nullptr), static_cast<const float*>(l.args.ws_o),
-             static_cast<const float*>(l.args.ws_lse), splits, d);
-    }
+  if (splits > 1 && bf16) {
+    LaunchMerge<__nv_bfloat16>(out.data(), l.args.ws_o, l.args.ws_lse, out_rows, splits, d);
+  } else if (splits > 1) {
+    LaunchMerge<__half>(out.data(), l.args.ws_o, l.args.ws_lse, out_rows, splits, d);
   }
   EXPECT_EQ(cache, p.cache) << "prefill wrote to the cache";
   return out;
@@ -297,6 +334,99 @@ TEST(EmulatedKernelsTest, PagedPrefillMatchesReference) {
     ASSERT_TRUE(check::MakePrefillProblem(c, seed++, &p).ok()) << c.Name();
     EXPECT_EQ(check::ComparePrefill(p, RunPrefill(p)), absl::OkStatus()) << c.Name();
   }
+}
+
+// The tiled kernel (tensor cores) on the same mixed batches: GQA 1, 4, 6 and 8, head_dim 64,
+// 128 and 256, blocks of 16 and 32, sliding windows inside the chunks, split-KV. With
+// group 8 a tile holds 8 tokens, so the 37-token prompt takes 5 tiles; with head_dim 64 a K/V
+// tile holds 64 tokens, so the 129-token decode reads 3.
+TEST(EmulatedKernelsTest, PagedPrefillTiledMatchesReference) {
+  // dtype, kv heads, group, head_dim, block, window, tensor cores, splits
+  const check::PrefillCase cases[] = {
+      {DType::kBF16, 2, 1, 64, 16, -1, true, 1},
+      {DType::kF16, 1, 4, 128, 32, -1, true, 1},
+      {DType::kBF16, 1, 8, 256, 16, -1, true, 1},
+      {DType::kBF16, 2, 4, 64, 32, 20, true, 1},   // sliding window
+      {DType::kF16, 1, 8, 128, 16, 30, true, 1},
+      {DType::kBF16, 1, 1, 256, 32, 45, true, 1},
+      {DType::kBF16, 1, 6, 128, 16, -1, true, 1},  // 10 tokens a tile, 4 rows idle
+      {DType::kBF16, 1, 4, 128, 16, -1, true, 3},  // split-KV: 32 keys a split, then the rest
+      {DType::kF16, 2, 8, 64, 32, 30, true, 2},    // split-KV inside a window
+  };
+  uint32_t seed = 900;
+  for (const check::PrefillCase& c : cases) {
+    check::PrefillProblem p;
+    ASSERT_TRUE(check::MakePrefillProblem(c, seed++, &p).ok()) << c.Name();
+    ASSERT_TRUE(internal::UseTiledPrefill(p.View(p.cache.data()), p.params, p.plan)) << c.Name();
+    EXPECT_EQ(check::ComparePrefill(p, RunPrefill(p)), absl::OkStatus()) << c.Name();
+  }
+}
+
+// Counts the cp.async reads of each cache block (emulation::cp_async_observer).
+struct BlockReads {
+  static inline const char* base = nullptr;
+  static inline int64_t block_bytes = 0;
+  static inline std::vector<int64_t> copies;
+  static void Observe(const void* src) {
+    ++copies[static_cast<size_t>((static_cast<const char*>(src) - base) / block_bytes)];
+  }
+};
+
+// A 2,048-token chunk over a 256-token cached prefix (GQA 1, head_dim 64, blocks of 16): 32
+// tiles of 64 queries; tile i reads its keys [0, 256 + 64 (i + 1)), blocks 0 .. 19 + 4 i, each
+// once: 2,624 block reads of 16 tokens x 8 chunks x K and V = 256 copies each, where the
+// per-token path reads a block once per query that sees it.
+TEST(EmulatedKernelsTest, PagedPrefillTiledReadsEachBlockOncePerTile) {
+  constexpr int32_t kPrefix = 256, kChunk = 2048, kLen = kPrefix + kChunk, kBs = 16, kD = 64;
+  constexpr int32_t kBlocks = kLen / kBs;  // 144, plus nothing else in the cache
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> cache(static_cast<size_t>(kBlocks) * 2 * kBs * kD);
+  for (uint16_t& v : cache) v = ref::FloatToBf16(normal(rng));
+  std::vector<uint16_t> q(static_cast<size_t>(kChunk) * kD);
+  for (uint16_t& v : q) v = ref::FloatToBf16(normal(rng));
+  std::vector<int32_t> table(kBlocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  const std::vector<int32_t> lens = {kLen}, qsl = {0, kChunk};
+  const KvCacheView view = BlocksFirstKvCache(cache.data(), kBlocks, kBs, 1, kD, DType::kBF16);
+  const BlockTableView tv{table.data(), kBlocks, lens.data(), 1};
+  const DecodeParams params{1, 0.125f, -1};
+  const DecodePlan plan{1, 0, true};
+  ASSERT_TRUE(internal::UseTiledPrefill(view, params, plan));
+
+  std::vector<uint16_t> out(q.size(), kHalfNan);
+  std::vector<int32_t> work(kChunk + 1, -7);
+  BlockReads::base = static_cast<const char*>(view.base);
+  BlockReads::block_bytes = view.block_stride * 2;
+  BlockReads::copies.assign(kBlocks, 0);
+  emulation::cp_async_observer = &BlockReads::Observe;
+  LaunchTiledPrefill<__nv_bfloat16>(
+      internal::MakePrefillTiledArgs(out.data(), q.data(), kD, qsl.data(), kChunk, view, tv,
+                                     params, plan, work.data(), nullptr),
+      kD, 1, work.data());
+  emulation::cp_async_observer = nullptr;
+
+  ASSERT_EQ(work[kChunk], 32);  // tiles
+  int64_t block_reads = 0;
+  for (int32_t j = 0; j < kBlocks; ++j) {
+    // Tile i reads block j iff 16 j < 256 + 64 (i + 1): all 32 tiles for j < 20, then one
+    // tile fewer every 4 blocks.
+    const int32_t tiles = 32 - std::max(0, (j - kPrefix / kBs) / 4);
+    const int64_t copies = BlockReads::copies[static_cast<size_t>(table[j])];
+    EXPECT_EQ(copies, int64_t{256} * tiles) << "block " << j;
+    block_reads += copies / 256;
+  }
+  EXPECT_EQ(block_reads, 2624);
+
+  std::vector<double> want(q.size());
+  ASSERT_TRUE(ref::PagedPrefill(q.data(), kD, qsl.data(), view, tv, params, want.data(),
+                                nullptr).ok());
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    bad += std::fabs(ref::Bf16ToFloat(out[i]) - want[i]) > 1e-2 + 1e-2 * std::fabs(want[i]);
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // The mma.sync emulation on small integers (exact in bf16 and fp32): a warp builds A (16 x 16)

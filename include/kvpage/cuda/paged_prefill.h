@@ -14,7 +14,8 @@
 namespace kvpage::cuda {
 
 // Bytes of workspace PagedPrefill needs: each token's table row and length (8 bytes a token,
-// rounded up to 16), then DecodeWorkspaceBytes(plan, total_tokens, num_q_heads, head_dim).
+// rounded up to 16; the tiled path keeps its work list there), then
+// DecodeWorkspaceBytes(plan, total_tokens, num_q_heads, head_dim) for split-KV partials.
 int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
                               int32_t num_q_heads, int32_t head_dim);
 
@@ -33,13 +34,18 @@ int64_t PrefillWorkspaceBytes(const DecodePlan& plan, int32_t total_tokens,
 //   workspace: device memory of PrefillWorkspaceBytes(...) bytes, 16-byte aligned.
 //
 // The query at position p attends to AttendedRange(p + 1, window_left): causal within its
-// chunk, the cached prefix in full, within the sliding window when there is one. Each query
-// is computed as PagedDecode computes a sequence of length p + 1 (same kernels, same plan:
-// plan.num_splits splits each query's range), so a token's output does not depend on how its
-// sequence was chunked. Every query reads its own K/V range: exact, and cheap for decodes and
-// short chunks, but a long chunk reads the cache once per query (a tiled kernel is future
-// work). REQUIRES: query offsets non-decreasing and every table entry in an attended range a
-// valid block id. Asynchronous, never synchronizes, graph-capturable.
+// chunk, the cached prefix in full, within the sliding window when there is one.
+// Two paths (docs/kernels.md, "paged_prefill"):
+// - plan.use_tensor_cores and at most 64 query heads per KV head: the tiled tensor-core
+//   kernel. Tiles of query tokens x the query heads of one KV head share each K/V tile, so a
+//   chunk reads each K/V row once per tile of 64 / group tokens; plan.num_splits splits
+//   each tile's key range (merged by MergeAttnStates).
+// - otherwise: each query computed as PagedDecode computes a sequence of length p + 1 (same
+//   kernels, same plan: plan.num_splits splits each query's range), every query reading its
+//   own K/V range; exact and cheap for decodes and short chunks, q·n rows for a long chunk.
+// On both, a token's output does not depend on how its sequence was chunked (up to fp
+// rounding on the tiled path). REQUIRES: query offsets non-decreasing and every table entry
+// in an attended range a valid block id. Asynchronous, never synchronizes, graph-capturable.
 // Returns InvalidArgument naming the value as PagedDecode does, and for a null
 // query_start_loc, total_tokens outside [0, 65535] or a workspace that is too small; a CUDA
 // launch error otherwise.

@@ -145,6 +145,19 @@ void AttentionGroup::Commit(const RequestView& r) {
   t.num_published = std::max(t.num_published, end);
 }
 
+void AttentionGroup::CommitThrough(const RequestView& r, int64_t full) {
+  if (!ctx().enable_prefix_caching) return;
+  TableState& t = tables_[r.slot];
+  full = std::min<int64_t>(full, static_cast<int64_t>(t.blocks.size()));
+  if (full <= t.num_published) return;
+  // Commit publishes [num_published, num_cached): narrow it to the completed blocks, then
+  // keep what a later step left pending.
+  const int64_t pending = std::max(t.num_cached, full);
+  t.num_cached = full;
+  Commit(r);
+  t.num_cached = pending;
+}
+
 void AttentionGroup::DropPending(const RequestView& r) {
   TableState& t = tables_[r.slot];
   t.num_cached = t.num_published;

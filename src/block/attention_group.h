@@ -30,6 +30,7 @@ class AttentionGroup : public GroupManager {
   bool CacheFull(const RequestView& r, int64_t full) override;
   void Release(const RequestView& r, int64_t processed) override;
   void Commit(const RequestView& r) override;
+  void CommitThrough(const RequestView& r, int64_t full) override;
   void DropPending(const RequestView& r) override;
   void Free(const RequestView& r) override;
   int64_t NextEvent(const RequestView& r) const override;

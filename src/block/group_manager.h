@@ -206,6 +206,10 @@ class GroupManager {
   // The request's last step has run: its pending full blocks join the prefix cache (attention
   // groups) and the state it wrote becomes the request's, snapshot included (recurrent groups).
   virtual void Commit(const RequestView& /*r*/) {}
+  // Async scheduling: the steps writing blocks [0, full) have run and their tokens are known:
+  // those blocks join the prefix cache now; later pending blocks stay pending (attention
+  // groups).
+  virtual void CommitThrough(const RequestView& /*r*/, int64_t /*full*/) {}
   // The request leaves before its last step ran: what that step would have offered to the
   // prefix cache never is (its blocks and slots are freed uncached).
   virtual void DropPending(const RequestView& /*r*/) {}

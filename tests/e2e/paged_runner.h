@@ -41,6 +41,9 @@ struct RunOptions {
   // The first this many transfers that carry loads are reported failed (succeeded = false):
   // nothing of them is copied, their load targets keep the 0xff fill.
   int32_t failed_load_transfers = 0;
+  // SchedulerConfig::async_scheduling: step N + 1 is scheduled and run before step N's
+  // Update (the runner knows each sampled token at once, as a device does). No hook.
+  bool async_scheduling = false;
   // Called at every point of every step (step counts from 0; `out` is null before Schedule):
   // the requests it returns are aborted there (ids no longer live are skipped).
   std::function<std::vector<RequestId>(int64_t step, StepPoint point, const SchedulerOutput* out)>

@@ -44,7 +44,9 @@ for w in "${workloads[@]}"; do
   echo "== $name ($model, num_gpu_blocks $blocks): vLLM $stats"
   "$driver" replay --log "$work/$name.ops.jsonl" || status=1
 done
-# The schedulers: name model num_gpu_blocks max_num_batched_tokens
+# The schedulers: name model num_gpu_blocks max_num_batched_tokens. Each runs twice: as named
+# (synchronous scheduling) and as NAME_async (vLLM's AsyncScheduler against kvpage's
+# async_scheduling).
 sched_workloads=(
   "sched_llama_2048 llama-3.1-8b 3000 2048"
   "sched_llama_8192 llama-3.1-8b 3000 8192"
@@ -54,17 +56,21 @@ sched_workloads=(
   "sched_qwen35_8192 qwen3.5-0.8b 100 8192"
 )
 for w in "${sched_workloads[@]}"; do
-  read -r name model blocks budget <<<"$w"
-  if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
-  "$driver" layout --model "$model" --vllm-version "$kvpage_version" --max-model-len 32768 \
-    >"$work/$name.layout.json"
-  stats=$(cd "$here" && HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" \
-    vllm_sched_replay.py --layout "$work/$name.layout.json" \
-    --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
-    --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
-    --vllm-version "$kvpage_version" --free-order-steps "${VLLM_DIFF_FREE_ORDER_STEPS:-}" \
-    --out "$work/$name.ops.jsonl" 2>/dev/null)
-  echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
-  "$driver" sched --log "$work/$name.ops.jsonl" || status=1
+  read -r base model blocks budget <<<"$w"
+  for mode in sync async; do
+    name=$base async_flag=""
+    if [[ $mode == async ]]; then name="${base}_async" async_flag="--async"; fi
+    if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
+    "$driver" layout --model "$model" --vllm-version "$kvpage_version" --max-model-len 32768 \
+      >"$work/$name.layout.json"
+    stats=$(cd "$here" && HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" \
+      vllm_sched_replay.py --layout "$work/$name.layout.json" \
+      --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
+      --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
+      --vllm-version "$kvpage_version" --free-order-steps "${VLLM_DIFF_FREE_ORDER_STEPS:-}" \
+      --out "$work/$name.ops.jsonl" $async_flag 2>/dev/null)
+    echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
+    "$driver" sched --log "$work/$name.ops.jsonl" || status=1
+  done
 done
 exit $status

@@ -180,7 +180,9 @@ class GroupManager {
   virtual int64_t Count(const RequestView& r, const StepArgs& step) const = 0;
   // Count, keeping what FreshBlocks and Install need of the step's plan; no other change.
   virtual int64_t Plan(const RequestView& r, const StepArgs& step) { return Count(r, step); }
-  // Blocks the tokens after the step will need beyond it (checked, not taken).
+  // Blocks the tokens after the step will need beyond it (checked, not taken). vllm mode: the
+  // full-sequence gate minus the step's blocks, which a window's capped gate can make negative
+  // (the pool then checks the step alone).
   virtual int64_t Reserve(const RequestView& /*r*/, const StepArgs& /*step*/) const {
     return 0;
   }

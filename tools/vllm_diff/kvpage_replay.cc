@@ -391,6 +391,7 @@ int ReplaySchedule(const std::string& path) {
   }
   std::string line;
   int64_t n = 0, steps = 0;
+  std::map<std::string, std::vector<int32_t>> prompts;
   const SchedulerOutput* in_flight = nullptr;  // async: scheduled, not updated yet
   ModelOutput in_flight_result;
   auto update = [&](const SchedulerOutput& out, const ModelOutput& result) {
@@ -413,6 +414,7 @@ int ReplaySchedule(const std::string& path) {
       RequestSpec spec;
       spec.id = RequestId(std::stoll(op.at("req").get<std::string>().substr(1)));
       spec.prompt_token_ids = op.at("tokens").get<std::vector<int32_t>>();
+      prompts[op.at("req").get<std::string>()] = spec.prompt_token_ids;
       spec.max_new_tokens = op.at("max_tokens");
       if (absl::Status s = (*sched)->AddRequest(std::move(spec)); !s.ok()) {
         std::cout << "DIVERGENCE at op " << n << ": kvpage refused " << op.at("req") << ": "
@@ -423,7 +425,20 @@ int ReplaySchedule(const std::string& path) {
     }
     const SchedulerOutput& out = (*sched)->Schedule();
     ModelOutput result;
-    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, to_vllm, result)) return 1;
+    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, to_vllm, result)) {
+      // What kvpage's cache holds for the requests only vLLM scheduled.
+      std::set<std::string> mine;
+      for (const ScheduledRequest& r : out.requests) mine.insert(Name(r.id));
+      for (const json& e : op.at("expect").at("scheduled")) {
+        const std::string id = e[0].get<std::string>();
+        if (mine.contains(id)) continue;
+        std::cout << "  " << id << ": kvpage's cache holds "
+                  << (*sched)->kv_cache().CachedPrefixTokens(prompts[id]) << " of its "
+                  << prompts[id].size() << " prompt tokens; "
+                  << (*sched)->kv_cache().FreeBlockOrder(GroupId(0)).size() << " free blocks\n";
+      }
+      return 1;
+    }
     ++steps;
     if (!c.async_scheduling) {
       if (!update(out, result)) return 1;

@@ -21,6 +21,9 @@
 // http://127.0.0.1:PORT/metrics, updated after every step (0 picks a free port; the line
 // "serving metrics on ..." names it), and keeps serving the final figures --metrics-linger-s.
 //
+// With --async-scheduling on it schedules step N + 1 before applying step N's tokens, as a
+// server overlapping scheduling with the forward pass does (SchedulerConfig::async_scheduling).
+//
 //   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
 //                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
 //                         [--block-size 16] [--hash-seed SEED (default: --seed)]
@@ -28,6 +31,7 @@
 //                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
 //                         [--kv-events-linger-s 0] [--kv-events-wait-s 0]
 //                         [--metrics-port PORT] [--metrics-linger-s 0]
+//                         [--async-scheduling off]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -70,6 +74,7 @@ struct Options {
   double kv_events_wait_s = 0;
   std::optional<int32_t> metrics_port;  // unset: no endpoint
   double metrics_linger_s = 0;
+  bool async_scheduling = false;
 };
 
 // Whole-string parses of a flag's value; false on anything else (the caller names the flag).
@@ -119,6 +124,13 @@ bool SetHashSeed(const std::string& value, Options* o) {
 }
 
 template <auto Field>
+bool SetOnOff(const std::string& value, Options* o) {
+  if (value != "on" && value != "off") return false;
+  o->*Field = value == "on";
+  return true;
+}
+
+template <auto Field>
 bool SetSeconds(const std::string& value, Options* o) {
   return ParseSeconds(value, &(o->*Field));
 }
@@ -144,6 +156,7 @@ constexpr Flag kFlags[] = {
     {"--kv-events-wait-s", SetSeconds<&Options::kv_events_wait_s>},
     {"--metrics-port", SetMetricsPort},
     {"--metrics-linger-s", SetSeconds<&Options::metrics_linger_s>},
+    {"--async-scheduling", SetOnOff<&Options::async_scheduling>},
 };
 
 // "--flag value" pairs into *o; false after a message naming the first bad one.
@@ -242,6 +255,7 @@ kvpage::SchedulerConfig MakeConfig(const Options& opt) {
   config.kv.enable_kv_events = !opt.kv_events_endpoint.empty();
   config.max_num_seqs = opt.max_num_seqs;
   config.max_num_batched_tokens = 8192;
+  config.async_scheduling = opt.async_scheduling;
   return config;
 }
 
@@ -315,44 +329,68 @@ void FakeForward(const kvpage::SchedulerOutput& out, std::mt19937& rng,
   }
 }
 
-// Steps until every request finished, checking each step and publishing its KV events.
+// One scheduled step and the tokens its (fake) forward pass sampled, until its Update.
+struct Step {
+  const kvpage::SchedulerOutput* out = nullptr;
+  kvpage::ModelOutput result;
+};
+
+// Applies a step's tokens, publishes its metrics and KV events and counts it. False after a
+// message when the update fails.
+bool ApplyStep(const Options& opt, kvpage::Scheduler& scheduler, const Step& step,
+               kvpage::KvEventPublisher* publisher, Metrics& metrics, LoopStats& stats) {
+  const kvpage::SchedulerOutput& out = *step.out;
+  auto update = scheduler.Update(out, step.result);
+  if (!update.ok()) {
+    std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
+    return false;
+  }
+  metrics.recorder.ObserveUpdate(out, step.result, *update, metrics.Now());
+  metrics.Publish(scheduler, opt.model);
+  if (publisher != nullptr) {  // never blocks: a slow router drops, the loop goes on
+    const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
+    publisher->Publish(now.count(), scheduler.DrainKvEvents());
+  }
+  ++stats.steps;
+  stats.tokens += out.total_num_scheduled_tokens;
+  stats.finished += static_cast<int64_t>(update->finished.size());
+  stats.peak_running = std::max<int64_t>(stats.peak_running, out.num_rows);
+  const double usage = scheduler.kv_cache().Usage().usage;
+  stats.peak_usage = std::max(stats.peak_usage, usage);
+  if (stats.steps % 100 == 0) {
+    std::printf("step %6lld  running %3d  waiting %4d  tokens %5lld  kv usage %5.1f%%\n",
+                static_cast<long long>(stats.steps), update->stats.num_running,
+                update->stats.num_waiting, static_cast<long long>(out.total_num_scheduled_tokens),
+                100 * usage);
+  }
+  return true;
+}
+
+// Steps until every request finished, checking each step and publishing its KV events. With
+// async scheduling, step N + 1 is scheduled (and its forward pass run) before step N's update.
 // Returns 0, or 1 after a message when a step cannot run or its update fails.
 int RunLoop(const Options& opt, kvpage::Scheduler& scheduler,
             kvpage::KvEventPublisher* publisher, Metrics& metrics, LoopStats& stats) {
   std::mt19937 rng(opt.seed);
-  kvpage::ModelOutput result;
-  while (scheduler.HasUnfinishedRequests()) {
-    const kvpage::SchedulerOutput& out = scheduler.Schedule();
-    if (out.requests.empty()) {
-      std::fprintf(stderr, "server_loop: nothing can run (a request larger than the cache?)\n");
-      return 1;
+  Step steps[2];  // the step in flight and the next one (async)
+  int latest = 0;
+  Step* in_flight = nullptr;
+  while (scheduler.HasUnfinishedRequests() || in_flight != nullptr) {
+    Step* next = nullptr;
+    if (scheduler.HasUnfinishedRequests()) {
+      next = &steps[latest ^= 1];
+      next->out = &scheduler.Schedule();
+      if (next->out->requests.empty() && in_flight == nullptr) {
+        std::fprintf(stderr, "server_loop: nothing can run (a request larger than the cache?)\n");
+        return 1;
+      }
+      metrics.recorder.ObserveSchedule(*next->out, metrics.Now());
+      stats.errors += CheckStep(*next->out);  // before the next Schedule: it reads the tables
+      FakeForward(*next->out, rng, next->result);
     }
-    metrics.recorder.ObserveSchedule(out, metrics.Now());
-    stats.errors += CheckStep(out);
-    FakeForward(out, rng, result);
-    auto update = scheduler.Update(out, result);
-    if (!update.ok()) {
-      std::fprintf(stderr, "server_loop: %s\n", std::string(update.status().message()).c_str());
-      return 1;
-    }
-    metrics.recorder.ObserveUpdate(out, result, *update, metrics.Now());
-    metrics.Publish(scheduler, opt.model);
-    if (publisher != nullptr) {  // never blocks: a slow router drops, the loop goes on
-      const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
-      publisher->Publish(now.count(), scheduler.DrainKvEvents());
-    }
-    ++stats.steps;
-    stats.tokens += out.total_num_scheduled_tokens;
-    stats.finished += static_cast<int64_t>(update->finished.size());
-    stats.peak_running = std::max<int64_t>(stats.peak_running, out.num_rows);
-    const double usage = scheduler.kv_cache().Usage().usage;
-    stats.peak_usage = std::max(stats.peak_usage, usage);
-    if (stats.steps % 100 == 0) {
-      std::printf("step %6lld  running %3d  waiting %4d  tokens %5lld  kv usage %5.1f%%\n",
-                  static_cast<long long>(stats.steps), update->stats.num_running,
-                  update->stats.num_waiting, static_cast<long long>(out.total_num_scheduled_tokens),
-                  100 * usage);
-    }
+    Step* apply = opt.async_scheduling ? in_flight : next;
+    if (apply != nullptr && !ApplyStep(opt, scheduler, *apply, publisher, metrics, stats)) return 1;
+    in_flight = opt.async_scheduling ? next : nullptr;
   }
   return 0;
 }

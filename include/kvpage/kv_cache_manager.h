@@ -354,6 +354,12 @@ class KvCacheManager {
   // a new step once the previous one has run may rely on it, but then the blocks of a request
   // it frees after the previous step are not cached.
   void NewStep();
+  // Async scheduling: every step computing the request's first `num_tokens` tokens has run,
+  // and those tokens are known (appended), so their full blocks join the prefix cache now
+  // (vLLM's cache_blocks after an output arrives). A block whose last token was a placeholder
+  // when its step was allocated is cached here, once the token is appended. Blocks of a later
+  // step stay pending. InvalidArgument when num_tokens is outside [0, the request's tokens].
+  absl::Status CacheComputedBlocks(RequestHandle request, int64_t num_tokens);
   // The longest prefix every group can serve, capped so the last token is recomputed.
   // FailedPrecondition once the request holds blocks.
   absl::StatusOr<CacheHit> GetComputedBlocks(RequestHandle request);

@@ -98,6 +98,10 @@ struct SchedulerConfig {
   // tokens at most max_num_batched_tokens. Empty: that dimension is never padded.
   std::vector<int32_t> cuda_graph_row_sizes;
   std::vector<int32_t> cuda_graph_token_sizes;
+  // Async scheduling (vLLM's AsyncScheduler): Schedule() may run once more before the
+  // previous output's Update(), each running request assumed to sample its token (an output
+  // placeholder). See "Async scheduling" at Scheduler. Not with num_speculative_tokens > 0.
+  bool async_scheduling = false;
 
   absl::Status Validate() const;
 };
@@ -270,6 +274,40 @@ struct SchedulerStats {
   int64_t host_hit_tokens = 0;
 };
 
+// Async scheduling (SchedulerConfig::async_scheduling) hides scheduling and output processing
+// behind the forward pass, as vLLM's AsyncScheduler does: the server schedules step N + 1 while
+// step N runs, then applies step N's tokens.
+//
+//   const SchedulerOutput* in_flight = nullptr;
+//   while (scheduler->HasUnfinishedRequests() || in_flight != nullptr) {
+//     const SchedulerOutput* next = nullptr;
+//     if (scheduler->HasUnfinishedRequests()) {
+//       next = &scheduler->Schedule();
+//       ... queue next's forward pass; a placeholder's input is the token step N samples ...
+//     }
+//     if (in_flight != nullptr) scheduler->Update(*in_flight, TokensOf(*in_flight));
+//     in_flight = next;
+//   }
+//
+// * One output may await Update when Schedule is called; with two outstanding, Schedule
+//   returns the latest again. Update takes every output, in order (FailedPrecondition
+//   otherwise); the one before the latest stays valid until then, except its block_table,
+//   which reads the live tables: copy it before calling Schedule again.
+// * A request that samples in an output not yet applied is assumed to produce its token (an
+//   output placeholder): Schedule gives it its next step, at that token's position. It is
+//   not scheduled again when that token will end it by length (max_new_tokens, max_model_len).
+// * Update(N) reconciles what a step later knows: a request that stops (stop token, length)
+//   or that the server aborts or finishes leaves at once, and the tokens sampled for it in
+//   the step after are dropped (Update takes them or none). A request preempted by step N + 1
+//   keeps the tokens step N samples for it: they join its outputs (and may end it), and it
+//   recomputes them when it resumes.
+// * KV cache: Schedule completes the previous step in the cache (KvCacheManager::NewStep), so
+//   the server must have queued that step's forward pass, in stream order, before calling
+//   Schedule again. A block is hashed only once every token in it is known, so a placeholder
+//   never enters the prefix cache: the block it completes is cached by the Update that
+//   applies the step writing it (KvCacheManager::CacheComputedBlocks). Sliding windows keep
+//   the blocks steps in flight read.
+// * Not with speculative decoding (Create refuses num_speculative_tokens > 0).
 class Scheduler {
  public:
   // InvalidArgument naming the field for a bad config (or one the model cannot run, such as
@@ -298,9 +336,10 @@ class Scheduler {
   // FinishedRequest. NotFound if unknown or already finished.
   absl::StatusOr<FinishedRequest> Finish(RequestId id, FinishReason reason);
 
-  // Decides the next step. The returned output lives in the scheduler until the next call.
-  // While the latest output has not been through Update, Schedule returns it again unchanged:
-  // a step is scheduled once and applied once.
+  // Decides the next step. The returned output lives in the scheduler until the next call
+  // (async scheduling: until its Update). While the latest output has not been through Update
+  // (async: nor the one before it), Schedule returns it again unchanged: a step is scheduled
+  // once and applied once.
   const SchedulerOutput& Schedule();
   // Applies the step's results: appends sampled tokens, rolls back rejected drafts, finishes
   // requests (stop token, max_new_tokens, max_model_len) and frees their blocks. A request
@@ -308,7 +347,8 @@ class Scheduler {
   // InvalidArgument (nothing changed) when `result` does not match `output` (sizes, a token
   // for a request that does not sample, more tokens than drafts + 1, token ids outside
   // [0, vocab_size), drafts when num_speculative_tokens is 0);
-  // FailedPrecondition when `output` is not the latest Schedule() output or was applied.
+  // FailedPrecondition when `output` is not the oldest Schedule() output not yet applied
+  // (synchronous scheduling: the latest).
   absl::StatusOr<UpdateResult> Update(const SchedulerOutput& output, const ModelOutput& result);
 
   // Host tier: the transfers of an output (SchedulerOutput::transfers.id) have run, or

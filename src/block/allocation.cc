@@ -248,6 +248,9 @@ bool KvCacheManager::Impl::TakeAcrossPools(const RequestView& r, const Allocatio
     step_need[g->layout().pool] += n;
     step_check[g->layout().pool] += n + (req.num_reserve_tokens > 0 ? g->Reserve(r, step) : 0);
   }
+  // The reserve is a second check, not an addition: a vllm-mode window may ask less of it
+  // than of the step (a negative Reserve), and the pool must pass both.
+  for (size_t p = 0; p < pools.size(); ++p) step_check[p] = std::max(step_check[p], step_need[p]);
   // Enough clean blocks in every pool is the common case and moves no chunk.
   bool clean = true;
   for (size_t p = 0; p < pools.size(); ++p) clean &= step_check[p] <= pools[p]->num_clean_blocks();

@@ -37,6 +37,15 @@ int64_t AttentionGroup::LengthAfter(const RequestView& r, const StepArgs& step) 
   return std::max<int64_t>(BlocksFor(step.total), static_cast<int64_t>(len));
 }
 
+int64_t AttentionGroup::CappedGateBeyondStep(const RequestView& r, const StepArgs& step,
+                                             int64_t cap, int64_t skipped_blocks) const {
+  const size_t held = step.hit != nullptr ? step.hit->size() : tables_[r.slot].blocks.size();
+  const int64_t covered = std::max(skipped_blocks, static_cast<int64_t>(held));
+  const int64_t gate =
+      std::max<int64_t>(0, std::min(BlocksFor(step.total + step.reserve), cap) - covered);
+  return gate - std::max<int64_t>(0, BlocksFor(step.total) - covered);
+}
+
 absl::Status AttentionGroup::Validate(const RequestView& r, const StepArgs& step) const {
   if (!r.allocated || step.hit != nullptr) return absl::OkStatus();
   const int64_t held = static_cast<int64_t>(tables_[r.slot].blocks.size());
@@ -143,6 +152,19 @@ void AttentionGroup::Commit(const RequestView& r) {
     CacheWithEvent(r, t.blocks[i], i, parent_held ? i - 1 : -1, i);
   }
   t.num_published = std::max(t.num_published, end);
+}
+
+void AttentionGroup::CommitThrough(const RequestView& r, int64_t full) {
+  if (!ctx().enable_prefix_caching) return;
+  TableState& t = tables_[r.slot];
+  full = std::min<int64_t>(full, static_cast<int64_t>(t.blocks.size()));
+  if (full <= t.num_published) return;
+  // Commit publishes [num_published, num_cached): narrow it to the completed blocks, then
+  // keep what a later step left pending.
+  const int64_t pending = std::max(t.num_cached, full);
+  t.num_cached = full;
+  Commit(r);
+  t.num_cached = pending;
 }
 
 void AttentionGroup::DropPending(const RequestView& r) {

@@ -30,6 +30,7 @@ class AttentionGroup : public GroupManager {
   bool CacheFull(const RequestView& r, int64_t full) override;
   void Release(const RequestView& r, int64_t processed) override;
   void Commit(const RequestView& r) override;
+  void CommitThrough(const RequestView& r, int64_t full) override;
   void DropPending(const RequestView& r) override;
   void Free(const RequestView& r) override;
   int64_t NextEvent(const RequestView& r) const override;
@@ -61,6 +62,12 @@ class AttentionGroup : public GroupManager {
   }
   // The table's length once the step has its blocks.
   int64_t LengthAfter(const RequestView& r, const StepArgs& step) const;
+  // vLLM's full-sequence admission gate for a recycling group (SingleTypeKVCacheManager.
+  // get_num_blocks_to_allocate with the admission cap `cap` on the whole sequence's blocks)
+  // minus the same count for the step alone: both leave out the max(skipped, held) blocks
+  // the request already covers. Negative when the gate asks for fewer.
+  int64_t CappedGateBeyondStep(const RequestView& r, const StepArgs& step, int64_t cap,
+                               int64_t skipped_blocks) const;
   bool cached(absl::Span<const BlockHash> hashes, int64_t i,
               HitScope scope = HitScope::kDevice) const {
     return Holds(hashes[i], scope);

@@ -33,9 +33,7 @@ int64_t ChunkedLocalGroup::Reserve(const RequestView& r, const StepArgs& step) c
   const int64_t in_flight =
       int64_t{ctx().max_num_batched_tokens} * (ctx().async_scheduling ? 2 : 1);
   const int64_t cap = BlocksFor(std::min<int64_t>(chunk() + in_flight, ctx().max_model_len));
-  const int64_t skipped = PastBlocks(step.computed);
-  const int64_t wanted = std::min(BlocksFor(step.total + step.reserve) - skipped, cap);
-  return std::max<int64_t>(0, wanted - (LengthAfter(r, step) - skipped));
+  return CappedGateBeyondStep(r, step, cap, PastBlocks(step.computed));
 }
 
 int64_t ChunkedLocalGroup::NextEvent(const RequestView& r) const {

@@ -180,7 +180,9 @@ class GroupManager {
   virtual int64_t Count(const RequestView& r, const StepArgs& step) const = 0;
   // Count, keeping what FreshBlocks and Install need of the step's plan; no other change.
   virtual int64_t Plan(const RequestView& r, const StepArgs& step) { return Count(r, step); }
-  // Blocks the tokens after the step will need beyond it (checked, not taken).
+  // Blocks the tokens after the step will need beyond it (checked, not taken). vllm mode: the
+  // full-sequence gate minus the step's blocks, which a window's capped gate can make negative
+  // (the pool then checks the step alone).
   virtual int64_t Reserve(const RequestView& /*r*/, const StepArgs& /*step*/) const {
     return 0;
   }
@@ -206,6 +208,10 @@ class GroupManager {
   // The request's last step has run: its pending full blocks join the prefix cache (attention
   // groups) and the state it wrote becomes the request's, snapshot included (recurrent groups).
   virtual void Commit(const RequestView& /*r*/) {}
+  // Async scheduling: the steps writing blocks [0, full) have run and their tokens are known:
+  // those blocks join the prefix cache now; later pending blocks stay pending (attention
+  // groups).
+  virtual void CommitThrough(const RequestView& /*r*/, int64_t /*full*/) {}
   // The request leaves before its last step ran: what that step would have offered to the
   // prefix cache never is (its blocks and slots are freed uncached).
   virtual void DropPending(const RequestView& /*r*/) {}

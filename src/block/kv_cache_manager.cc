@@ -314,6 +314,23 @@ void KvCacheManager::CompleteStep() {
 
 void KvCacheManager::NewStep() { CompleteStep(); }
 
+absl::Status KvCacheManager::CacheComputedBlocks(RequestHandle request, int64_t num_tokens) {
+  Impl& m = *impl_;
+  RequestState* st = m.Get(request);
+  if (st == nullptr) return m.Stale(request);
+  const int64_t known = m.NumTokens(st->slot);
+  if (num_tokens < 0 || num_tokens > known) {
+    return absl::InvalidArgumentError(absl::StrCat("num_tokens ", num_tokens, " is outside [0, ",
+                                                   known, "] for request ", st->id.value));
+  }
+  if (!st->allocated) return absl::OkStatus();
+  const internal::RequestView r = m.View(*st);
+  const int64_t full =
+      std::min<int64_t>(num_tokens / m.block_size, static_cast<int64_t>(r.hashes.size()));
+  for (const auto& g : m.groups) g->CommitThrough(r, full);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CacheHit> KvCacheManager::GetComputedBlocks(RequestHandle request) {
   Impl& m = *impl_;
   const RequestState* st = m.Get(request);

@@ -79,6 +79,7 @@ RecurrentGroup::StepPlan RecurrentGroup::MakePlan(const RequestView& r,
                              ? CeilDiv(step.verified_end, bs) > CeilDiv(step.computed, bs)
                              : plan.snapshot_block >= 0;
   plan.write_in_place = has_state && cur >= 0 && !cur_shared && !needs_new;
+  plan.cur_index = CeilDiv(step.computed, bs) - 1;
   plan.fresh_slots = plan.write_in_place ? 0 : 1;
   if (ctx().enable_prefix_caching && !r.allocated) {
     plan.fresh_slots += ctx().extra_first_state_blocks;
@@ -108,13 +109,24 @@ void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
   }
   if (fresh.size() > 1) s.extra.push_back(fresh[1].value);
   s.snapshot_block = plan_.snapshot_block;
+  s.replaced_index = plan_.cur_index;
   s.step_pending = true;
 }
 
-void RecurrentGroup::Release(const RequestView& r, int64_t /*processed*/) {
+void RecurrentGroup::Release(const RequestView& r, int64_t processed) {
   State& s = states_[r.slot];
-  if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
-  s.retiring = -1;
+  // vLLM frees a replaced state once the processed tokens are a block past it (its
+  // remove_skipped_blocks): with async scheduling a step in flight may still read it. The
+  // latest goes first, as vLLM walks the table down.
+  const int64_t dead = CeilDiv(processed, ctx().hash_block_size) - 1;
+  if (s.retiring >= 0 && s.retiring_index < dead) {
+    pool().Free({BlockId(s.retiring)});
+    s.retiring = -1;
+  }
+  for (auto it = s.lingering.rbegin(); it != s.lingering.rend(); ++it) {
+    if (it->second < dead) pool().Free({BlockId(it->first)});
+  }
+  std::erase_if(s.lingering, [dead](const std::pair<int32_t, int64_t>& b) { return b.second < dead; });
 }
 
 void RecurrentGroup::Commit(const RequestView& r) {
@@ -124,8 +136,11 @@ void RecurrentGroup::Commit(const RequestView& r) {
     // vLLM frees the replaced state block when the request is next allocated
     // (MambaManager.remove_skipped_blocks); kvpage frees it now.
     if (ctx().align_state_blocks) {
-      if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
+      // One not freed yet stays the request's until it leaves (vLLM's last_state_block_idx
+      // moves on without it).
+      if (s.retiring >= 0) s.lingering.emplace_back(s.retiring, s.retiring_index);
       s.retiring = s.cur;
+      s.retiring_index = s.replaced_index;
     } else {
       pool().Free({BlockId(s.cur)});
     }
@@ -155,6 +170,9 @@ void RecurrentGroup::Free(const RequestView& r) {
   // vLLM frees a request's blocks last first: the state, then the one it replaced.
   if (s.cur >= 0) pool().Free({BlockId(s.cur)});
   if (s.retiring >= 0) pool().Free({BlockId(s.retiring)});
+  for (auto it = s.lingering.rbegin(); it != s.lingering.rend(); ++it) {
+    pool().Free({BlockId(it->first)});
+  }
   for (int32_t slot : s.extra) pool().Free({BlockId(slot)});
   s = State{};
 }
@@ -185,6 +203,7 @@ absl::Status RecurrentGroup::CountRefs(int32_t slot, RequestId id,
   };
   KVPAGE_RETURN_IF_ERROR(count(s.cur));
   KVPAGE_RETURN_IF_ERROR(count(s.retiring));
+  for (const auto& [b, index] : s.lingering) KVPAGE_RETURN_IF_ERROR(count(b));
   if (s.step_pending && s.write != s.cur) KVPAGE_RETURN_IF_ERROR(count(s.write));
   for (int32_t b : s.extra) KVPAGE_RETURN_IF_ERROR(count(b));
   return absl::OkStatus();

@@ -78,6 +78,13 @@ class RecurrentGroup final : public GroupManager {
     int64_t snapshot_block = -1;
     std::vector<int32_t> extra;  // vllm accounting: the second state block it keeps
     int32_t retiring = -1;  // GroupContext::align_state_blocks: the state `cur` replaced
+    // vllm accounting: the position-indexed block `cur` stands at when the pending step writes
+    // elsewhere, and `retiring`'s (vLLM's last_state_block_idx).
+    int64_t replaced_index = -1;
+    int64_t retiring_index = -1;
+    // Async scheduling, vllm accounting: earlier replaced states a step in flight kept, with
+    // their block indices, oldest first; freed once the processed tokens pass them.
+    std::vector<std::pair<int32_t, int64_t>> lingering;
   };
   // Where this step writes its state (Plan's result, read by FreshBlocks and Install).
   struct StepPlan {
@@ -85,6 +92,7 @@ class RecurrentGroup final : public GroupManager {
     bool write_in_place = false;   // write into the request's own scratch `cur`
     int64_t snapshot_block = -1;   // register the written state under this block's hash
     bool hit_needs_touch = false;  // the hit snapshot is cached-free and must leave the LRU
+    int64_t cur_index = -1;        // vllm accounting: the block index of the state before it
   };
 
   // The block whose hash the step's written state is registered under, or -1.

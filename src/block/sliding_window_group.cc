@@ -41,9 +41,7 @@ int64_t SlidingWindowGroup::Reserve(const RequestView& r, const StepArgs& step) 
       int64_t{ctx().max_num_batched_tokens} * (ctx().async_scheduling ? 2 : 1);
   const int64_t cap =
       BlocksFor(std::min<int64_t>(reach() + in_flight, ctx().max_model_len)) + 1;
-  const int64_t skipped = SkippedTokens(step.computed) / layout().block_size;
-  const int64_t wanted = std::min(BlocksFor(step.total + step.reserve) - skipped, cap);
-  return std::max<int64_t>(0, wanted - (LengthAfter(r, step) - skipped));
+  return CappedGateBeyondStep(r, step, cap, SkippedTokens(step.computed) / layout().block_size);
 }
 
 int64_t SlidingWindowGroup::NextEvent(const RequestView& r) const {

@@ -12,6 +12,7 @@ using internal::SchedRequest;
 
 void Scheduler::Impl::InitTables() {
   const size_t rows = static_cast<size_t>(config.max_num_seqs);
+  SchedulerOutput& out = outputs[0];
   out.attention.clear();
   for (GroupInfo& g : attention) {
     g.stride = static_cast<int32_t>((max_model_len + g.block_size - 1) / g.block_size) * g.ratio;
@@ -27,6 +28,7 @@ void Scheduler::Impl::InitTables() {
   }
   out.states.clear();
   for (GroupId g : state_groups) out.states.push_back(StateBatch{.group = g});
+  outputs[1] = out;
   row_owner.reserve(rows);
 }
 

@@ -12,12 +12,17 @@ using internal::SchedRequest;
 
 const SchedulerOutput& Scheduler::Schedule() {
   Impl& s = *impl_;
-  if (!s.applied) return s.out;  // the latest step is still to be applied
+  // The latest step is still to be applied (async: and the one before it).
+  if (s.outstanding() >= (s.config.async_scheduling ? 2u : 1u)) return s.Out();
+  if (s.config.async_scheduling) {
+    // The previous output stays as it is until its Update.
+    s.cur ^= 1;
+    s.prev_scheduled.swap(s.scheduled);
+  }
   ++s.step;
-  s.applied = false;
   s.preempted_this_step = false;
   s.scheduled.clear();
-  s.out.preempted_ids.clear();
+  s.Out().preempted_ids.clear();
   s.kv->NewStep();
   int64_t budget = s.config.max_num_batched_tokens;
   s.ReleaseOutOfWindowBlocks();
@@ -25,7 +30,7 @@ const SchedulerOutput& Scheduler::Schedule() {
   if (!s.preempted_this_step && !s.waiting.empty()) s.ScheduleWaiting(budget);
   s.BuildOutput(s.config.max_num_batched_tokens - budget);
   ++s.stats.steps;
-  return s.out;
+  return s.Out();
 }
 
 void Scheduler::Impl::RefreshNextEvent(SchedRequest& r) {
@@ -45,7 +50,7 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
   for (int32_t q : running) {
     SchedRequest& r = reqs[q];
     if (r.QuietStep(1)) continue;  // nothing due
-    [[maybe_unused]] const absl::Status released = kv->RemoveSkippedBlocks(r.kv, r.num_computed);
+    [[maybe_unused]] const absl::Status released = kv->RemoveSkippedBlocks(r.kv, r.NumProcessed());
     KVPAGE_DCHECK(released.ok());
     RefreshNextEvent(r);
     SyncRow(r);  // only zeroes released entries: nothing grew
@@ -53,7 +58,13 @@ void Scheduler::Impl::ReleaseOutOfWindowBlocks() {
 }
 
 int32_t Scheduler::Impl::TokensToSchedule(const SchedRequest& r, int64_t budget) const {
-  const int64_t remaining = r.num_tokens - r.num_computed;  // prompt or recompute left
+  // Async scheduling: the step in flight samples the token that ends the request by length
+  // (vLLM's rule, counting the sampled token only: drafts may all be rejected).
+  if (r.num_placeholders > 0 && r.num_computed + 2 - r.num_placeholders >= r.length_limit) {
+    return 0;
+  }
+  // Prompt or recompute left, and the placeholders: tokens the steps in flight sample.
+  const int64_t remaining = r.num_tokens + r.num_placeholders - r.num_computed;
   int64_t n = remaining + r.num_drafts;
   if (remaining > 1 && config.long_prefill_token_threshold > 0) {
     n = std::min<int64_t>(n, config.long_prefill_token_threshold);
@@ -154,20 +165,24 @@ void Scheduler::Impl::Preempt(int32_t victim, int64_t& budget) {
   ++r.num_preemptions;
   ++stats.preemptions;
   preempted_this_step = true;
-  out.preempted_ids.push_back(r.id);
+  r.num_placeholders = 0;  // what its steps in flight sample is appended as it comes (Update)
+  r.num_in_flight = 0;
+  Out().preempted_ids.push_back(r.id);
   PushWaiting(victim, /*front=*/true);
 }
 
 bool Scheduler::Impl::AllocateOrPreempt(int32_t q, int32_t n, int64_t& budget) {
   SchedRequest& r = reqs[q];
   const int32_t drafts = std::max<int32_t>(
-      0, static_cast<int32_t>(r.num_computed + n - r.num_tokens));
+      0, static_cast<int32_t>(r.num_computed + n - r.num_tokens - r.num_placeholders));
   while (true) {
     const AllocationRequest req{
         .num_computed_tokens = r.num_computed,
         .num_new_tokens = n,
         .num_lookahead_tokens =
-            std::min<int64_t>(config.num_speculative_tokens, max_model_len - r.num_computed - n)};
+            std::min<int64_t>(config.num_speculative_tokens, max_model_len - r.num_computed - n),
+        // A window keeps what steps in flight read (-1: none in flight).
+        .num_processed_tokens = r.num_in_flight > 0 ? r.NumProcessed() : -1};
     const absl::StatusOr<bool> ok = kv->AllocateSlots(r.kv, req);
     KVPAGE_DCHECK(ok.ok());  // the scheduler only asks for valid steps
     if (ok.ok() && *ok) {
@@ -215,7 +230,9 @@ size_t Scheduler::Impl::ScheduleDecodeRun(size_t i, int64_t& budget) {
 void Scheduler::Impl::ScheduleRunning(int64_t& budget) {
   // Runs of plain decode steps (one token, no drafts) go to the KV cache together; anything
   // else, or a decode step that does not fit, goes through AllocateOrPreempt.
-  const bool batchable = config.num_speculative_tokens == 0;
+  // (Async scheduling: decode steps carry tokens in flight, which AllocateDecodeStep does not
+  // take, so each goes through AllocateSlots.)
+  const bool batchable = config.num_speculative_tokens == 0 && !config.async_scheduling;
   size_t i = 0;
   while (i < running.size() && budget > 0) {
     if (batchable) {
@@ -379,7 +396,7 @@ void Scheduler::Impl::StartRunning(int32_t q, int64_t hit_tokens, int32_t n, int
 }
 
 void Scheduler::Impl::BuildOutput(int64_t total_tokens) {
-  SchedulerOutput& o = out;
+  SchedulerOutput& o = Out();
   o.step = step;
   o.num_rows = static_cast<int32_t>(running.size());
   o.row_moves.swap(pending_row_moves);
@@ -441,6 +458,7 @@ void Scheduler::Impl::WriteSlots(const GroupInfo& g, AttentionBatch& batch) {
   // A token's slot is KvCacheManager::SlotOf its cache block, whatever the kernel block size
   // (the row holds kernel block b·r + j, the j-th part of cache block b).
   const int64_t bs = g.block_size;
+  const SchedulerOutput& out = Out();
   for (const ScheduledRequest& sr : out.requests) {
     const size_t row = static_cast<size_t>(sr.row);
     const internal::RowSync& sync = g.sync[row];
@@ -467,10 +485,14 @@ int32_t Scheduler::Impl::WriteRow(SchedRequest& r, size_t row, ScheduledRequest&
   sr.num_computed_tokens = c;
   sr.num_scheduled_tokens = n;
   sr.num_draft_tokens = r.num_scheduled_drafts;
-  sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens;
+  sr.samples = r.num_computed - r.num_scheduled_drafts >= r.num_tokens + r.num_placeholders;
+  // Until Update applies the step (async scheduling: a later step may be scheduled first, at
+  // the position of the token this one samples).
+  r.num_in_flight += n;
+  r.num_placeholders += sr.samples ? 1 : 0;
   r.fresh = false;
   r.resumed = false;
-  out.seq_lens[row] = static_cast<int32_t>(c + n);
+  Out().seq_lens[row] = static_cast<int32_t>(c + n);
   return n;
 }
 

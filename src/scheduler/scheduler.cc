@@ -60,6 +60,11 @@ absl::Status SchedulerConfig::Validate() const {
                                                    num_speculative_tokens, " must be in [0, ",
                                                    max_num_batched_tokens, ")"));
   }
+  if (async_scheduling && num_speculative_tokens > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "async_scheduling does not support speculative decoding: num_speculative_tokens must "
+        "be 0, got ", num_speculative_tokens));
+  }
   if (policy != SchedulingPolicy::kFcfs && policy != SchedulingPolicy::kPriority) {
     return absl::InvalidArgumentError(absl::StrCat("policy ", static_cast<int>(policy),
                                                    " is not a SchedulingPolicy"));
@@ -331,21 +336,16 @@ absl::StatusOr<int32_t> Scheduler::Impl::Remove(RequestId id) {
     return absl::NotFoundError(absl::StrCat("request ", id.value, " is not queued or running"));
   }
   const int32_t q = it->second;
+  ForgetInOutputs(q);
   if (reqs[q].status == RequestStatus::kWaiting || reqs[q].status == RequestStatus::kLoading) {
     waiting.erase(q);
     std::erase(loading, q);
     // A load in flight keeps its blocks until its transfer completes.
     if (reqs[q].in_manager) KVPAGE_RETURN_IF_ERROR(kv->Free(reqs[q].kv));
   } else {
-    if (!applied) {
-      // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
-      if (reqs[q].scheduled_step == step) {
-        std::replace(scheduled.begin(), scheduled.end(), q, -1);
-      }
-      // The server may not have run that output yet: its block tables must not change under
-      // it when the last row moves into this one's place.
-      FreezeOutputTables();
-    }
+    // The server may not have run the latest output yet: its block tables must not change
+    // under it when the last row moves into this one's place.
+    if (outstanding() > 0) FreezeOutputTables();
     LeaveRunning(q);
   }
   pending_finished.push_back(id);
@@ -360,7 +360,14 @@ void Scheduler::Impl::PushWaiting(int32_t q, bool front) {
   waiting.insert(q);
 }
 
+void Scheduler::Impl::ForgetInOutputs(int32_t q) {
+  // Scheduled in a step not yet applied: Update drops whatever the server sampled for it.
+  if (outstanding() > 0) std::replace(scheduled.begin(), scheduled.end(), q, -1);
+  if (outstanding() > 1) std::replace(prev_scheduled.begin(), prev_scheduled.end(), q, -1);
+}
+
 void Scheduler::Impl::FreezeOutputTables() {
+  SchedulerOutput& out = Out();
   frozen_tables.resize(out.attention.size());
   for (size_t a = 0; a < out.attention.size(); ++a) {
     absl::Span<const int32_t>& table = out.attention[a].block_table;
@@ -448,7 +455,8 @@ void SortByRunningOrder(const std::vector<int32_t>& running,
 }  // namespace
 
 absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
-                                               const ModelOutput& result) const {
+                                               const ModelOutput& result,
+                                               absl::Span<const int32_t> indices) const {
   const size_t n = output.requests.size();
   const size_t num_sampled = result.sampled_token_ids.size();
   if (result.sampled_offsets.empty()) {
@@ -470,7 +478,7 @@ absl::Status Scheduler::Impl::CheckModelOutput(const SchedulerOutput& output,
                                                      : CsrCount(result.sampled_offsets, i);
     if (sr.samples ? k >= 1 && k <= sr.num_draft_tokens + 1 : k == 0) continue;
     // Aborted since Schedule: whatever the server sampled for it (or not) is dropped.
-    if (k == 0 && scheduled[i] < 0) continue;
+    if (k == 0 && indices[i] < 0) continue;
     if (!sr.samples) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", sr.id.value, " computed a prompt chunk and samples nothing, got ", k, " tokens"));
@@ -494,13 +502,44 @@ void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& updat
   update.finished.push_back({r.id, reason, static_cast<int32_t>(r.NumOutput()),
                              std::max<int64_t>(0, r.num_cached_tokens)});
   pending_finished.push_back(r.id);
-  LeaveRunning(q);
+  if (r.status == RequestStatus::kRunning) {
+    // Async scheduling: a later output, maybe not run yet, may hold its row.
+    if (outstanding() > 1) {
+      std::replace(scheduled.begin(), scheduled.end(), q, -1);
+      FreezeOutputTables();
+    }
+    LeaveRunning(q);
+  } else {
+    waiting.erase(q);  // preempted while its step was in flight (holds no blocks)
+  }
   Release(q);
   ++stats.finished;
 }
 
+void Scheduler::Impl::ApplyStaleSamples(int32_t q, const int32_t* sampled, int32_t k,
+                                        UpdateResult& update) {
+  // The request starts over when it resumes, its outputs recomputed: the tokens only join
+  // them, and may end it (as vLLM delivers a preempted request's output in flight).
+  SchedRequest& r = reqs[q];
+  KVPAGE_DCHECK(!r.in_manager);  // preempted in the step after: no waiting pass admitted it
+  for (int32_t j = 0; j < k; ++j) {
+    r.tokens.push_back(sampled[j]);
+    ++r.num_tokens;
+    const bool stopped = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(),
+                                   sampled[j]) != r.stop_token_ids.end();
+    if (stopped || r.num_tokens >= r.length_limit) {
+      Finish(q,
+             stopped                               ? FinishReason::kStop
+             : r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
+                                                 : FinishReason::kMaxModelLen,
+             update);
+      return;
+    }
+  }
+}
+
 void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
-                                   UpdateResult& update) {
+                                   absl::Span<const int32_t> indices, UpdateResult& update) {
   const bool has_offsets = !result.sampled_offsets.empty();
   const bool drafts = config.num_speculative_tokens > 0;
   // One-token appends go to the KV cache together, written in place (at most one a request).
@@ -509,12 +548,27 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
   finishing.clear();
   for (size_t i = 0; i < output.requests.size(); ++i) {
     const ScheduledRequest& sr = output.requests[i];
-    const int32_t q = scheduled[i];
-    if (q < 0 || !sr.samples) continue;
+    const int32_t q = indices[i];
+    if (q < 0) continue;
     SchedRequest& r = reqs[q];
+    const bool stale = r.status != RequestStatus::kRunning;  // preempted since (async)
+    if (!stale) r.num_in_flight -= sr.num_scheduled_tokens;
+    if (!sr.samples) continue;
     const int32_t k = has_offsets ? CsrCount(result.sampled_offsets, i) : 1;
     const int32_t* sampled =
         result.sampled_token_ids.data() + (has_offsets ? result.sampled_offsets[i] : i);
+    if (stale) {
+      ApplyStaleSamples(q, sampled, k, update);
+      continue;
+    }
+    --r.num_placeholders;
+    if (config.async_scheduling) {
+      // The steps applied so far wrote blocks whose last token was a placeholder when they
+      // were allocated: cached now that it is known (vLLM's cache_blocks after an output).
+      [[maybe_unused]] const absl::Status cached =
+          kv->CacheComputedBlocks(r.kv, r.NumProcessed());
+      KVPAGE_DCHECK(cached.ok());
+    }
     if (drafts) {
       const int32_t rejected = sr.num_draft_tokens - (k - 1);
       r.num_computed -= rejected;
@@ -563,18 +617,25 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
 absl::StatusOr<UpdateResult> Scheduler::Update(const SchedulerOutput& output,
                                                const ModelOutput& result) {
   Impl& s = *impl_;
-  if (&output != &s.out || output.step != s.step || s.applied) {
+  // Outputs apply in order: the oldest not applied (async: the latest's other buffer when two
+  // are outstanding).
+  const uint64_t expected = s.applied_step + 1;
+  const bool latest = expected == s.step;
+  const SchedulerOutput* want = latest ? &s.Out() : &s.outputs[s.cur ^ 1];
+  if (s.outstanding() == 0 || &output != want || output.step != expected) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Update expects the output of the latest Schedule() (step ", s.step,
-        "), once; got step ", output.step));
+        "Update expects the output of Schedule() step ", expected, " (each output once, in "
+        "order; the latest step is ", s.step, "), got step ", output.step));
   }
-  KVPAGE_RETURN_IF_ERROR(s.CheckModelOutput(output, result));
+  const std::vector<int32_t>& indices = latest ? s.scheduled : s.prev_scheduled;
+  KVPAGE_RETURN_IF_ERROR(s.CheckModelOutput(output, result, indices));
   // The forward pass has run: the blocks it filled become prefix hits, before finished
-  // requests free them.
-  s.kv->CompleteStep();
+  // requests free them. (Async scheduling: the next Schedule() completed this step in the KV
+  // cache when it started its own; the later step may not have run.)
+  if (latest) s.kv->CompleteStep();
   UpdateResult update;
-  s.ApplySamples(output, result, update);
-  s.applied = true;
+  s.ApplySamples(output, result, indices, update);
+  s.applied_step = expected;
   update.stats.num_running = static_cast<int32_t>(s.running.size());
   update.stats.num_waiting = num_waiting();
   update.stats.num_scheduled_tokens = output.total_num_scheduled_tokens;
@@ -658,7 +719,7 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has ", r.num_tokens,
                                               " tokens but ", held, " are held"));
     }
-    if (r.num_computed > r.num_tokens + r.num_drafts +
+    if (r.num_computed > r.num_tokens + r.num_placeholders + r.num_drafts +
                              s.config.num_speculative_tokens ||
         r.NumOutput() > r.max_new_tokens) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " computed ", r.num_computed,

@@ -80,6 +80,11 @@ struct alignas(64) SchedRequest {
   bool in_manager = false;  // the KV cache holds the request (running, or at the head of the
                             // queue after a failed admission)
   uint64_t visited_step = 0;  // the step whose running pass considered it and scheduled nothing
+  // Async scheduling: tokens of outputs not yet through Update, and the output tokens those
+  // steps will sample (vLLM's num_output_placeholders; tokens past num_tokens that are already
+  // scheduled). Both 0 between steps under synchronous scheduling.
+  int64_t num_in_flight = 0;
+  int32_t num_placeholders = 0;
 
   // ---- Cold.
   // Prompt, then every output token: held here only while the KV cache does not hold the
@@ -112,6 +117,8 @@ struct alignas(64) SchedRequest {
   }
   // A plain decode step: one known token, no drafts.
   bool PlainDecode() const { return num_tokens - num_computed == 1 && num_drafts == 0; }
+  // Tokens whose steps have run (Update applied them): what a sliding window may release up to.
+  int64_t NumProcessed() const { return num_computed - num_in_flight; }
 };
 
 // Orders the priority queue: lower priority value, then earlier arrival, then earlier add.
@@ -226,12 +233,23 @@ class Scheduler::Impl {
   void WriteSlots(const GroupInfo& g, AttentionBatch& batch);
 
   // ---- Update (scheduler.cc) ----
-  absl::Status CheckModelOutput(const SchedulerOutput& output, const ModelOutput& result) const;
+  // `indices`: the output's request indices (scheduled or prev_scheduled).
+  absl::Status CheckModelOutput(const SchedulerOutput& output, const ModelOutput& result,
+                                absl::Span<const int32_t> indices) const;
   // Applies the checked samples: tokens to the KV cache, finished requests out.
   void ApplySamples(const SchedulerOutput& output, const ModelOutput& result,
-                    UpdateResult& update);
+                    absl::Span<const int32_t> indices, UpdateResult& update);
+  // Async scheduling: the tokens an output sampled for request q after a later Schedule
+  // preempted it (vLLM's stale output): appended to its tokens, which they may end.
+  void ApplyStaleSamples(int32_t q, const int32_t* sampled, int32_t k, UpdateResult& update);
   // Request q finished: report it, free its blocks and row, release its index.
   void Finish(int32_t q, FinishReason reason, UpdateResult& update);
+  // Async scheduling: request q leaves while outputs are not through Update: they drop
+  // whatever the server samples for it.
+  void ForgetInOutputs(int32_t q);
+  // Outputs Schedule returned that Update has not applied yet (at most 1, or 2 with async).
+  uint64_t outstanding() const { return step - applied_step; }
+  SchedulerOutput& Out() { return outputs[cur]; }
   // Takes a live request out of the queues or the batch (Abort, Scheduler::Finish) and lists
   // it in the next output's finished_ids; the caller counts it and Releases it. NotFound for
   // an id that is not queued or running.
@@ -285,15 +303,20 @@ class Scheduler::Impl {
 
   // The step being built.
   uint64_t step = 0;
-  bool applied = true;  // Update has consumed the latest output
+  uint64_t applied_step = 0;  // the latest step Update has applied (steps apply in order)
   bool preempted_this_step = false;
   // Request indices scheduled this step; once the output is built, in its order (requests[k]
   // is scheduled[k]), with -1 for a request aborted since.
   std::vector<int32_t> scheduled;
+  // Async scheduling: `scheduled` of the output before (Out()'s other buffer).
+  std::vector<int32_t> prev_scheduled;
   absl::flat_hash_set<int64_t> batch_loras;  // CollectBatchLoras
   std::vector<DecodeStep> decode_batch;
   std::vector<size_t> decode_events;  // ScheduleDecodeRun: decode_batch[e] is running[...[e]]
-  SchedulerOutput out;
+  // The latest output is outputs[cur]; async scheduling alternates between the two, so the
+  // previous output stays valid until its Update.
+  SchedulerOutput outputs[2];
+  int cur = 0;
   // Copies of the output's block tables, made when an abort moves rows while the output is
   // still to be run (Abort): the output then reads these, not the tables being changed.
   std::vector<std::vector<int32_t>> frozen_tables;

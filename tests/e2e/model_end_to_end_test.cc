@@ -116,6 +116,29 @@ TEST(ModelEndToEnd, PreemptionByRecomputeGivesTheSameTokens) {
   EXPECT_EQ(cached.attention_mismatches + uncached.attention_mismatches, 0);
 }
 
+// Async scheduling (step N + 1 scheduled and run before step N's Update) generates the same
+// tokens as synchronous scheduling, with the cache roomy and with preemptions.
+TEST(ModelEndToEnd, AsyncSchedulingGivesTheSameTokens) {
+  const TinyModel model(1);
+  const std::vector<Request> requests = Workload();
+  for (const int64_t budget : {int64_t{64} * 1024, int64_t{16} * 1024}) {
+    SCOPED_TRACE(budget);
+    RunOptions options = SmallSteps();
+    options.kv_budget_bytes = budget;
+    const RunResult sync = MustRun(model, requests, options);
+    options.async_scheduling = true;
+    const RunResult async = MustRun(model, requests, options);
+    EXPECT_EQ(sync.tokens, Expected(model, requests));
+    EXPECT_EQ(async.tokens, sync.tokens);
+    EXPECT_EQ(async.attention_mismatches, 0);
+    EXPECT_GT(async.attention_checks, 0);
+    EXPECT_EQ(async.final_used_bytes, 0);
+    if (budget < 64 * 1024) {
+      EXPECT_GT(async.preemptions, 0);
+    }
+  }
+}
+
 // One request aborted at one point of one step, for every step and point of the run: the
 // others' tokens never change, nothing stays held, invariants hold after every step.
 TEST(ModelEndToEnd, AbortsAtEveryPointOfAStep) {

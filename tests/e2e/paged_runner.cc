@@ -9,6 +9,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -112,6 +113,9 @@ class Runner {
   absl::StatusOr<RunResult> Run();
 
  private:
+  absl::Status RunAsync();
+  // The tokens of the requests `update` finished (not aborted) become results.
+  void RecordFinished(const UpdateResult& update);
   GroupId GroupOf(int32_t layer) const;
   absl::StatusOr<KvCacheView> KvView(int32_t layer) const;
   absl::StatusOr<std::vector<SlotTensor>> StateTensors(GroupId group) const;
@@ -179,6 +183,7 @@ absl::Status Runner::Start(const std::vector<Request>& requests) {
   config.max_model_len = options_.max_model_len;
   config.cuda_graph_row_sizes = options_.cuda_graph_row_sizes;
   config.cuda_graph_token_sizes = options_.cuda_graph_token_sizes;
+  config.async_scheduling = options_.async_scheduling;
   KVPAGE_ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(spec_, config));
   for (const Request& r : requests) {
     KVPAGE_RETURN_IF_ERROR(scheduler_->AddRequest(
@@ -241,8 +246,53 @@ absl::Status Runner::ApplyStateOps(const SchedulerOutput& out) {
   return absl::OkStatus();
 }
 
+void Runner::RecordFinished(const UpdateResult& update) {
+  for (const FinishedRequest& f : update.finished) {
+    if (f.reason == FinishReason::kAborted) continue;
+    auto it = live_.find(f.id.value);
+    if (it == live_.end()) continue;
+    // (Async: a step after the last may have sampled one more; it does not count.)
+    const auto first = it->second.tokens.begin() + it->second.prompt_len;
+    result_.tokens[f.id.value].assign(first, first + f.num_output_tokens);
+    live_.erase(it);
+  }
+}
+
+absl::Status Runner::RunAsync() {
+  struct Step {
+    const SchedulerOutput* out = nullptr;
+    ModelOutput sampled;
+    int64_t step = 0;
+  };
+  std::optional<Step> in_flight;
+  for (int64_t step = 0; scheduler_->HasUnfinishedRequests() || in_flight.has_value();) {
+    std::optional<Step> next;
+    if (scheduler_->HasUnfinishedRequests()) {
+      next = Step{.out = &scheduler_->Schedule(), .step = step++};
+      KVPAGE_RETURN_IF_ERROR(StartTransfers(next->step, next->out->transfers));
+      NoteLoadStarts(next->step);
+      KVPAGE_RETURN_IF_ERROR(Forward(*next->out, &next->sampled));
+    }
+    if (in_flight.has_value()) {
+      KVPAGE_ASSIGN_OR_RETURN(UpdateResult update,
+                              scheduler_->Update(*in_flight->out, in_flight->sampled));
+      KVPAGE_RETURN_IF_ERROR(CompleteTransfers(in_flight->step));
+      RecordFinished(update);
+      if (absl::Status s = scheduler_->CheckInvariants(); !s.ok()) {
+        return absl::InternalError(absl::StrCat("after step ", in_flight->step, ": ", s.message()));
+      }
+    }
+    in_flight = std::move(next);
+    result_.steps = step;
+    result_.peak_mapped_bytes = backing_.peak_mapped_bytes();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RunResult> Runner::Run() {
-  for (int64_t step = 0; scheduler_->HasUnfinishedRequests(); ++step) {
+  if (options_.async_scheduling) KVPAGE_RETURN_IF_ERROR(RunAsync());
+  for (int64_t step = 0; !options_.async_scheduling && scheduler_->HasUnfinishedRequests();
+       ++step) {
     Hook(step, StepPoint::kBeforeSchedule, nullptr);
     for (int64_t id : aborted_) live_.erase(id);
     aborted_.clear();
@@ -259,14 +309,7 @@ absl::StatusOr<RunResult> Runner::Run() {
     KVPAGE_RETURN_IF_ERROR(CompleteTransfers(step));
     for (int64_t id : aborted_) live_.erase(id);
     aborted_.clear();
-    for (const FinishedRequest& f : update.finished) {
-      if (f.reason == FinishReason::kAborted) continue;
-      auto it = live_.find(f.id.value);
-      if (it == live_.end()) continue;
-      result_.tokens[f.id.value].assign(it->second.tokens.begin() + it->second.prompt_len,
-                                        it->second.tokens.end());
-      live_.erase(it);
-    }
+    RecordFinished(update);
     if (absl::Status s = scheduler_->CheckInvariants(); !s.ok()) {
       return absl::InternalError(absl::StrCat("after step ", step, ": ", s.message()));
     }

@@ -46,6 +46,9 @@ struct RunOptions {
   // replayed CUDA graph would.
   std::vector<int32_t> cuda_graph_row_sizes;
   std::vector<int32_t> cuda_graph_token_sizes;
+  // SchedulerConfig::async_scheduling: step N + 1 is scheduled and run before step N's
+  // Update (the runner knows each sampled token at once, as a device does). No hook.
+  bool async_scheduling = false;
   // Called at every point of every step (step counts from 0; `out` is null before Schedule):
   // the requests it returns are aborted there (ids no longer live are skipped).
   std::function<std::vector<RequestId>(int64_t step, StepPoint point, const SchedulerOutput* out)>

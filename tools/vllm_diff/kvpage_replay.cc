@@ -362,7 +362,9 @@ bool CompareStep(const SchedulerOutput& out, const KvCacheManager& kv, const jso
 }
 
 // Replays a vllm_sched_replay.py log through kvpage's Scheduler: the same requests, each
-// step's sampled tokens as vLLM's, and each step's schedule compared with vLLM's.
+// step's sampled tokens as vLLM's, and each step's schedule compared with vLLM's. A log of
+// vLLM's AsyncScheduler ("async_scheduling" in its header) runs with async scheduling: each
+// step is scheduled (and compared) before the previous one is updated.
 int ReplaySchedule(const std::string& path) {
   std::ifstream in(path);
   const std::optional<Setup> setup = ReadLogHeader(in, path);
@@ -370,7 +372,8 @@ int ReplaySchedule(const std::string& path) {
   const json& header = setup->header;
   SchedulerConfig c;
   c.kv = ConfigFor(setup->options, header.at("num_blocks").get<int64_t>() * setup->block_bytes);
-  c.kv.async_scheduling = false;
+  c.async_scheduling = header.value("async_scheduling", false);
+  c.kv.async_scheduling = c.async_scheduling;  // vLLM's sliding-window bound follows it
   c.max_num_batched_tokens = header.at("max_num_batched_tokens");
   c.max_num_seqs = header.at("max_num_seqs");
   c.max_model_len = header.at("max_model_len");
@@ -388,6 +391,22 @@ int ReplaySchedule(const std::string& path) {
   }
   std::string line;
   int64_t n = 0, steps = 0;
+  std::map<std::string, std::vector<int32_t>> prompts;
+  const SchedulerOutput* in_flight = nullptr;  // async: scheduled, not updated yet
+  ModelOutput in_flight_result;
+  auto update = [&](const SchedulerOutput& out, const ModelOutput& result) {
+    if (auto u = (*sched)->Update(out, result); !u.ok()) {
+      std::cout << "kvpage Update failed at step " << out.step - 1 << ": " << u.status().message()
+                << "\n";
+      return false;
+    }
+    if (absl::Status s = (*sched)->CheckInvariants(); !s.ok()) {
+      std::cout << "kvpage invariant broken at step " << out.step - 1 << ": " << s.message()
+                << "\n";
+      return false;
+    }
+    return true;
+  };
   while (std::getline(in, line)) {
     ++n;
     const json op = json::parse(line);
@@ -395,6 +414,7 @@ int ReplaySchedule(const std::string& path) {
       RequestSpec spec;
       spec.id = RequestId(std::stoll(op.at("req").get<std::string>().substr(1)));
       spec.prompt_token_ids = op.at("tokens").get<std::vector<int32_t>>();
+      prompts[op.at("req").get<std::string>()] = spec.prompt_token_ids;
       spec.max_new_tokens = op.at("max_tokens");
       if (absl::Status s = (*sched)->AddRequest(std::move(spec)); !s.ok()) {
         std::cout << "DIVERGENCE at op " << n << ": kvpage refused " << op.at("req") << ": "
@@ -405,16 +425,32 @@ int ReplaySchedule(const std::string& path) {
     }
     const SchedulerOutput& out = (*sched)->Schedule();
     ModelOutput result;
-    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, to_vllm, result)) return 1;
-    if (auto u = (*sched)->Update(out, result); !u.ok()) {
-      std::cout << "kvpage Update failed at step " << steps << ": " << u.status().message() << "\n";
-      return 1;
-    }
-    if (absl::Status s = (*sched)->CheckInvariants(); !s.ok()) {
-      std::cout << "kvpage invariant broken at step " << steps << ": " << s.message() << "\n";
+    if (!CompareStep(out, (*sched)->kv_cache(), op, steps, to_vllm, result)) {
+      // What kvpage's cache holds for the requests only vLLM scheduled.
+      std::set<std::string> mine;
+      for (const ScheduledRequest& r : out.requests) mine.insert(Name(r.id));
+      for (const json& e : op.at("expect").at("scheduled")) {
+        const std::string id = e[0].get<std::string>();
+        if (mine.contains(id)) continue;
+        std::cout << "  " << id << ": kvpage's cache holds "
+                  << (*sched)->kv_cache().CachedPrefixTokens(prompts[id]) << " of its "
+                  << prompts[id].size() << " prompt tokens; "
+                  << (*sched)->kv_cache().FreeBlockOrder(GroupId(0)).size() << " free blocks\n";
+      }
       return 1;
     }
     ++steps;
+    if (!c.async_scheduling) {
+      if (!update(out, result)) return 1;
+      continue;
+    }
+    if (in_flight != nullptr && !update(*in_flight, in_flight_result)) return 1;
+    in_flight = &out;
+    in_flight_result = std::move(result);
+    if (!(*sched)->HasUnfinishedRequests()) {  // the last step, as vllm_sched_replay.py ends
+      if (!update(*in_flight, in_flight_result)) return 1;
+      in_flight = nullptr;
+    }
   }
   if ((*sched)->HasUnfinishedRequests()) {
     std::cout << "DIVERGENCE: vLLM finished every request after " << steps

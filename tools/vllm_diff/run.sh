@@ -47,29 +47,39 @@ for w in "${workloads[@]}"; do
   echo "== $name ($model, num_gpu_blocks $blocks): vLLM $stats"
   "$driver" replay --log "$work/$name.ops.jsonl" || status=1
 done
-# The schedulers: name model num_gpu_blocks max_num_batched_tokens
+# The schedulers: name model num_gpu_blocks max_num_batched_tokens [num_gpu_blocks_async]. Each
+# runs twice: as named (synchronous scheduling) and as NAME_async (vLLM's AsyncScheduler against
+# kvpage's async_scheduling). Async scheduling doubles a sliding window's admission bound (two
+# batches in flight): gemma's 8,192-token budget then needs 8,582 blocks for one 32,768-token
+# request, and vLLM would refuse 8,000 at startup (with them it never admits r7 and loops).
 sched_workloads=(
   "sched_llama_2048 llama-3.1-8b 3000 2048"
   "sched_llama_8192 llama-3.1-8b 3000 8192"
   "sched_gemma_2048 gemma-3-4b-it 4000 2048"
-  "sched_gemma_8192 gemma-3-4b-it 8000 8192"
+  "sched_gemma_8192 gemma-3-4b-it 8000 8192 9000"
   "sched_qwen35_2048 qwen3.5-0.8b 100 2048"
   "sched_qwen35_8192 qwen3.5-0.8b 100 8192"
   "sched_nemotron_2048 nemotron-3-nano-30b-a3b 60 2048"
   "sched_llama4_2048 llama-4-scout-17b-16e-instruct 3000 2048"
 )
 for w in "${sched_workloads[@]}"; do
-  read -r name model blocks budget <<<"$w"
-  if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
-  "$driver" layout --model "$model" --vllm-version "$kvpage_version" --max-model-len 32768 \
-    >"$work/$name.layout.json"
-  stats=$(cd "$here" && HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" \
-    vllm_sched_replay.py --layout "$work/$name.layout.json" \
-    --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
-    --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
-    --vllm-version "$kvpage_version" --free-order-steps "${VLLM_DIFF_FREE_ORDER_STEPS:-}" \
-    --out "$work/$name.ops.jsonl" 2>/dev/null)
-  echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
-  "$driver" sched --log "$work/$name.ops.jsonl" || status=1
+  read -r base model sync_blocks budget async_blocks <<<"$w"
+  for mode in sync async; do
+    name=$base async_flag="" blocks=$sync_blocks
+    if [[ $mode == async ]]; then
+      name="${base}_async" async_flag="--async" blocks=${async_blocks:-$sync_blocks}
+    fi
+    if [[ ${#selected[@]} -gt 0 && ! " ${selected[*]} " =~ " $name " ]]; then continue; fi
+    "$driver" layout --model "$model" --vllm-version "$kvpage_version" --max-model-len 32768 \
+      >"$work/$name.layout.json"
+    stats=$(cd "$here" && HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$venv/bin/python" \
+      vllm_sched_replay.py --layout "$work/$name.layout.json" \
+      --model-config "$root/sim/data/models/llama-3.1-8b.json" --trace "$trace" --num-requests 300 \
+      --num-blocks "$blocks" --max-num-batched-tokens "$budget" \
+      --vllm-version "$kvpage_version" --free-order-steps "${VLLM_DIFF_FREE_ORDER_STEPS:-}" \
+      --out "$work/$name.ops.jsonl" $async_flag 2>/dev/null)
+    echo "== $name ($model, num_gpu_blocks $blocks, max_num_batched_tokens $budget): vLLM $stats"
+    "$driver" sched --log "$work/$name.ops.jsonl" || status=1
+  done
 done
 exit $status

@@ -8,7 +8,8 @@ tensors), with kvpage's vllm layout of the model for the KV cache groups (from
 device is the CPU. Every request arrives at step 0; each step's record holds what vLLM
 scheduled (tokens per request), whom it preempted, and the token each sampling request got,
 so that `kvpage_vllm_replay sched --log FILE` can feed kvpage's Scheduler the same tokens
-and compare its steps.
+and compare its steps. With --async it builds vLLM's AsyncScheduler and schedules each step
+before applying the previous one's output, as vLLM's engine does with two batches in flight.
 """
 import argparse
 import json
@@ -20,6 +21,7 @@ from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig,
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import ModelRunnerOutput
@@ -49,7 +51,7 @@ def make_scheduler(args, layout):
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=layout["max_model_len"],
         enable_chunked_prefill=True,
-        async_scheduling=False,
+        async_scheduling=args.async_scheduling,
         is_encoder_decoder=False,
     )
     model_config = ModelConfig(model=model_dir(args.model_config), trust_remote_code=True,
@@ -67,9 +69,9 @@ def make_scheduler(args, layout):
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"))
     kv_cache_config = vllm_replay.make_kv_cache_config(layout, args.num_blocks)
     cache_config.num_gpu_blocks = args.num_blocks
-    return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config, log_stats=True,
-                     structured_output_manager=StructuredOutputManager(vllm_config),
-                     block_size=bs)
+    cls = AsyncScheduler if args.async_scheduling else Scheduler
+    return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config, log_stats=True,
+               structured_output_manager=StructuredOutputManager(vllm_config), block_size=bs)
 
 
 def main():
@@ -86,6 +88,8 @@ def main():
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-output", type=int, default=64)
     p.add_argument("--vllm-version", default="0.33")
+    p.add_argument("--async", dest="async_scheduling", action="store_true",
+                   help="vLLM's AsyncScheduler: step N + 1 is scheduled before step N's update")
     p.add_argument("--free-order-steps", type=lambda v: {int(x) for x in v.split(",") if x},
                    default=set(), help="steps whose whole free queue the log keeps")
     p.add_argument("--out", required=True)
@@ -108,7 +112,8 @@ def main():
                           "vllm_version": args.vllm_version,
                           "max_model_len": layout["max_model_len"],
                           "max_num_batched_tokens": args.max_num_batched_tokens,
-                          "max_num_seqs": args.max_num_seqs}) + "\n")
+                          "max_num_seqs": args.max_num_seqs,
+                          "async_scheduling": args.async_scheduling}) + "\n")
     requests = {}
     for i, entry in enumerate(entries):
         params = SamplingParams(max_tokens=min(entry["output_length"], args.max_output),
@@ -121,14 +126,18 @@ def main():
         out.write(json.dumps({"op": "add", "req": req.request_id, "tokens": tokens,
                               "max_tokens": params.max_tokens}, separators=(",", ":")) + "\n")
     steps = preemptions = 0
+    in_flight = None  # async: the step scheduled before, not updated yet
     while sched.has_unfinished_requests():
         so = sched.schedule()
         scheduled = dict(so.num_scheduled_tokens)
         sampled = {}
         for rid in scheduled:
             req = requests[rid]
-            # schedule() has already advanced num_computed_tokens by the step's tokens.
-            if req.num_computed_tokens >= req.num_tokens:
+            # schedule() has already advanced num_computed_tokens by the step's tokens (and,
+            # async, counted the token a sampling step adds as an output placeholder).
+            samples = (not req.is_prefill_chunk if args.async_scheduling
+                       else req.num_computed_tokens >= req.num_tokens)
+            if samples:
                 sampled[rid] = (steps * 31 + req.num_tokens) % VOCAB + 1
         ids = list(scheduled)
         runner_out = ModelRunnerOutput(
@@ -145,7 +154,12 @@ def main():
         for b in free_order:
             free_hash = (free_hash * 1000003 + b + 1) % (1 << 40)
         preemptions += len(preempted)
-        sched.update_from_output(so, runner_out)
+        if args.async_scheduling:
+            if in_flight is not None:
+                sched.update_from_output(*in_flight)
+            in_flight = (so, runner_out)
+        else:
+            sched.update_from_output(so, runner_out)
         record = {"op": "sched",
                   "expect": {"scheduled": sorted([r, n] for r, n in scheduled.items()),
                              "computed": computed, "preempted": preempted, "free": free,
@@ -155,6 +169,9 @@ def main():
             record["expect"]["free_order"] = free_order
         out.write(json.dumps(record, separators=(",", ":")) + "\n")
         steps += 1
+        if in_flight is not None and not sched.has_unfinished_requests():
+            sched.update_from_output(*in_flight)  # the last step (requests left only there)
+            in_flight = None
     out.close()
     print(json.dumps({"requests": len(entries), "steps": steps, "preemptions": preemptions}))
 

@@ -37,7 +37,7 @@ int32_t PaddedSize(absl::Span<const int32_t> sizes, int32_t n) {
 }  // namespace internal
 
 void Scheduler::Impl::PadForCudaGraph() {
-  SchedulerOutput& o = out;
+  SchedulerOutput& o = Out();
   const int32_t tokens = static_cast<int32_t>(o.total_num_scheduled_tokens);
   o.padded = false;
   o.num_padded_rows = o.num_rows;

@@ -33,3 +33,17 @@ def test_toy_decoder_notices_misplaced_kv():
     # The comparison can fail: with K/V one slot off, the tokens differ from the dense run.
     stats = toy_decoder.run(num_requests=4, kv_budget_bytes=40 << 20, cache_type=OffByOneCache)
     assert stats["equal"] == 0
+
+
+def test_plan_and_sweep_functions():
+    import plan_and_sweep
+
+    import kvpage
+
+    model = kvpage.load_model("gemma-3-4b-it")
+    plans = plan_and_sweep.plan_sweep(model, [4096, 32768])
+    assert list(plans) == ["kvpage", "vllm", "llamacpp"]
+    assert plans["kvpage"][1] == 792723456 / 2**30  # as test_plan's done-when line
+    points = plan_and_sweep.rate_sweep(model, "h100", [2.0, 8.0], requests=20)
+    assert [p["rate"] for p in points] == [2.0, 8.0]
+    assert points[0]["output_throughput"] < points[1]["output_throughput"]

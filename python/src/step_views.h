@@ -14,9 +14,11 @@
 #ifndef KVPAGE_PYTHON_STEP_VIEWS_H_
 #define KVPAGE_PYTHON_STEP_VIEWS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <utility>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -27,7 +29,8 @@ namespace kvpage::python {
 
 class PyScheduler {
  public:
-  PyScheduler(std::unique_ptr<Scheduler> scheduler) : scheduler_(std::move(scheduler)) {}
+  explicit PyScheduler(std::unique_ptr<Scheduler> scheduler)
+      : scheduler_(std::move(scheduler)) {}
 
   Scheduler& scheduler() { return *scheduler_; }
   // RuntimeError unless no view of the current output is referenced.

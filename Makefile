@@ -32,6 +32,7 @@ all: build
 
 bootstrap:
 	@bash scripts/bootstrap.sh
+	@bash scripts/python_env.sh $(BUILD_DIR)/venv
 
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
+#include "cli/library_entry.h"
 #include "kvpage/catalog.h"
 #include "kvpage/checkpoint.h"
 #include "kvpage/plan_format.h"
@@ -468,6 +469,24 @@ void PrintPlans(const PlanFlags& f, bool host, const PlanRun& run) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Plan>> PlansForArgs(const std::vector<std::string>& args) {
+  PlanFlags f;
+  FlagSet fs(kPlanUsage);
+  RegisterPlanFlags(fs, f);
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
+  for (const char* flag : {"plot", "host-cache-gib"}) {
+    if (fs.WasSet(flag) || help) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(help ? "--help" : absl::StrCat("--", flag), " is not offered here"));
+    }
+  }
+  if (absl::Status s = CheckPlanFlags(f, fs); !s.ok()) return s;
+  auto run = MakePlans(f, fs);
+  if (!run.ok()) return run.status();
+  return std::move(run->plans);
+}
 
 int RunPlan(const std::vector<std::string>& args) {
   if (IsSloPlan(args)) return RunSloPlan(args);

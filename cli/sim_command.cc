@@ -13,6 +13,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/library_entry.h"
 #include "cli/sim_flags.h"
 #include "cli/sim_report.h"
 #include "sim/cost_model_summary.h"
@@ -151,6 +152,42 @@ int WriteOutputDirs(const SimFlags& f, const std::vector<std::string>& allocator
 }
 
 }  // namespace
+
+absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
+  SimFlags f;
+  FlagSet fs(kSimUsage);
+  RegisterSimFlags(fs, f);
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
+  for (const char* flag : {"output-dir", "output-json", "replicas", "router", "overlap-weight"}) {
+    if (fs.WasSet(flag) || help) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(help ? "--help" : absl::StrCat("--", flag), " is not offered here"));
+    }
+  }
+  if (absl::Status s = CheckAllocatorFlags(f, fs); !s.ok()) return s;
+  auto base = MakeSimConfig(f, fs);
+  if (!base.ok()) return base.status();
+  if (absl::Status s = CheckVllmAccounting(f, *base); !s.ok()) return s;
+  auto trace = LoadSimTrace(f, fs, base->vocab_size);
+  if (!trace.ok()) return trace.status();
+  SimRun run;
+  run.allocators = f.compare_allocators ? std::vector<std::string>{"kvpage", "vllm"}
+                                        : std::vector<std::string>{f.allocator};
+  for (const std::string& allocator : run.allocators) {
+    sim::SimConfig c = *base;
+    c.scheduler.kv.mode = allocator == "vllm" ? AccountingMode::kVllm : AccountingMode::kKvpage;
+    auto result = sim::Simulate(*trace, c);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat(allocator, ": ", result.status().message()));
+    }
+    run.results.push_back(*std::move(result));
+  }
+  run.json = ResultsJson(run.allocators, run.results,
+                         sim::SummarizeCostModel(base->gpu, base->calibration));
+  return run;
+}
 
 int RunSim(const std::vector<std::string>& args) {
   SimFlags f;

@@ -7,6 +7,7 @@
 #   device (src/device: the step's tables on the GPU) -> scheduler, kernels
 #   events (src/events: KV events on the wire, their publisher) -> block; sim may use it
 #   cli (cli/: the kvpage command line, an application) -> the library and sim
+#   python (python/src: the Python module) -> the library, sim and cli (whose commands it runs)
 # Nothing under src/ includes sim/ or cli/: a file in a folder no layer names yet is checked
 # against the library's layers as a whole.
 cmake_minimum_required(VERSION 3.25)
@@ -22,6 +23,7 @@ set(allowed_device model block scheduler kernels device internal)
 set(allowed_events model block events internal)
 set(allowed_internal internal)
 set(allowed_cli model block scheduler planner sim events memory internal cli)
+set(allowed_python model block scheduler planner sim events memory internal cli)
 set(allowed_library model block scheduler planner kernels memory device events internal)
 
 # The layer of each public header in include/kvpage/.
@@ -98,6 +100,8 @@ list(REMOVE_ITEM files ${src_checked})
 check_files(library ${files})
 file(GLOB_RECURSE files ${SOURCE_DIR}/cli/*.h ${SOURCE_DIR}/cli/*.cc)
 check_files(cli ${files})
+file(GLOB files ${SOURCE_DIR}/python/src/*.h ${SOURCE_DIR}/python/src/*.cc)
+check_files(python ${files})
 # Each public header in its layer (include/kvpage/cuda/: kernels, but device_step_tables.h:
 # device).
 file(GLOB files ${SOURCE_DIR}/include/kvpage/*.h ${SOURCE_DIR}/include/kvpage/cuda/*.h)

@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libxxhash-dev libssl-dev
   libzmq3-dev libmsgpack-cxx-dev
-  python3 python3-matplotlib python3-venv
+  python3 python3-dev python3-matplotlib python3-venv
 )
 # Optional: clang 16 for the libFuzzer harnesses (scripts/fuzz.sh); make test does not need
 # it. KVPAGE_FUZZ_DEPS=1 bash scripts/bootstrap.sh adds it.

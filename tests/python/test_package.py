@@ -1,0 +1,26 @@
+"""What the package ships: every public name, the type stubs, the py.typed marker."""
+
+import os
+
+import kvpage
+
+PACKAGE = os.path.dirname(kvpage.__file__)
+
+
+def test_public_names_resolve():
+    for name in kvpage.__all__:
+        assert getattr(kvpage, name) is not None, name
+
+
+def test_type_stubs_ship_with_the_module():
+    with open(os.path.join(PACKAGE, "_kvpage.pyi")) as f:
+        stub = f.read()
+    for declaration in ("class Scheduler:", "class StepOutput:", "def load_model(",
+                        "def update(", "def schedule(self) -> StepOutput"):
+        assert declaration in stub, declaration
+    assert os.path.exists(os.path.join(PACKAGE, "py.typed"))
+
+
+def test_bundled_traces_ship_with_the_package():
+    assert os.path.exists(os.path.join(PACKAGE, "data", "traces",
+                                       "mooncake_conversation_trace.jsonl"))

@@ -516,6 +516,35 @@ void Scheduler::Impl::Finish(int32_t q, FinishReason reason, UpdateResult& updat
   ++stats.finished;
 }
 
+namespace {
+
+// Why a request that just reached a stop token or its length limit ends.
+FinishReason EndReason(const SchedRequest& r, bool stopped) {
+  if (stopped) return FinishReason::kStop;
+  return r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength : FinishReason::kMaxModelLen;
+}
+
+bool IsStopToken(const SchedRequest& r, int32_t token) {
+  return std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+         r.stop_token_ids.end();
+}
+
+// How many of the k sampled tokens a request keeps: up to the first that ends it, by length or
+// a stop token (which is output too). A sampling request is below its length limit.
+int32_t KeptTokens(const SchedRequest& r, const int32_t* sampled, int32_t k, bool* stopped) {
+  int32_t keep = static_cast<int32_t>(std::clamp<int64_t>(r.length_limit - r.num_tokens, 1, k));
+  *stopped = false;
+  for (int32_t j = 0; r.has_stop_tokens && j < keep; ++j) {
+    if (IsStopToken(r, sampled[j])) {
+      *stopped = true;
+      return j + 1;
+    }
+  }
+  return keep;
+}
+
+}  // namespace
+
 void Scheduler::Impl::ApplyStaleSamples(int32_t q, const int32_t* sampled, int32_t k,
                                         UpdateResult& update) {
   // The request starts over when it resumes, its outputs recomputed: the tokens only join
@@ -525,14 +554,9 @@ void Scheduler::Impl::ApplyStaleSamples(int32_t q, const int32_t* sampled, int32
   for (int32_t j = 0; j < k; ++j) {
     r.tokens.push_back(sampled[j]);
     ++r.num_tokens;
-    const bool stopped = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(),
-                                   sampled[j]) != r.stop_token_ids.end();
+    const bool stopped = IsStopToken(r, sampled[j]);
     if (stopped || r.num_tokens >= r.length_limit) {
-      Finish(q,
-             stopped                               ? FinishReason::kStop
-             : r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
-                                                 : FinishReason::kMaxModelLen,
-             update);
+      Finish(q, EndReason(r, stopped), update);
       return;
     }
   }
@@ -575,21 +599,11 @@ void Scheduler::Impl::ApplySamples(const SchedulerOutput& output, const ModelOut
       update.stats.num_rejected_drafts += rejected;
       update.stats.num_accepted_drafts += k - 1;
     }
-    // The sampled tokens up to the first that ends the request, by length or a stop token
-    // (which is output too). A sampling request is below its length limit.
-    int32_t keep = static_cast<int32_t>(std::clamp<int64_t>(r.length_limit - r.num_tokens, 1, k));
     bool stopped = false;
-    for (int32_t j = 0; r.has_stop_tokens && j < keep && !stopped; ++j) {
-      stopped = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled[j]) !=
-                r.stop_token_ids.end();
-      if (stopped) keep = j + 1;
-    }
+    const int32_t keep = KeptTokens(r, sampled, k, &stopped);
     r.num_tokens += keep;
     if (stopped || r.num_tokens >= r.length_limit) {
-      const FinishReason reason = stopped                               ? FinishReason::kStop
-                                  : r.NumOutput() >= r.max_new_tokens ? FinishReason::kLength
-                                                                      : FinishReason::kMaxModelLen;
-      finishing.emplace_back(q, reason);  // after the appends, in this order
+      finishing.emplace_back(q, EndReason(r, stopped));  // after the appends, in this order
       continue;
     }
     if (keep == 1) {

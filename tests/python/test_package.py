@@ -16,7 +16,8 @@ def test_type_stubs_ship_with_the_module():
     with open(os.path.join(PACKAGE, "_kvpage.pyi")) as f:
         stub = f.read()
     for declaration in ("class Scheduler:", "class StepOutput:", "def load_model(",
-                        "def update(", "def schedule(self) -> StepOutput"):
+                        "def update(", "def schedule(self) -> StepOutput", "def cache(",
+                        "def to_torch(self) -> dict", "def close(self) -> None"):
         assert declaration in stub, declaration
     assert os.path.exists(os.path.join(PACKAGE, "py.typed"))
 

@@ -94,11 +94,12 @@ nb::dlpack::dtype ValueDType(DType dtype, bool numpy) {
     case DType::kQ8_0: break;
   }
   RaiseStatus(absl::UnimplementedError(absl::StrCat(
-      "a ", DTypeName(dtype), " cache has no per-value view (blocks of 32 values share a scale)")));
+      "a ", DTypeName(dtype), " cache has no per-value view to give")));
 }
 
 template <typename Framework>
 nb::object MakeArray(const TensorView& v, nb::capsule owner, bool numpy) {
+  const nb::dlpack::dtype dtype = ValueDType(v.dtype, numpy);  // raises for q8_0 (0 bytes)
   const int64_t value = BytesPerValue(v.dtype);
   size_t shape[4];
   int64_t strides[4];
@@ -107,7 +108,7 @@ nb::object MakeArray(const TensorView& v, nb::capsule owner, bool numpy) {
     shape[i] = static_cast<size_t>(v.shape[i]);
     strides[i] = v.byte_strides[i] / value;
   }
-  nb::ndarray<Framework> array(v.base, ndim, shape, owner, strides, ValueDType(v.dtype, numpy));
+  nb::ndarray<Framework> array(v.base, ndim, shape, owner, strides, dtype);
   return nb::cast(std::move(array), nb::rv_policy::reference);
 }
 

@@ -250,6 +250,11 @@ void BindScheduler(nb::module_& m) {
       .def_prop_ro("num_running", [](PyScheduler& s) { return s.scheduler().num_running(); })
       .def_prop_ro("num_waiting", [](PyScheduler& s) { return s.scheduler().num_waiting(); })
       .def_prop_ro("max_model_len", [](PyScheduler& s) { return s.scheduler().max_model_len(); })
+      .def("release_idle_chunks",
+           [](PyScheduler& s) { return s.scheduler().ReleaseIdleChunks(); },
+           "Gives chunks with no used block back to the budget and their memory back (their "
+           "cached blocks are dropped; with backing='host' they read as zeros); returns the "
+           "bytes given back. Between schedule() and update() it releases nothing.")
       .def("check_invariants",
            [](PyScheduler& s) { ThrowIfError(s.scheduler().CheckInvariants()); })
       .def("_native_steps", &NativeSteps, nb::arg("steps"), nb::arg("token"));

@@ -200,14 +200,40 @@ const SchedulerOutput& StepOutput::Get() const {
   return *scheduler->output();
 }
 
+namespace {
+
+// The step's linear-attention bookkeeping and its arrays as DLPack exports.
+void DefStatesAndExports(nb::class_<StepOutput>& cls) {
+  cls
+      .def_prop_ro("state_groups",
+                   [](const StepOutput& s) {
+                     std::vector<int32_t> groups;
+                     for (const StateBatch& b : s.Get().states) groups.push_back(b.group.value);
+                     return groups;
+                   }, "the linear-attention group of each entry of read_slots and write_slots")
+      .def_prop_ro("slots_to_zero", &SlotsToZero,
+                   "(group, slot) of state slots newly given to a request: zero them (in "
+                   "every layer of the group) before the forward pass")
+      .def("to_dlpack", [](const StepOutput& s) { return Arrays(s, ViewKind::kDlpack); },
+           "Every array of the step by attribute name (per-group ones as tuples), as DLPack "
+           "exports of the same memory (numpy.from_dlpack, torch.from_dlpack). Writable for "
+           "torch's sake: do not write them. Same lifetime rule as the attributes.")
+      .def("to_torch", &ToTorch,
+           "to_dlpack() through torch.from_dlpack: CPU tensors over the scheduler's buffers, "
+           "no copies. ModuleNotFoundError without torch.");
+}
+
+}  // namespace
+
 void BindStepOutput(nb::module_& m) {
-  nb::class_<StepOutput>(
+  nb::class_<StepOutput> cls(
       m, "StepOutput",
       "One step's batch (kvpage::SchedulerOutput). Its arrays are read-only NumPy views of "
       "the scheduler's buffers, valid until the next schedule(): after it every attribute "
       "raises RuntimeError, and schedule() itself raises while an array taken from here is "
-      "still referenced. Copy what you keep (numpy.array(view)).")
-      .def_prop_ro("step", [](const StepOutput& s) { return s.Get().step; })
+      "still referenced. Copy what you keep (numpy.array(view)).");
+  DefStatesAndExports(cls);
+  cls.def_prop_ro("step", [](const StepOutput& s) { return s.Get().step; })
       .def_prop_ro("num_rows", [](const StepOutput& s) { return s.Get().num_rows; })
       .def_prop_ro("total_num_scheduled_tokens",
                    [](const StepOutput& s) { return s.Get().total_num_scheduled_tokens; })
@@ -255,12 +281,6 @@ void BindStepOutput(nb::module_& m) {
                    "per attention group, int64 [total_num_scheduled_tokens]")
       .def_prop_ro("attention_groups", &AttentionGroups,
                    "per attention group: group, kind, kernel_block_size, window")
-      .def_prop_ro("state_groups",
-                   [](const StepOutput& s) {
-                     std::vector<int32_t> groups;
-                     for (const StateBatch& b : s.Get().states) groups.push_back(b.group.value);
-                     return groups;
-                   }, "the linear-attention group of each entry of read_slots and write_slots")
       .def_prop_ro("read_slots", [](const StepOutput& s) { return StateSlots(s, false, ViewKind::kNumpy); },
                    "per linear-attention group, int32 [num_rows] (-1: row not scheduled)")
       .def_prop_ro("write_slots", [](const StepOutput& s) { return StateSlots(s, true, ViewKind::kNumpy); },
@@ -269,17 +289,7 @@ void BindStepOutput(nb::module_& m) {
       .def_prop_ro("preempted_ids",
                    [](const StepOutput& s) { return Ids(s.Get().preempted_ids); })
       .def_prop_ro("row_moves", [](const StepOutput& s) { return s.Get().row_moves; },
-                   "(from, to) rows moved since the last step")
-      .def_prop_ro("slots_to_zero", &SlotsToZero,
-                   "(group, slot) of state slots newly given to a request: zero them (in "
-                   "every layer of the group) before the forward pass")
-      .def("to_dlpack", [](const StepOutput& s) { return Arrays(s, ViewKind::kDlpack); },
-           "Every array of the step by attribute name (per-group ones as tuples), as DLPack "
-           "exports of the same memory (numpy.from_dlpack, torch.from_dlpack). Writable for "
-           "torch's sake: do not write them. Same lifetime rule as the attributes.")
-      .def("to_torch", &ToTorch,
-           "to_dlpack() through torch.from_dlpack: CPU tensors over the scheduler's buffers, "
-           "no copies. ModuleNotFoundError without torch.");
+                   "(from, to) rows moved since the last step");
 }
 
 }  // namespace kvpage::python

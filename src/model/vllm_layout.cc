@@ -81,19 +81,43 @@ LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec) {
   return full;
 }
 
+absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype) {
+  const AttentionShape& a = spec.attention;
+  if (!a.HasIndexer()) return AttentionTokenBytes(a, dtype);
+  // Sparse MLA: the latent in kv_cache_dtype, where "fp8" becomes vLLM's "fp8_ds_mla" page of
+  // 656 bytes a token (MLAAttentionSpec.real_page_size_bytes), beside the indexer's own
+  // MLAAttentionSpec layer of 132 uint8 a token (DeepseekV32IndexerCache).
+  int64_t latent = kVllmFp8DsMlaTokenBytes;
+  if (dtype != DType::kFP8) {
+    KVPAGE_ASSIGN_OR_RETURN(latent, AttentionTokenBytes(a, dtype));
+  }
+  return latent + IndexKeyTokenBytes(a);
+}
+
 namespace {
+
+// DeepSeek-V3.2's sparse MLA: vLLM forces FlashMLASparse's 64-token blocks whatever block
+// size was asked for (CudaPlatformBase.check_and_update_config, vllm/platforms/cuda.py).
+constexpr int64_t kSparseMlaBlockSize = 64;
+
+bool HasIndexer(const ModelSpec& model) {
+  for (const LayerGroup& g : model.groups) {
+    if (g.spec.IsAttention() && g.spec.attention.HasIndexer()) return true;
+  }
+  return false;
+}
 
 // Hybrid attention + linear attention: the attention block grows until its page holds a
 // whole linear-attention state (Platform._align_hybrid_block_size, "align"/"none" modes).
 absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t requested_block_size,
                                          DType dtype) {
-  int64_t block_size = requested_block_size;
+  int64_t block_size = HasIndexer(model) ? kSparseMlaBlockSize : requested_block_size;
   int64_t attn_token_bytes = 0, state_page = 0;
   for (const LayerGroup& g : model.groups) {
     if (g.spec.kind == LayerKind::kLinearAttention) {
       state_page = std::max(state_page, g.spec.linear.NativeBytes());
     } else if (attn_token_bytes == 0) {
-      KVPAGE_ASSIGN_OR_RETURN(attn_token_bytes, AttentionTokenBytes(g.spec.attention, dtype));
+      KVPAGE_ASSIGN_OR_RETURN(attn_token_bytes, VllmTokenBytes(g.spec, dtype));
     }
   }
   if (state_page > 0 && attn_token_bytes > 0) {
@@ -136,7 +160,7 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
     if (g.spec.kind == LayerKind::kLinearAttention) {
       b.page_bytes = g.spec.linear.NativeBytes();
     } else {
-      KVPAGE_ASSIGN_OR_RETURN(int64_t tok, AttentionTokenBytes(g.spec.attention, dtype));
+      KVPAGE_ASSIGN_OR_RETURN(int64_t tok, VllmTokenBytes(g.spec, dtype));
       b.block_size = block_size;
       b.page_bytes = block_size * tok;
     }

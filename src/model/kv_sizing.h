@@ -26,7 +26,8 @@ inline constexpr int64_t kIndexKeyQuantBlock = 128;
 // indexer: fp8 values plus one fp32 scale per kIndexKeyQuantBlock of them, whatever the KV
 // cache dtype (vLLM's DeepseekV32IndexerCache: head_dim + head_dim // 128 · 4 = 132 bytes for
 // 128 values, vllm/model_executor/models/deepseek_v2.py). Within a block the values of every
-// token come first, then their scales (DeepGEMM's paged layout).
+// token come first, then their scales (the paged layout DeepGEMM reads; vLLM's
+// v1/attention/ops/rocm_aiter_mla_sparse.py splits a block at block_size · head_dim).
 inline int64_t IndexKeyTokenBytes(const AttentionShape& shape) {
   const int64_t d = shape.index_head_dim;
   return d + d / kIndexKeyQuantBlock * 4;

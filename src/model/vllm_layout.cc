@@ -84,9 +84,11 @@ LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec) {
 absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype) {
   const AttentionShape& a = spec.attention;
   if (!a.HasIndexer()) return AttentionTokenBytes(a, dtype);
-  // Sparse MLA: the latent in kv_cache_dtype, where "fp8" becomes vLLM's "fp8_ds_mla" page of
-  // 656 bytes a token (MLAAttentionSpec.real_page_size_bytes), beside the indexer's own
-  // MLAAttentionSpec layer of 132 uint8 a token (DeepseekV32IndexerCache).
+  // Sparse MLA: the latent in kv_cache_dtype, where FlashMLASparse serves "fp8" as
+  // "fp8_ds_mla" (_canonicalize_sparse_mla_kv_cache_dtype), 656 bytes a token
+  // (MLAAttention.get_kv_cache_spec's state_content_bytes, vllm/model_executor/layers/
+  // attention/mla_attention.py); beside it the indexer's own MLAAttentionSpec layer of 132
+  // uint8 a token (DeepseekV32IndexerCache, vllm/model_executor/models/deepseek_v2.py).
   int64_t latent = kVllmFp8DsMlaTokenBytes;
   if (dtype != DType::kFP8) {
     KVPAGE_ASSIGN_OR_RETURN(latent, AttentionTokenBytes(a, dtype));
@@ -96,8 +98,10 @@ absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype) {
 
 namespace {
 
-// DeepSeek-V3.2's sparse MLA: vLLM forces FlashMLASparse's 64-token blocks whatever block
-// size was asked for (CudaPlatformBase.check_and_update_config, vllm/platforms/cuda.py).
+// DeepSeek-V3.2's sparse MLA: without --block-size, vLLM takes the smallest block size every
+// attention backend accepts (Platform.update_block_size_for_backend, vllm/platforms/
+// interface.py): FlashMLASparse takes multiples of 64 and DeepseekV32IndexerBackend 64 only
+// (vllm/v1/attention/backends/mla/flashmla_sparse.py, indexer.py), so 64.
 constexpr int64_t kSparseMlaBlockSize = 64;
 
 bool HasIndexer(const ModelSpec& model) {

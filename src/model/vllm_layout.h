@@ -40,7 +40,8 @@ inline constexpr int64_t kVllmFp8DsMlaTokenBytes = 656;
 // Bytes vLLM's cache spends on one token of one attention layer: K + V (MLA: the latent); with
 // DeepSeek-V3.2's indexer, the latent as vLLM's sparse MLA stores it plus the indexer key (the
 // indexer is a layer of its own in vLLM, of the same type and block size, so it joins the MLA
-// layers' one group: UniformTypeKVCacheSpecs). InvalidArgument as AttentionTokenBytes.
+// layers' one group: UniformTypeKVCacheSpecs, vllm/v1/core/kv_cache_planning.py
+// get_kv_cache_groups). InvalidArgument as AttentionTokenBytes.
 absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype);
 
 // The spec vLLM 0.33 manages a layer's cache by: chunked-local layers beside layers of another

@@ -34,8 +34,8 @@ Cells ContextCells(const PlanOptions& o, int64_t context) {
   return c;
 }
 
-// DeepSeek-V3.2's lightning-indexer keys, which llama.cpp serves since PR #23346 (merged
-// 2026-05-19): llama_kv_cache_dsa (src/llama-kv-cache-dsa.cpp) keeps them in a second
+// DeepSeek-V3.2's lightning-indexer keys, which llama.cpp serves since release b9411 (PR
+// #23346, LLM_ARCH_DEEPSEEK32): llama_kv_cache_dsa (src/llama-kv-cache-dsa.cpp) keeps them in a second
 // llama_kv_cache of the same cells, built from the model's hparams with one KV head of
 // indexer_head_size values, in the cache's type_k and without a V tensor (an MLA model's
 // caches hold K only).

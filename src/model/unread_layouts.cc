@@ -17,10 +17,13 @@ struct Marker {
 };
 
 constexpr Marker kMarkers[] = {
-    {"index_topk", "DeepSeek-V3.2 sparse attention",
-     "needs the lightning indexer's per-token key cache beside the MLA latent"},
-    {"index_head_dim", "DeepSeek-V3.2 sparse attention",
-     "needs the lightning indexer's per-token key cache beside the MLA latent"},
+    {"compress_ratios", "DeepSeek-V4 compressed attention",
+     "keeps compressed and sliding-window caches per layer"},
+    {"index_topk_freq", "GLM-5.2 shared sparse-attention indexers",
+     "keeps an indexer key cache in only some layers"},
+    {"indexer_types", "GLM-5.2 shared sparse-attention indexers",
+     "keeps an indexer key cache in only some layers"},
+    {"index_kpool", "pooled sparse-attention indexer keys", "compresses the indexer key cache"},
     {"attn_layer_period", "Jamba", "interleaves Mamba layers kvpage does not place yet"},
     {"attn_type_list", "MiniMax lightning attention", "keeps a linear-attention state"},
     {"linear_attn_config", "Kimi Linear", "keeps a linear-attention state"},
@@ -31,12 +34,12 @@ constexpr Marker kMarkers[] = {
 constexpr absl::string_view kRecurrentTypes[] = {
     "mamba", "mamba2", "falcon_mamba", "jamba", "bamba", "zamba", "zamba2",
     "rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm", "lfm2", "plamo2", "minimax", "minimax_m1",
-    "kimi_linear", "deepseek_v32",
+    "kimi_linear", "deepseek_v4",
 };
 
 constexpr absl::string_view kHint =
-    "; kvpage reads full, sliding-window, chunked-local, MLA, Gated DeltaNet and Mamba-2 "
-    "(Nemotron-H, Granite 4.0-H, Falcon-H1) layers";
+    "; kvpage reads full, sliding-window, chunked-local, MLA (with DeepSeek-V3.2's indexer "
+    "keys), Gated DeltaNet and Mamba-2 (Nemotron-H, Granite 4.0-H, Falcon-H1) layers";
 
 }  // namespace
 

@@ -120,9 +120,11 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // The MLA kernel (224 registers, 128 threads) fits 2 CTAs per SM on sm_90 (docs §7).
-  int32_t ctas_per_sm = 2;
-  if (!c.mla) {
+  int32_t ctas_per_sm = 0;
+  if (c.mla) {
+    KVPAGE_ASSIGN_OR_RETURN(ctas_per_sm,
+                            MlaDecodeCtasPerSm(c.dtype, c.group, c.MlaTensorCores()));
+  } else {
     KVPAGE_ASSIGN_OR_RETURN(ctas_per_sm, DecodeCtasPerSm(c.fp8_kv ? DType::kFP8 : c.dtype,
                                                          c.head_dim, c.group, c.tensor_cores));
   }
@@ -322,9 +324,13 @@ absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path) {
       {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},
       {DType::kF16, 6, 8, 4, 128, 16, 5000, -1, 7},
       {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},
+      {DType::kF16, 6, 1, 64, 576, 64, 5000, -1, 7},
   };
   cases[1].tensor_cores = true;
   cases[2].mla = true;
+  cases[2].cuda_cores = true;
+  cases[3].mla = true;
+  cases[3].tensor_cores = true;
   std::mt19937 seeds(seed);
   for (const DecodeCase& c : cases) {
     DecodeProblem p;

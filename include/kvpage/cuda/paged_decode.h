@@ -78,19 +78,35 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
 
 // Absorbed MLA decode, the DeepSeek shape: one 576-value latent row per token (512 latent +
 // 64 rope) that every query head attends to; ref::PagedDecodeMla with latent_dim 512.
-//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16.
+//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16, any block_size.
 //   q:   [num_seqs][num_q_heads][576] (q_nope with W_UK absorbed, then q_pe), cache.dtype,
 //        sequence stride q_seq_stride elements.
 //   out: [num_seqs][num_q_heads][512], cache.dtype, contiguous (the latent output; W_UV is
 //        the caller's).
 //   workspace: DecodeWorkspaceBytes(plan, num_seqs, num_q_heads, 512) bytes.
-// CUDA cores only (4 query heads a CTA, each row read once for them); plans, splits, windows
-// and graph capture as PagedDecode. InvalidArgument naming the value for a view that is not
-// MLA of row 576, an fp8 cache, plan.use_tensor_cores, and the PagedDecode argument errors.
+// Two kernels, grid (head tiles, sequence, split), MlaDecodeHeadTile heads a CTA:
+// - tensor cores (FlashMLA-style): up to 64 query heads a CTA as the rows of mma.sync tiles
+//   (QK^T over the 576-value row, PV over its 512 latent values, fp32 accumulation, P rounded
+//   to the cache dtype), K tiles gathered with cp.async, so each row is read from memory once
+//   per CTA: once per token up to 64 heads, twice at 128. Taken with plan.use_tensor_cores,
+//   or when the plan forces neither path, on compute capability >= 8.0 and with more than 4
+//   query heads;
+// - CUDA cores (4 query heads a CTA, each row read once per 4 heads): the reference, taken
+//   with plan.force_cuda_cores and otherwise.
+// Plans, splits, windows and graph capture as PagedDecode (DecodePlanInputs::head_tiles =
+// MlaDecodeHeadTiles). InvalidArgument naming the value for a view that is not MLA of row
+// 576, an fp8 cache, a plan that forces both paths, and the PagedDecode argument errors.
 absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
                             const KvCacheView& cache, const BlockTableView& table,
                             const DecodeParams& params, const DecodePlan& plan, void* workspace,
                             int64_t workspace_bytes, cudaStream_t stream);
+
+// Resident CTAs per SM of the MLA kernel PagedDecodeMla launches for this dtype (f16/bf16)
+// and head count on the current device, with tensor cores or not
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor with its dynamic shared memory), for
+// DecodePlanInputs::ctas_per_sm. InvalidArgument for another dtype or num_q_heads < 1; the
+// CUDA error (Unavailable without a device) otherwise.
+absl::StatusOr<int32_t> MlaDecodeCtasPerSm(DType dtype, int32_t num_q_heads, bool tensor_cores);
 
 // Merges split-KV partial states (the (o, lse) merge of FlashInfer's cascade note).
 //   partial_o: [num_seqs][num_heads][num_splits][head_dim] float, each split normalised.

@@ -75,6 +75,16 @@ __device__ __forceinline__ int32_t MlaSwizzled(int32_t r, int32_t chunk) {
   return r * kMlaRowBytes + ((chunk ^ (r & 7)) * 16);
 }
 
+// Byte offsets in a swizzled area of chunks step * j + x (j < kCount, all below 8) of row
+// `row`. Chunk 8 b + y of a row sits at MlaSwizzled(row, y) + 128 b, so with b a constant of
+// an unrolled loop every ldmatrix address is one of these plus an immediate.
+template <int kCount>
+__device__ __forceinline__ void MlaChunkOffsets(int32_t row, int32_t x, int32_t step,
+                                                int32_t (&offs)[kCount]) {
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) offs[j] = MlaSwizzled(row, step * j + x);
+}
+
 // The running state of the lane's rows g (h = 0) and g + 8 (h = 1) of its row group, over
 // output dims 256 c + 8 n + 2 q (+1).
 struct MlaRowState {
@@ -152,32 +162,38 @@ __device__ __forceinline__ void MlaTileScores(const char* q_smem, const char* k_
   using C = MlaMmaConfig<kRowGroups>;
   constexpr int kN = C::kHalfTokens / 8;
   const int32_t lane = w.lane;
-  const int32_t q_row = 16 * w.r + (lane & 7) + ((lane >> 3) & 1) * 8, q_half = lane >> 4;
   const int32_t k_base = w.c * C::kHalfTokens;
+  // Chunk 2 ks + x of the lane's Q row is at q_off[ks % 4] + 128 (ks / 4).
+  int32_t q_off[4];
+  MlaChunkOffsets(16 * w.r + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4, 2, q_off);
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
   }
-#pragma unroll 4
-  for (int ks = 0; ks < kMlaKSteps; ks += 2) {
-    uint32_t qa0[4], qa1[4], kb[4];
-    LdMatrixX4(qa0, q_smem + MlaSwizzled(q_row, 2 * ks + q_half));
-    LdMatrixX4(qa1, q_smem + MlaSwizzled(q_row, 2 * ks + 2 + q_half));
-    if constexpr (kN == 2) {
-      // Matrices: tokens 0-7 / 8-15 of the half, chunk 2 ks' + 0 / 1, for ks' = ks, ks + 1.
-      const int32_t k_row = k_base + (lane & 7) + ((lane >> 4) << 3), k_half = (lane >> 3) & 1;
+  if constexpr (kN == 2) {
+    // Matrices: tokens 0-7 / 8-15 of the half, chunk 2 ks + 0 / 1: b of n tiles 0 and 1.
+    int32_t k_off[4];
+    MlaChunkOffsets(k_base + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, 2, k_off);
 #pragma unroll
-      for (int step = 0; step < 2; ++step) {
-        LdMatrixX4(kb, k_tile + MlaSwizzled(k_row, 2 * (ks + step) + k_half));
-        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        Mma16816<T>(s[0], step == 0 ? qa0 : qa1, b0);
-        Mma16816<T>(s[1], step == 0 ? qa0 : qa1, b1);
-      }
-    } else {
-      // One matrix of 8 tokens per chunk 2 ks .. 2 ks + 3: b of k step ks, then ks + 1.
-      const int32_t k_row = k_base + (lane & 7);
-      LdMatrixX4(kb, k_tile + MlaSwizzled(k_row, 2 * ks + (lane >> 3)));
+    for (int ks = 0; ks < kMlaKSteps; ++ks) {
+      uint32_t qa[4], kb[4];
+      LdMatrixX4(qa, q_smem + q_off[ks % 4] + 128 * (ks / 4));
+      LdMatrixX4(kb, k_tile + k_off[ks % 4] + 128 * (ks / 4));
+      const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      Mma16816<T>(s[0], qa, b0);
+      Mma16816<T>(s[1], qa, b1);
+    }
+  } else {
+    // One 8-token matrix per chunk 2 ks .. 2 ks + 3 (ks even): b of k steps ks and ks + 1.
+    int32_t k_off[2];
+    MlaChunkOffsets(k_base + (lane & 7), lane >> 3, 4, k_off);
+#pragma unroll
+    for (int ks = 0; ks < kMlaKSteps; ks += 2) {
+      uint32_t qa0[4], qa1[4], kb[4];
+      LdMatrixX4(qa0, q_smem + q_off[ks % 4] + 128 * (ks / 4));
+      LdMatrixX4(qa1, q_smem + q_off[(ks + 1) % 4] + 128 * (ks / 4));
+      LdMatrixX4(kb, k_tile + k_off[ks % 4 / 2] + 128 * (ks / 4));
       const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
       Mma16816<T>(s[0], qa0, b0);
       Mma16816<T>(s[0], qa1, b1);
@@ -254,16 +270,19 @@ __device__ __forceinline__ void MlaAccumulatePV(const char* p_smem, const char* 
   using C = MlaMmaConfig<kRowGroups>;
   const int32_t lane = w.lane;
   const int32_t p_row = 16 * w.r + (lane & 7) + ((lane >> 3) & 1) * 8, p_half = lane >> 4;
-  const int32_t v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_half = lane >> 4;
+  // Chunk 32 c + 2 np + x of the lane's V row (row & 7 is the same for 16 kk + v_row) is at
+  // v_off[np % 4] + 128 (np / 4), past the half's first 32 chunks.
+  int32_t v_off[4];
+  MlaChunkOffsets((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4, 2, v_off);
+  const char* v_dims = v_tile + 32 * 16 * w.c;
 #pragma unroll
   for (int kk = 0; kk < C::kTileTokens / 16; ++kk) {
     uint32_t pa[4];
     LdMatrixX4(pa, p_smem + p_row * C::kPRowBytes + (2 * kk + p_half) * 16);
-    const int32_t row = 16 * kk + v_row;
 #pragma unroll
     for (int np = 0; np < kMlaHalfDimTiles / 2; ++np) {
       uint32_t vb[4];
-      LdMatrixX4Trans(vb, v_tile + MlaSwizzled(row, 32 * w.c + 2 * np + v_half));
+      LdMatrixX4Trans(vb, v_dims + v_off[np % 4] + 128 * (np / 4) + 16 * kk * kMlaRowBytes);
       const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
       Mma16816<T>(st.o[2 * np], pa, b0);
       Mma16816<T>(st.o[2 * np + 1], pa, b1);

@@ -273,6 +273,45 @@ TEST(EmulatedKernelsTest, PagedDecodeMlaTensorCoresMatchReference) {
   }
 }
 
+// The tensor-core MLA kernel keeps 8 warps resident per SM on sm_90 at any register count
+// ptxas may choose (up to 255): 16 heads = 4 CTAs of 2 warps, 32 = 2 of 4, 64 = 1 of 8.
+// Shared memory (Q + ring + P + row statistics):
+//   16 heads: 16 x 1,152 + 2 x 16 x 1,152 + 16 x 48 + 128 = 56,192 B; 4 x (56,192 + 1 KiB) fit
+//   233,472 B; registers 4 x 2 warps x 8,192 = 65,536;
+//   32 heads: 36,864 + 2 x 36,864 + 32 x 80 + 256 = 113,408 B, 2 CTAs;
+//   64 heads: 73,728 + 3 x 36,864 + 64 x 80 + 512 = 189,952 B, 1 CTA.
+TEST(EmulatedKernelsTest, MlaTensorCoreKernelKeepsEightWarpsPerSm) {
+  using internal::MlaMmaConfig;
+  EXPECT_EQ(MlaMmaConfig<1>::kSharedBytes, 56192);
+  EXPECT_EQ(MlaMmaConfig<2>::kSharedBytes, 113408);
+  EXPECT_EQ(MlaMmaConfig<4>::kSharedBytes, 189952);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<1>::kThreads, MlaMmaConfig<1>::kSharedBytes), 4);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<2>::kThreads, MlaMmaConfig<2>::kSharedBytes), 2);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<4>::kThreads, MlaMmaConfig<4>::kSharedBytes), 1);
+  EXPECT_EQ(MlaMmaConfig<1>::kMinCtas * MlaMmaConfig<1>::kWarps, 8);
+  EXPECT_EQ(MlaMmaConfig<2>::kMinCtas * MlaMmaConfig<2>::kWarps, 8);
+  EXPECT_EQ(MlaMmaConfig<4>::kMinCtas * MlaMmaConfig<4>::kWarps, 8);
+  // CTAs a sequence takes: the tile holding all heads, 64 above that.
+  EXPECT_EQ(MlaDecodeHeadTile(6, true), 16);
+  EXPECT_EQ(MlaDecodeHeadTile(32, true), 32);
+  EXPECT_EQ(MlaDecodeHeadTile(40, true), 64);
+  EXPECT_EQ(MlaDecodeHeadTiles(128, true), 2);
+  EXPECT_EQ(MlaDecodeHeadTiles(128, false), 32);
+}
+
+// Which MLA kernel PagedDecodeMla runs (UseMlaTensorCores): the forced one, else tensor cores
+// for more than 4 heads on compute capability >= 8.
+TEST(EmulatedKernelsTest, MlaDecodePathChoice) {
+  const DecodeParams h16{16, 0.1f, -1}, h4{4, 0.1f, -1}, h5{5, 0.1f, -1};
+  const DecodePlan any{}, tc{1, 0, true, false}, cuda{1, 0, false, true};
+  EXPECT_TRUE(internal::UseMlaTensorCores(h16, any, 9));
+  EXPECT_TRUE(internal::UseMlaTensorCores(h5, any, 8));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h4, any, 9));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h16, any, 7));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h16, cuda, 9));
+  EXPECT_TRUE(internal::UseMlaTensorCores(h4, tc, 9));
+}
+
 // Counts the cp.async reads of each latent row of an MLA cache (emulation::cp_async_observer);
 // reads outside the cache (the query) are counted apart.
 struct RowReads {

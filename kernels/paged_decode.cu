@@ -81,6 +81,16 @@ absl::Status CheckKernelChoice(DType cache_dtype, int32_t head_dim, bool tensor_
   return absl::OkStatus();
 }
 
+// CheckKernelChoice for the kernel `plan` asks for; a plan may not force both paths.
+absl::Status CheckPlanKernel(DType cache_dtype, int32_t head_dim, const DecodePlan& plan,
+                             const char* what) {
+  if (plan.use_tensor_cores && plan.force_cuda_cores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": plan sets both use_tensor_cores and force_cuda_cores"));
+  }
+  return CheckKernelChoice(cache_dtype, head_dim, plan.use_tensor_cores, what);
+}
+
 }  // namespace
 
 int32_t DecodeGroupTile(int32_t group_size) { return internal::GroupTile(group_size); }
@@ -137,8 +147,7 @@ absl::Status internal::ValidatePagedDecode(const char* what, const void* out, co
                                           const void* workspace, int64_t workspace_bytes) {
   if (absl::Status s = ValidateKvCacheView(cache); !s.ok()) return s;
   const int32_t d = cache.head_dim;
-  if (absl::Status s = CheckKernelChoice(cache.dtype, d, plan.use_tensor_cores, what);
-      !s.ok()) {
+  if (absl::Status s = CheckPlanKernel(cache.dtype, d, plan, what); !s.ok()) {
     return s;
   }
   if (cache.kv_stride == 0) {

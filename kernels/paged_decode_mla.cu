@@ -34,10 +34,6 @@ absl::Status CheckMlaArgs(void* out, const void* q, int64_t q_seq_stride,
         absl::StrCat("PagedDecodeMla: dtype ", DTypeName(cache.dtype), " is not f16 or bf16"));
   }
   if (absl::Status s = ValidateDecodeParams(cache, params, "PagedDecodeMla"); !s.ok()) return s;
-  if (plan.use_tensor_cores && plan.force_cuda_cores) {
-    return absl::InvalidArgumentError(
-        "PagedDecodeMla: plan sets both use_tensor_cores and force_cuda_cores");
-  }
   if (out == nullptr || q == nullptr || table.table == nullptr || table.seq_lens == nullptr) {
     return absl::InvalidArgumentError("PagedDecodeMla: null out, q, table or seq_lens");
   }
@@ -147,6 +143,10 @@ absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
                             const KvCacheView& cache, const BlockTableView& table,
                             const DecodeParams& params, const DecodePlan& plan, void* workspace,
                             int64_t workspace_bytes, cudaStream_t stream) {
+  if (plan.use_tensor_cores && plan.force_cuda_cores) {
+    return absl::InvalidArgumentError(
+        "PagedDecodeMla: plan sets both use_tensor_cores and force_cuda_cores");
+  }
   if (absl::Status s = CheckMlaArgs(out, q, q_seq_stride, cache, table, params, plan,
                                     workspace, workspace_bytes);
       !s.ok()) {

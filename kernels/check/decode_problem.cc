@@ -16,6 +16,12 @@ constexpr uint16_t kHalfNan = 0xffff;  // a NaN in both f16 and bf16
 
 int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
+// CTAs per KV head, as the launchers: 8 query heads a CTA; for MLA MlaDecodeHeadTiles.
+int32_t HeadTiles(const DecodeCase& c) {
+  return c.mla ? MlaDecodeHeadTiles(c.group, c.MlaTensorCores())
+               : std::max(1, (c.group + 7) / 8);
+}
+
 }  // namespace
 
 std::string DecodeCase::Name() const {
@@ -108,15 +114,13 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   DecodePlanInputs in;
   in.num_seqs = c.num_seqs;
   in.num_kv_heads = c.num_kv_heads;
-  // CTAs per KV head, as the launchers: 8 query heads a CTA; for MLA MlaDecodeHeadTiles.
-  in.head_tiles = c.mla ? MlaDecodeHeadTiles(c.group, c.MlaTensorCores())
-                        : std::max(1, (c.group + 7) / 8);
+  in.head_tiles = HeadTiles(c);
   in.max_attended_tokens = max_attended;
   in.block_size = bs;
   in.num_sms = num_sms;
   in.ctas_per_sm = ctas_per_sm;
   in.tensor_cores = c.tensor_cores;
-  absl::Status status = PlanDecode(in, &p->plan);
+  const absl::Status status = PlanDecode(in, &p->plan);
   p->plan.force_cuda_cores = c.cuda_cores;
   return status;
 }

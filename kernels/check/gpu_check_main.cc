@@ -107,6 +107,14 @@ struct CheckCounts {
   int skipped = 0;  // checks that found no device (Unavailable): never a pass
 };
 
+// Whether --quick keeps `c`, which follows `prev` among the CUDA-core-only and MLA cases: the
+// first fp8 case, the first MLA case on each kernel and the head_dim 96 ones.
+bool FirstOfKind(const DecodeCase& c, const DecodeCase& prev) {
+  return (c.fp8_kv && !prev.fp8_kv) || (c.mla && !prev.mla) ||
+         (c.mla && c.tensor_cores && !prev.tensor_cores) ||
+         (!c.fp8_kv && !c.mla && c.head_dim == 96);
+}
+
 CheckCounts Correctness(bool quick, uint32_t seed) {
   CheckCounts counts;
   auto report = [&](const std::string& name, const absl::Status& s) {
@@ -130,11 +138,7 @@ CheckCounts Correctness(bool quick, uint32_t seed) {
     // The first fp8 case, the first MLA case on each kernel and the head_dim 96 ones.
     for (size_t i = 2 * n; i < decode_cases.size(); ++i) {
       const DecodeCase& c = decode_cases[i];
-      const DecodeCase& prev = decode_cases[i - 1];
-      const bool first_of_kind = (c.fp8_kv && !prev.fp8_kv) || (c.mla && !prev.mla) ||
-                                 (c.mla && c.tensor_cores && !prev.tensor_cores) ||
-                                 (!c.fp8_kv && !c.mla && c.head_dim == 96);
-      if (first_of_kind) quick_cases.push_back(c);
+      if (FirstOfKind(c, decode_cases[i - 1])) quick_cases.push_back(c);
     }
     decode_cases = quick_cases;
     for (auto& c : decode_cases) c.max_len = std::min(c.max_len, 600);
@@ -356,6 +360,17 @@ absl::StatusOr<Row> BenchDecodeMla(Bench& bench, const MlaBenchCase& c, std::mt1
              bytes, t, c.seqs, c.len};
 }
 
+// MLA: batch 8/64/128 x context 4K x 16/64/128 heads, each on both kernels.
+void AddMlaBenchRows(Bench& bench, std::mt19937& rng, std::vector<absl::StatusOr<Row>>& rows) {
+  for (int32_t batch : {8, 64, 128}) {
+    for (int32_t heads : {16, 64, 128}) {
+      for (bool tensor_cores : {false, true}) {
+        rows.push_back(BenchDecodeMla(bench, {batch, 4096, heads, tensor_cores}, rng));
+      }
+    }
+  }
+}
+
 struct Flags {
   bool quick = false, probe_only = false, allow_no_gpu = false;
   std::string csv;
@@ -454,14 +469,7 @@ int Run(int argc, char** argv) {
   decode_cases.push_back({64, 4096, 8, 4, 128, 64, true});
   decode_cases.push_back({64, 4096, 2, 8, 256, 16, true});
   for (const auto& c : decode_cases) rows.push_back(BenchDecode(bench, c, rng));
-  // MLA: batch 8/64/128 x context 4K x 16/64/128 heads, each on both kernels.
-  for (int32_t batch : {8, 64, 128}) {
-    for (int32_t heads : {16, 64, 128}) {
-      for (bool tensor_cores : {false, true}) {
-        rows.push_back(BenchDecodeMla(bench, {batch, 4096, heads, tensor_cores}, rng));
-      }
-    }
-  }
+  AddMlaBenchRows(bench, rng, rows);
 
   double ceiling = 0;
   if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s

@@ -81,6 +81,10 @@ TEST(KernelLaunchersTest, DecodeRejectsKernelsThatDoNotExist) {
   scaled.v_scale = -1.0f;
   EXPECT_EQ(message(fp8, scaled, DecodePlan{}),
             "PagedDecode: scale -1 is not a positive finite number");
+  DecodePlan both = mma;
+  both.force_cuda_cores = true;
+  EXPECT_EQ(message(BlocksFirstKvCache(cache, 4, 16, 1, 64, DType::kBF16), {1, 0.1f, -1}, both),
+            "PagedDecode: plan sets both use_tensor_cores and force_cuda_cores");
 }
 
 // PagedDecodeMla takes only an MLA view of row 576, and a plan that forces at most one path.

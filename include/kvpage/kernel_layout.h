@@ -187,9 +187,10 @@ struct DecodePlan {
   int32_t chunk_tokens = 0;  // tokens per split; a multiple of block_size
   // Which kernel runs. use_tensor_cores forces the tensor-core kernel (mma.sync; for
   // PagedDecode block_size a multiple of 16), force_cuda_cores the CUDA-core one, the
-  // reference; setting both is InvalidArgument. With neither, the launcher chooses:
-  // PagedDecodeMla takes tensor cores where the device and head count allow
-  // (kvpage/cuda/paged_decode.h), PagedDecode and PagedPrefill take CUDA cores.
+  // reference; setting both is InvalidArgument. With neither, the launcher chooses
+  // (kvpage/cuda/paged_decode.h): PagedDecode and PagedDecodeMla take tensor cores where the
+  // device, GQA group or head count, dtype, head_dim and block_size allow; PagedPrefill takes
+  // CUDA cores.
   bool use_tensor_cores = false;
   bool force_cuda_cores = false;
 };
@@ -213,6 +214,8 @@ struct DecodePlanInputs {
   int32_t min_chunk_tokens = 256;
   int32_t max_splits = 64;
   bool tensor_cores = false;  // copied to DecodePlan::use_tensor_cores
+  // Copied to DecodePlan::force_cuda_cores by PlanDecodeForDevice (not by PlanDecode).
+  bool force_cuda_cores = false;
 };
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan);
 

@@ -22,9 +22,10 @@ inline std::vector<WriteKvCase> WriteKvCases() {
   };
 }
 
-// Every case on the CUDA-core kernel, then again on the tensor-core one, then the shapes only
-// the CUDA-core kernel has (fp8 caches, head_dim 80/96/192), then MLA (PagedDecodeMla) on the
-// CUDA-core kernel (forced), then on the tensor-core one (forced).
+// Every case on the CUDA-core kernel, then again on the tensor-core one (each forced), then
+// the shapes only the CUDA-core kernel has (fp8 caches, head_dim 80/96/192, which PagedDecode
+// never takes to tensor cores), then MLA (PagedDecodeMla) on the CUDA-core kernel, then on
+// the tensor-core one (each forced).
 inline std::vector<DecodeCase> DecodeCases() {
   // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
   std::vector<DecodeCase> cases = {
@@ -45,8 +46,10 @@ inline std::vector<DecodeCase> DecodeCases() {
   };
   const size_t n = cases.size();
   for (size_t i = 0; i < n; ++i) {
+    cases[i].cuda_cores = true;
     cases.push_back(cases[i]);
     cases.back().tensor_cores = true;
+    cases.back().cuda_cores = false;
   }
   // dtype (q, out), seqs, kv heads, group, head_dim, block, max_len, window, splits
   const DecodeCase fp8[] = {

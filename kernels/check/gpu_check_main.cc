@@ -282,6 +282,7 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
   in.max_attended_tokens = c.len;
   in.block_size = c.block_size;
   in.tensor_cores = c.tensor_cores;
+  in.force_cuda_cores = !c.tensor_cores;  // rows without "mma" stay on CUDA cores
   DecodePlan plan;
   KVPAGE_RETURN_IF_ERROR(PlanDecodeForDevice(in, DType::kBF16, c.head_dim, c.group, &plan));
   const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.seqs, hq, c.head_dim);

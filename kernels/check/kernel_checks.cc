@@ -326,6 +326,7 @@ absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path) {
       {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},
       {DType::kF16, 6, 1, 64, 576, 64, 5000, -1, 7},
   };
+  cases[0].cuda_cores = true;
   cases[1].tensor_cores = true;
   cases[2].mla = true;
   cases[2].cuda_cores = true;

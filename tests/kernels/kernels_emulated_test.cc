@@ -312,6 +312,29 @@ TEST(EmulatedKernelsTest, MlaDecodePathChoice) {
   EXPECT_TRUE(internal::UseMlaTensorCores(h4, tc, 9));
 }
 
+// Which GQA kernel PagedDecode runs (UseDecodeTensorCores): the forced one, else tensor cores
+// for a group of at least 2 on compute capability >= 8 where the kernel exists (f16/bf16,
+// head_dim 64/128/256, block_size a multiple of 16).
+TEST(EmulatedKernelsTest, DecodePathChoice) {
+  alignas(16) static uint16_t cache[16];
+  const auto view = [&](int32_t bs, int32_t d, DType dtype) {
+    return BlocksFirstKvCache(cache, 1, bs, 2, d, dtype);  // 2 KV heads
+  };
+  const DecodeParams gqa1{2, 0.1f, -1}, gqa2{4, 0.1f, -1}, gqa8{16, 0.1f, -1};
+  const DecodePlan any{}, tc{1, 0, true, false}, cuda{1, 0, false, true};
+  using internal::UseDecodeTensorCores;
+  EXPECT_TRUE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa2, any, 9));
+  EXPECT_TRUE(UseDecodeTensorCores(view(32, 64, DType::kF16), gqa8, any, 8));
+  EXPECT_TRUE(UseDecodeTensorCores(view(64, 256, DType::kBF16), gqa8, any, 10));
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa1, any, 9));  // GQA 1
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa8, any, 7));  // sm_7x
+  EXPECT_FALSE(UseDecodeTensorCores(view(8, 128, DType::kBF16), gqa8, any, 9));   // bs 8
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 96, DType::kBF16), gqa8, any, 9));   // D 96
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kFP8), gqa8, any, 9));   // fp8
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa8, cuda, 9));
+  EXPECT_TRUE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa1, tc, 9));
+}
+
 // Counts the cp.async reads of each latent row of an MLA cache (emulation::cp_async_observer);
 // reads outside the cache (the query) are counted apart.
 struct RowReads {

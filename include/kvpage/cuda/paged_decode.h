@@ -33,8 +33,9 @@ absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t g
                                         bool tensor_cores = false);
 
 // PlanDecode for the current device: `in` with num_sms and ctas_per_sm filled from the device
-// and DecodeCtasPerSm (for the kernel in.tensor_cores picks), so the split grid fills whole
-// waves of the kernel's real occupancy.
+// and DecodeCtasPerSm for the kernel PagedDecode will run with the plan (in.tensor_cores,
+// in.force_cuda_cores, or else the automatic choice below), so the split grid fills whole
+// waves of the kernel's real occupancy; in.force_cuda_cores is copied to the plan.
 // Errors as DecodeCtasPerSm and PlanDecode. Host only; call it outside graph capture.
 absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
                                  int32_t group_size, DecodePlan* plan);
@@ -53,10 +54,12 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 //      may be null when plan.num_splits == 1.
 //
 // Grid (kv_head x head tile, sequence, split): the CTA holds every query head of its KV head,
-// so each K/V row is read once; scores and the running softmax state are fp32. With
-// plan.use_tensor_cores (block_size a multiple of 16) the scores and outputs run on tensor
-// cores (mma.sync m16n8k16, P rounded to the cache dtype) with cp.async double buffering;
-// otherwise on CUDA cores. Only blocks
+// so each K/V row is read once; scores and the running softmax state are fp32. Two kernels:
+// tensor cores (mma.sync m16n8k16, P rounded to the cache dtype, cp.async double buffering;
+// block_size a multiple of 16) with plan.use_tensor_cores, CUDA cores (the reference) with
+// plan.force_cuda_cores; with neither, tensor cores for a GQA group >= 2 on compute
+// capability >= 8.0 where that kernel exists (f16/bf16, head_dim 64/128/256, block_size a
+// multiple of 16), CUDA cores otherwise. Only blocks
 // of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
 // may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
 // to the workspace and MergeAttnStates combines them in a second launch on the same stream

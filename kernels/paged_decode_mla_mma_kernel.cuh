@@ -15,9 +15,9 @@
 // - The two warps of a row group exchange their row maxima and write P (rounded to T) to
 //   shared memory, so both see the same running maximum and the whole tile's P as A
 //   fragments; their partial row sums meet at the end.
-// - K tiles of kTileTokens tokens (32; 16 for one row group) are gathered row by row through
-//   the block table with cp.async into a kStages-deep shared ring. Q is copied once into
-//   shared memory. Rows are XOR-swizzled by 16-byte chunk (chunk c of row r at c ^ (r & 7)),
+// - K tiles of kTileTokens tokens (32; 16 for one row group) are gathered through the block
+//   table with cp.async into a kStages-deep shared ring, kThreads / kTileTokens threads a row
+//   (one table read each). Q is copied once into shared memory. Rows are XOR-swizzled by 16-byte chunk (chunk c of row r at c ^ (r & 7)),
 //   so ldmatrix's eight rows hit eight bank groups. Any block size works.
 // - Tokens outside the split's part of AttendedRange(seq_len, window_left) are zero-filled,
 //   never read, and masked to -inf, so NaN past seq_len never reaches an mma.
@@ -115,40 +115,34 @@ __device__ __forceinline__ void MlaCopyQ(const DecodeArgs& a, int32_t head0, cha
   }
 }
 
-// Issues the cp.async copies of the K tile starting at token t0 into `dst`: element e of the
-// tile is row e / 72, chunk e % 72; a thread's elements are kThreads apart, so its row,
-// chunk, block and offset step along without a division after the first.
+// Issues the cp.async copies of the K tile starting at token t0 into `dst`: kPerRow threads
+// a row (8 or 4), thread j of a row copying chunks j, j + kPerRow, ... Each thread reads the
+// block table once and every copy's source and destination is a register plus an immediate;
+// per copy instruction the kPerRow threads of a row read kPerRow x 16 contiguous bytes.
 template <typename T, int kRowGroups>
 __device__ __forceinline__ void MlaIssueTile(const DecodeArgs& a, const int32_t* table_row,
                                              int32_t t0, int32_t end, char* dst) {
   using C = MlaMmaConfig<kRowGroups>;
-  constexpr int kCopies = C::kTileTokens * kMlaChunks / C::kThreads;
-  static_assert(kCopies * C::kThreads == C::kTileTokens * kMlaChunks);
-  const T* cache = static_cast<const T*>(a.cache);
-  int32_t row = static_cast<int32_t>(threadIdx.x) / kMlaChunks;
-  int32_t chunk = static_cast<int32_t>(threadIdx.x) % kMlaChunks;
-  int32_t block_index = (t0 + row) / a.block_size, offset = (t0 + row) % a.block_size;
+  constexpr int kPerRow = C::kThreads / C::kTileTokens;
+  constexpr int kCopies = kMlaChunks / kPerRow;
+  constexpr int kPerGroup = 8 / kPerRow;  // copies of a thread within 8 chunks (one swizzle group)
+  static_assert(kPerRow * C::kTileTokens == C::kThreads && kPerGroup * kPerRow == 8);
+  const int32_t row = static_cast<int32_t>(threadIdx.x) / kPerRow;
+  const int32_t first = static_cast<int32_t>(threadIdx.x) % kPerRow;
+  const int32_t t = t0 + row;
+  const bool valid = t < end;  // tokens at or past `end` are never looked up (zero fill)
+  const T* src = static_cast<const T*>(a.cache);
+  if (valid) {
+    const int64_t block = __ldg(table_row + t / a.block_size);
+    src += block * a.block_stride + (t % a.block_size) * a.token_stride;
+  }
+  // Chunk first + kPerRow k sits at offs[k % kPerGroup] + 128 (k / kPerGroup).
+  int32_t offs[kPerGroup];
+  MlaChunkOffsets(row, first, kPerRow, offs);
 #pragma unroll
-  for (int i = 0; i < kCopies; ++i) {
-    const bool valid = t0 + row < end;
-    const T* src = cache;
-    if (valid) {
-      const int64_t block = __ldg(table_row + block_index);
-      src = cache + block * a.block_stride + offset * a.token_stride + chunk * 8;
-    }
-    CpAsync16(dst + MlaSwizzled(row, chunk), src, valid);
-    chunk += C::kThreads % kMlaChunks;
-    int32_t rows = C::kThreads / kMlaChunks;
-    if (chunk >= kMlaChunks) {
-      chunk -= kMlaChunks;
-      ++rows;
-    }
-    row += rows;
-    offset += rows;
-    while (offset >= a.block_size) {
-      offset -= a.block_size;
-      ++block_index;
-    }
+  for (int k = 0; k < kCopies; ++k) {
+    CpAsync16(dst + offs[k % kPerGroup] + 128 * (k / kPerGroup), src + (first + kPerRow * k) * 8,
+              valid);
   }
 }
 
@@ -252,6 +246,7 @@ __device__ __forceinline__ void MlaSoftmaxStep(const DecodeArgs& a, int32_t t0, 
     st.l_part[h] = st.l_part[h] * corr[h] + sum;
     st.m_run[h] = m_new;
   }
+  if (corr[0] == 1.0f && corr[1] == 1.0f) return;  // neither maximum moved: O stays (exact)
 #pragma unroll
   for (int n = 0; n < kMlaHalfDimTiles; ++n) {
     st.o[n][0] *= corr[0];

@@ -159,6 +159,8 @@ CheckCounts Correctness(bool quick, uint32_t seed) {
   int edges = -1;
   const absl::Status graph = CheckGraphCapture(seeds(), &edges);
   report(absl::StrFormat("CUDA graph capture and replay (%d programmatic edges)", edges), graph);
+  report("CUDA graph capture and replay of the tensor-core MLA decode",
+         CheckMlaGraphCapture(seeds()));
   return counts;
 }
 

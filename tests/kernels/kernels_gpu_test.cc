@@ -176,6 +176,11 @@ TEST_F(KernelsGpuTest, LaunchersAreGraphCapturable) {
   EXPECT_EQ(edges, internal::CurrentDeviceCcMajor() >= 9 ? 1 : 0);
 }
 
+// The tensor-core MLA launch (cudaFuncSetAttribute, kernel, merge) is graph-capturable.
+TEST_F(KernelsGpuTest, MlaTensorCoreDecodeIsGraphCapturable) {
+  EXPECT_EQ(CheckMlaGraphCapture(420), absl::OkStatus());
+}
+
 TEST_F(KernelsGpuTest, SplitMergeWaitsForTheSplitKernel) {
   std::string path;
   EXPECT_EQ(CheckProgrammaticMerge(450, &path), absl::OkStatus()) << path;

@@ -17,8 +17,9 @@
 //   fragments; their partial row sums meet at the end.
 // - K tiles of kTileTokens tokens (32; 16 for one row group) are gathered through the block
 //   table with cp.async into a kStages-deep shared ring, kThreads / kTileTokens threads a row
-//   (one table read each). Q is copied once into shared memory. Rows are XOR-swizzled by 16-byte chunk (chunk c of row r at c ^ (r & 7)),
-//   so ldmatrix's eight rows hit eight bank groups. Any block size works.
+//   (one table read each). Q is copied once into shared memory. Rows are XOR-swizzled by
+//   16-byte chunk (chunk c of row r at c ^ (r & 7)), so ldmatrix's eight rows hit eight bank
+//   groups. Any block size works.
 // - Tokens outside the split's part of AttendedRange(seq_len, window_left) are zero-filled,
 //   never read, and masked to -inf, so NaN past seq_len never reaches an mma.
 // - Split-KV writes normalised partials (o, natural-log lse) for MergeAttnStates, exactly as
@@ -69,6 +70,10 @@ struct MlaMmaConfig {
   static constexpr int kStatOffset = kPOffset + kRows * kPRowBytes;
   static constexpr int kSharedBytes = kStatOffset + kRowGroups * 2 * 16 * 4;
 };
+
+// The S fragments of one warp: [kHalfTokens / 8 n tiles][4].
+template <int kRowGroups>
+using MlaScores = float[MlaMmaConfig<kRowGroups>::kHalfTokens / 8][4];
 
 // Shared address of row r, chunk `chunk` in a swizzled [rows][72 chunks] area.
 __device__ __forceinline__ int32_t MlaSwizzled(int32_t r, int32_t chunk) {
@@ -151,8 +156,7 @@ __device__ __forceinline__ void MlaIssueTile(const DecodeArgs& a, const int32_t*
 // pairs of 8-token matrices, or one 8-token matrix over two k steps).
 template <typename T, int kRowGroups>
 __device__ __forceinline__ void MlaTileScores(const char* q_smem, const char* k_tile,
-                                              const MlaWarpPlace& w,
-                                              float (&s)[MlaMmaConfig<kRowGroups>::kHalfTokens / 8][4]) {
+                                              const MlaWarpPlace& w, MlaScores<kRowGroups>& s) {
   using C = MlaMmaConfig<kRowGroups>;
   constexpr int kN = C::kHalfTokens / 8;
   const int32_t lane = w.lane;
@@ -201,8 +205,7 @@ __device__ __forceinline__ void MlaTileScores(const char* q_smem, const char* k_
 template <typename T, int kRowGroups>
 __device__ __forceinline__ void MlaSoftmaxStep(const DecodeArgs& a, int32_t t0, int32_t end,
                                                const MlaWarpPlace& w, char* p_smem,
-                                               float* stat,
-                                               float (&s)[MlaMmaConfig<kRowGroups>::kHalfTokens / 8][4],
+                                               float* stat, MlaScores<kRowGroups>& s,
                                                MlaRowState& st) {
   using C = MlaMmaConfig<kRowGroups>;
   constexpr int kN = C::kHalfTokens / 8;
@@ -384,7 +387,7 @@ __global__ void __launch_bounds__(MlaMmaConfig<kRowGroups>::kThreads,
     CpAsyncWait<C::kStages - 1>();
     __syncthreads();
     const char* k_tile = ring + (i % C::kStages) * C::kTileBytes;
-    float s[C::kHalfTokens / 8][4];
+    MlaScores<kRowGroups> s;
     MlaTileScores<T, kRowGroups>(q_smem, k_tile, w, s);
     MlaSoftmaxStep<T, kRowGroups>(a, range.begin + i * C::kTileTokens, range.end, w, p_smem,
                                   stat, s, st);

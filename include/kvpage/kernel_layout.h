@@ -214,7 +214,7 @@ struct DecodePlanInputs {
   int32_t min_chunk_tokens = 256;
   int32_t max_splits = 64;
   bool tensor_cores = false;  // copied to DecodePlan::use_tensor_cores
-  // Copied to DecodePlan::force_cuda_cores by PlanDecodeForDevice (not by PlanDecode).
+  // Copied to DecodePlan::force_cuda_cores.
   bool force_cuda_cores = false;
 };
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan);

@@ -24,6 +24,12 @@
 // With --async-scheduling on it schedules step N + 1 before applying step N's tokens, as a
 // server overlapping scheduling with the forward pass does (SchedulerConfig::async_scheduling).
 //
+// Requests also end the ways only the server can see (Scheduler::Finish): with
+// --stop-string-every N, every N-th request (by trace index) ends with kStop at its 4th output
+// token, as when the detokenized text completes a stop string; with --client-gone-every N,
+// every N-th request ends with kAborted after its first token, as when its client disconnects.
+// The summary counts the finish reasons and the cached tokens the finished requests report.
+//
 //   build/bin/server_loop [--model qwen3-8b] [--requests 200] [--trace FILE]
 //                         [--kv-budget-mib 2048] [--max-num-seqs 64] [--seed 1]
 //                         [--block-size 16] [--hash-seed SEED (default: --seed)]
@@ -31,7 +37,8 @@
 //                         [--kv-events-replay-endpoint tcp://*:5558] [--kv-events-topic T]
 //                         [--kv-events-linger-s 0] [--kv-events-wait-s 0]
 //                         [--metrics-port PORT] [--metrics-linger-s 0]
-//                         [--async-scheduling off]
+//                         [--async-scheduling off] [--stop-string-every 0]
+//                         [--client-gone-every 0]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -75,6 +82,8 @@ struct Options {
   std::optional<int32_t> metrics_port;  // unset: no endpoint
   double metrics_linger_s = 0;
   bool async_scheduling = false;
+  int64_t stop_string_every = 0;  // 0: no request ends by a stop string
+  int64_t client_gone_every = 0;  // 0: no client disconnects
 };
 
 // Whole-string parses of a flag's value; false on anything else (the caller names the flag).
@@ -157,6 +166,8 @@ constexpr Flag kFlags[] = {
     {"--metrics-port", SetMetricsPort},
     {"--metrics-linger-s", SetSeconds<&Options::metrics_linger_s>},
     {"--async-scheduling", SetOnOff<&Options::async_scheduling>},
+    {"--stop-string-every", SetCount<&Options::stop_string_every>},
+    {"--client-gone-every", SetCount<&Options::client_gone_every>},
 };
 
 // "--flag value" pairs into *o; false after a message naming the first bad one.
@@ -316,7 +327,38 @@ int64_t AddRequests(const std::vector<kvpage::sim::TraceRequest>& trace,
 struct LoopStats {
   int64_t errors = 0, steps = 0, tokens = 0, finished = 0, peak_running = 0;
   double peak_usage = 0;
+  std::map<std::string, int64_t> reasons;  // finished requests by FinishReasonName
+  int64_t cached_tokens = 0;               // FinishedRequest::num_cached_tokens, summed
+  std::map<int64_t, int64_t> outputs;      // tokens sampled so far, by request
 };
+
+void CountFinished(const kvpage::FinishedRequest& f, LoopStats& stats) {
+  ++stats.finished;
+  ++stats.reasons[std::string(kvpage::FinishReasonName(f.reason))];
+  stats.cached_tokens += f.num_cached_tokens;
+}
+
+// The ends only the server sees, after a step's tokens are applied: a stop string the 4th
+// output token completes, a client gone after the first (--stop-string-every,
+// --client-gone-every). A request this update already finished (by length) is not found.
+void EndByServer(const Options& opt, kvpage::Scheduler& scheduler,
+                 const kvpage::SchedulerOutput& out, Metrics& metrics, LoopStats& stats) {
+  for (const kvpage::ScheduledRequest& r : out.requests) {
+    if (!r.samples) continue;
+    const int64_t id = r.id.value, n = ++stats.outputs[id];
+    std::optional<kvpage::FinishReason> reason;
+    if (opt.client_gone_every > 0 && id % opt.client_gone_every == 0 && n == 1) {
+      reason = kvpage::FinishReason::kAborted;
+    } else if (opt.stop_string_every > 0 && id % opt.stop_string_every == 0 && n == 4) {
+      reason = kvpage::FinishReason::kStop;
+    }
+    if (!reason.has_value()) continue;
+    absl::StatusOr<kvpage::FinishedRequest> finished = scheduler.Finish(r.id, *reason);
+    if (!finished.ok()) continue;
+    metrics.recorder.ObserveFinish(*finished, metrics.Now());
+    CountFinished(*finished, stats);
+  }
+}
 
 // The fake forward pass: one random token per request that reached its last token.
 void FakeForward(const kvpage::SchedulerOutput& out, std::mt19937& rng,
@@ -353,7 +395,8 @@ bool ApplyStep(const Options& opt, kvpage::Scheduler& scheduler, const Step& ste
   }
   ++stats.steps;
   stats.tokens += out.total_num_scheduled_tokens;
-  stats.finished += static_cast<int64_t>(update->finished.size());
+  for (const kvpage::FinishedRequest& f : update->finished) CountFinished(f, stats);
+  EndByServer(opt, scheduler, out, metrics, stats);
   stats.peak_running = std::max<int64_t>(stats.peak_running, out.num_rows);
   const double usage = scheduler.kv_cache().Usage().usage;
   stats.peak_usage = std::max(stats.peak_usage, usage);
@@ -409,6 +452,11 @@ void PrintSummary(const Options& opt, const kvpage::Scheduler& scheduler, const 
   std::printf("preemptions %lld, prefix-cache hits %lld of %lld prompt tokens\n",
               static_cast<long long>(stats.preemptions), static_cast<long long>(stats.prefix_hit_tokens),
               static_cast<long long>(stats.admitted_prompt_tokens));
+  std::printf("finish reasons:");
+  for (const auto& [reason, count] : s.reasons) {
+    std::printf(" %s %lld", reason.c_str(), static_cast<long long>(count));
+  }
+  std::printf("; cached tokens reported %lld\n", static_cast<long long>(s.cached_tokens));
   std::printf("invalid table rows or slots: %lld\n", static_cast<long long>(s.errors));
 }
 

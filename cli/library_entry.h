@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "kvpage/planner.h"
+#include "sim/fleet.h"
 #include "sim/simulator.h"
 
 namespace kvpage::cli {
@@ -29,6 +30,24 @@ struct SimRun {
 // flag, --help, --output-dir or a fleet (--replicas, --router, --overlap-weight; not offered
 // here); the simulator's errors otherwise.
 absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args);
+
+// One fleet run of `kvpage sim` (--replicas, --router, --overlap-weight): the result and the
+// JSON `--output-json -` prints.
+struct FleetSimRun {
+  sim::FleetResult result;
+  std::string json;
+  size_t num_requests = 0;  // in the trace
+};
+
+// `kvpage sim <args> --output-json -` for a fleet, without the progress bar. InvalidArgument
+// for a bad flag, --help, --output-dir or --compare-allocators; the simulator's errors
+// otherwise.
+absl::StatusOr<FleetSimRun> SimulateFleetForArgs(const std::vector<std::string>& args);
+
+// `kvpage plan --trace FILE --slo S <args> --format json` without the progress line: the JSON
+// it prints (its "answer" null when no search met the SLO). InvalidArgument for a bad flag,
+// --help, --plot or --format; the model's, GPU's and trace's errors otherwise.
+absl::StatusOr<std::string> SloPlanJsonForArgs(const std::vector<std::string>& args);
 
 }  // namespace kvpage::cli
 

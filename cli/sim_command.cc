@@ -37,40 +37,50 @@ report covers the fleet, then each replica (docs/simulator.md, "Fleet").)";
 
 int Fail(const absl::Status& s) { return FailUsage("sim", s); }
 
-// `kvpage sim --replicas N --router R`: the fleet run, its table or JSON.
-int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
+// The fleet run (--replicas, --router, --overlap-weight) and its JSON, reporting progress to
+// `bar` when given.
+absl::StatusOr<FleetSimRun> SimulateFleetFor(const SimFlags& f, const FlagSet& fs,
+                                          const sim::SimConfig& base, ProgressBar* bar) {
   if (f.compare_allocators || !f.output_dir.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "--compare-allocators and --output-dir are not supported with --replicas / --router"));
+    return absl::InvalidArgumentError(
+        "--compare-allocators and --output-dir are not supported with --replicas / --router");
   }
   auto config = MakeFleetConfig(f, base);
-  if (!config.ok()) return Fail(config.status());
+  if (!config.ok()) return config.status();
   auto trace = LoadSimTrace(f, fs, base.vocab_size);
-  if (!trace.ok()) return Fail(trace.status());
+  if (!trace.ok()) return trace.status();
   config->replica.scheduler.kv.mode =
       f.allocator == "vllm" ? AccountingMode::kVllm : AccountingMode::kKvpage;
   config->replica.record_steps = false;
-  ProgressBar bar(absl::StrCat(f.replicas, " x ", f.router));
-  if (!f.no_progress) config->replica.progress = [&bar](const sim::SimProgress& p) { bar.Update(p); };
+  if (bar != nullptr) config->replica.progress = [bar](const sim::SimProgress& p) { bar->Update(p); };
   auto result = sim::SimulateFleet(*trace, *config);
-  bar.Clear();
-  if (!result.ok()) {
-    std::cerr << "kvpage sim: " << result.status().message() << "\n";
-    return absl::IsInvalidArgument(result.status()) ? 2 : 1;
-  }
+  if (bar != nullptr) bar->Clear();
+  if (!result.ok()) return result.status();
   const sim::CostModelSummary cost = sim::SummarizeCostModel(base.gpu, base.calibration);
-  const std::string json = sim::WithCostModel(sim::FleetResultToJson(*result, *config), cost);
+  std::string json = sim::WithCostModel(sim::FleetResultToJson(*result, *config), cost);
+  return FleetSimRun{*std::move(result), std::move(json), trace->size()};
+}
+
+// `kvpage sim --replicas N --router R`: the fleet run, its table or JSON.
+int RunFleet(const SimFlags& f, const FlagSet& fs, const sim::SimConfig& base) {
+  ProgressBar bar(absl::StrCat(f.replicas, " x ", f.router));
+  auto run = SimulateFleetFor(f, fs, base, f.no_progress ? nullptr : &bar);
+  if (!run.ok()) {
+    std::cerr << "kvpage sim: " << run.status().message() << "\n";
+    return absl::IsInvalidArgument(run.status()) ? 2 : 1;
+  }
   if (f.output_json == "-") {
-    std::cout << json;
+    std::cout << run->json;
   } else {
+    const sim::CostModelSummary cost = sim::SummarizeCostModel(base.gpu, base.calibration);
     std::cout << absl::StrFormat("%s on %d x %s%s, router %s, %d requests\n", base.model.name,
                                  f.replicas, base.gpu.name,
                                  f.tp > 1 ? absl::StrCat(" (tp ", f.tp, ")") : "", f.router,
-                                 trace->size())
+                                 run->num_requests)
               << cost.Line() << "\n"
-              << FleetTable(*result);
+              << FleetTable(run->result);
     if (!f.output_json.empty()) {
-      if (absl::Status s = sim::WriteTextFile(f.output_json, json); !s.ok()) {
+      if (absl::Status s = sim::WriteTextFile(f.output_json, run->json); !s.ok()) {
         std::cerr << "kvpage sim: " << s.message() << "\n";
         return 1;
       }
@@ -187,6 +197,25 @@ absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
   run.json = ResultsJson(run.allocators, run.results,
                          sim::SummarizeCostModel(base->gpu, base->calibration));
   return run;
+}
+
+absl::StatusOr<FleetSimRun> SimulateFleetForArgs(const std::vector<std::string>& args) {
+  SimFlags f;
+  FlagSet fs(kSimUsage);
+  RegisterSimFlags(fs, f);
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
+  for (const char* flag : {"output-dir", "output-json"}) {
+    if (fs.WasSet(flag) || help) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(help ? "--help" : absl::StrCat("--", flag), " is not offered here"));
+    }
+  }
+  if (absl::Status s = CheckAllocatorFlags(f, fs); !s.ok()) return s;
+  auto base = MakeSimConfig(f, fs);
+  if (!base.ok()) return base.status();
+  if (absl::Status s = CheckVllmAccounting(f, *base); !s.ok()) return s;
+  return SimulateFleetFor(f, fs, *base, nullptr);
 }
 
 int RunSim(const std::vector<std::string>& args) {

@@ -23,6 +23,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/library_entry.h"
 #include "cli/slo_report.h"
 #include "kvpage/catalog.h"
 #include "kvpage/planner.h"
@@ -341,6 +342,58 @@ bool IsSloPlan(const std::vector<std::string>& args) {
   });
 }
 
+namespace {
+
+// What a run of the searches gives: the JSON and the table, and whether any search met the SLO.
+struct SloPlanRun {
+  std::string json;
+  std::string table;
+  bool met = false;
+};
+
+absl::StatusOr<SloPlanRun> RunSloSearches(const SloFlags& f, const FlagSet& fs,
+                                          bool show_progress) {
+  std::vector<sim::SloTerm> slo;
+  std::vector<int32_t> tps;
+  std::vector<sim::RouterKind> routers;
+  if (absl::Status s = CheckFlags(f, fs, &slo, &tps, &routers); !s.ok()) return s;
+  auto model = LoadModel(f.model);
+  if (!model.ok()) return model.status();
+  auto gpu = LoadGpu(f.gpu);
+  if (!gpu.ok()) return gpu.status();
+  std::vector<SloSearch> searches;
+  std::vector<sim::SimConfig> replicas;
+  if (absl::Status s = PlanSearches(f, *model, *gpu, slo, tps, routers, &searches, &replicas);
+      !s.ok()) {
+    return s;
+  }
+  auto loaded = LoadSloTrace(f, replicas.front().vocab_size);
+  if (!loaded.ok()) return loaded.status();
+  const std::vector<sim::TraceRequest>& trace = *loaded;
+  if (trace.empty()) return absl::InvalidArgumentError("--trace holds no request");
+
+  // More replicas than requests leave some idle: the bound need not exceed the request count.
+  const auto max_replicas = static_cast<int32_t>(std::min<int64_t>(f.max_replicas, trace.size()));
+  const int32_t jobs = static_cast<int32_t>(
+      fs.WasSet("jobs") ? f.jobs : std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  {
+    SearchProgress progress(show_progress, static_cast<int64_t>(searches.size()));
+    RunSearches(trace, replicas, slo, max_replicas, jobs, progress, searches);
+  }
+  SloRunInfo info{model->name, gpu->name, std::filesystem::path(f.trace).filename().string(),
+                  static_cast<int64_t>(trace.size()),
+                  trace.back().arrival_s - trace.front().arrival_s, slo, max_replicas};
+  const std::optional<SloAnswer> answer = PickSloAnswer(searches, slo);
+  // Every replica runs the same GPU file, so one cost model priced every search.
+  const sim::CostModelSummary cost =
+      sim::SummarizeCostModel(replicas.front().gpu, replicas.front().calibration);
+  return SloPlanRun{sim::WithCostModel(SloFrontierJson(info, searches, answer), cost),
+                    SloFrontierTable(info, searches, answer) + cost.Line() + "\n",
+                    answer.has_value()};
+}
+
+}  // namespace
+
 int RunSloPlan(const std::vector<std::string>& args) {
   SloFlags f;
   FlagSet fs(kSloUsage);
@@ -351,51 +404,33 @@ int RunSloPlan(const std::vector<std::string>& args) {
     return 0;
   }
   if (int rc = 0; !ParseFlagsOrExit(fs, args, "plan", &rc)) return rc;
-  std::vector<sim::SloTerm> slo;
-  std::vector<int32_t> tps;
-  std::vector<sim::RouterKind> routers;
-  if (absl::Status s = CheckFlags(f, fs, &slo, &tps, &routers); !s.ok()) return Fail(s);
-  auto model = LoadModel(f.model);
-  if (!model.ok()) return Fail(model.status());
-  auto gpu = LoadGpu(f.gpu);
-  if (!gpu.ok()) return Fail(gpu.status());
-
-  std::vector<SloSearch> searches;
-  std::vector<sim::SimConfig> replicas;
-  if (absl::Status s = PlanSearches(f, *model, *gpu, slo, tps, routers, &searches, &replicas);
-      !s.ok()) {
-    return Fail(s);
-  }
-  auto trace = LoadSloTrace(f, replicas.front().vocab_size);
-  if (!trace.ok()) return Fail(trace.status());
-  if (trace->empty()) return Fail(absl::InvalidArgumentError("--trace holds no request"));
-
-  // More replicas than requests leave some idle: the bound need not exceed the request count.
-  const auto max_replicas =
-      static_cast<int32_t>(std::min<int64_t>(f.max_replicas, trace->size()));
-  const int32_t jobs = static_cast<int32_t>(
-      fs.WasSet("jobs") ? f.jobs : std::max<unsigned>(1, std::thread::hardware_concurrency()));
-  {
-    SearchProgress progress(f.progress || isatty(STDERR_FILENO) != 0,
-                            static_cast<int64_t>(searches.size()));
-    RunSearches(*trace, replicas, slo, max_replicas, jobs, progress, searches);
-  }
-
-  SloRunInfo info{model->name, gpu->name, std::filesystem::path(f.trace).filename().string(),
-                  static_cast<int64_t>(trace->size()),
-                  trace->back().arrival_s - trace->front().arrival_s, slo, max_replicas};
-  const std::optional<SloAnswer> answer = PickSloAnswer(searches, slo);
-  // Every replica runs the same GPU file, so one cost model priced every search.
-  const sim::CostModelSummary cost =
-      sim::SummarizeCostModel(replicas.front().gpu, replicas.front().calibration);
-  const std::string json = sim::WithCostModel(SloFrontierJson(info, searches, answer), cost);
-  std::cout << (f.format == "json" ? json
-                                   : SloFrontierTable(info, searches, answer) + cost.Line() + "\n");
+  auto run = RunSloSearches(f, fs, f.progress || isatty(STDERR_FILENO) != 0);
+  if (!run.ok()) return Fail(run.status());
+  std::cout << (f.format == "json" ? run->json : run->table);
   std::cout.flush();
   if (!f.plot.empty()) {
-    if (int rc = PlotJson("plan", PlotScript(), json, f.plot); rc != 0) return rc;
+    if (int rc = PlotJson("plan", PlotScript(), run->json, f.plot); rc != 0) return rc;
   }
-  return answer.has_value() ? 0 : 1;
+  return run->met ? 0 : 1;
+}
+
+absl::StatusOr<std::string> SloPlanJsonForArgs(const std::vector<std::string>& args) {
+  SloFlags f;
+  FlagSet fs(kSloUsage);
+  RegisterSloFlags(fs, f);
+  if (std::find(args.begin(), args.end(), "--help") != args.end()) {
+    return absl::InvalidArgumentError("--help is not offered here");
+  }
+  bool help = false;
+  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
+  for (const char* flag : {"plot", "format", "progress"}) {
+    if (fs.WasSet(flag)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " is not offered here"));
+    }
+  }
+  auto run = RunSloSearches(f, fs, /*show_progress=*/false);
+  if (!run.ok()) return run.status();
+  return std::move(run->json);
 }
 
 }  // namespace kvpage::cli

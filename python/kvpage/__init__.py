@@ -6,6 +6,10 @@
     r = kvpage.simulate(m, gpu="h100", trace="mooncake_conversation_trace.jsonl",
                         max_requests=2000)
     r.summary["ttft_ms"]["p99"], r.requests.ttft_s
+    f = kvpage.simulate_fleet(m, gpu="h100", replicas=4, router="prefix-aware",
+                              trace="mooncake_conversation_trace.jsonl", max_requests=1000)
+    s = kvpage.plan_slo(m, gpu="h100", trace="mooncake_conversation_trace.jsonl",
+                        slo="ttft-p99=3s,tpot-p99=100ms", max_requests=1000)
     s = kvpage.Scheduler(m, kv_budget_bytes=1 << 30, backing="host")
     out = s.schedule()                                   # NumPy views; out.to_torch()
     k = s.cache(0, "key")                                # layer 0's K in kvpage's memory
@@ -24,6 +28,7 @@ from ._kvpage import (
     bundled_models,
     load_model,
 )
+from ._fleet import FleetResult, SloPlan, plan_slo, simulate_fleet
 from ._plan import GroupReservation, Plan, PlanRow, plan
 from ._sim import RequestRecords, SimResult, simulate
 
@@ -31,5 +36,6 @@ __all__ = [
     "Model", "load_model", "bundled_models", "bundled_gpus",
     "plan", "Plan", "PlanRow", "GroupReservation",
     "simulate", "SimResult", "RequestRecords",
+    "simulate_fleet", "FleetResult", "plan_slo", "SloPlan",
     "Scheduler", "StepOutput", "Request", "FinishedRequest",
 ]

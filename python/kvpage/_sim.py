@@ -81,21 +81,26 @@ class SimResult:
 
     @property
     def summary(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        for key, value in self.to_dict().items():
-            match = _LATENCY_KEY.match(key)
-            if match:
-                out.setdefault(match.group(2) + "_ms", {})[match.group(1)] = value
-            else:
-                out[key] = copy.deepcopy(value)
-        return out
+        return grouped_summary(self.to_dict())
 
     def to_pandas(self) -> Any:
         """The per-request records as a DataFrame."""
         return self.requests.to_pandas()
 
 
-def _resolve_trace(trace: Optional[str]) -> Optional[str]:
+def grouped_summary(result: Dict[str, Any]) -> Dict[str, Any]:
+    """The result with its latency statistics grouped: out["ttft_ms"]["p99"] for "p99_ttft_ms"."""
+    out: Dict[str, Any] = {}
+    for key, value in result.items():
+        match = _LATENCY_KEY.match(key)
+        if match:
+            out.setdefault(match.group(2) + "_ms", {})[match.group(1)] = value
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_trace(trace: Optional[str]) -> Optional[str]:
     """A bare name that is not a file here is looked up among the bundled traces."""
     if trace is None or os.path.exists(trace) or "/" in trace:
         return trace
@@ -103,7 +108,7 @@ def _resolve_trace(trace: Optional[str]) -> Optional[str]:
     return bundled if os.path.exists(bundled) else trace
 
 
-def _records(columns: Dict[str, np.ndarray]) -> RequestRecords:
+def records(columns: Dict[str, np.ndarray]) -> RequestRecords:
     for array in columns.values():
         array.flags.writeable = False
     return RequestRecords(**columns)
@@ -154,11 +159,11 @@ def simulate(
     when a request can never fit the KV budget.
     """
     values = {k: v for k, v in locals().items() if k != "model"}
-    values["trace"] = _resolve_trace(trace)
+    values["trace"] = resolve_trace(trace)
     args = ["--model", _cli_model(model), "--no-progress"]
-    args += flag_args(values, _SIM_DEFAULTS)
+    args += flag_args(values, SIM_DEFAULTS)
     text, allocators, requests = _kvpage._simulate(args)
-    return SimResult(allocator=allocators[0], requests=_records(requests[0]), _json=text)
+    return SimResult(allocator=allocators[0], requests=records(requests[0]), _json=text)
 
 
-_SIM_DEFAULTS = signature_defaults(simulate)
+SIM_DEFAULTS = signature_defaults(simulate)

@@ -1,6 +1,7 @@
-// `kvpage sim` from Python: the CLI's flags, parsed by the CLI's own code (SimulateForArgs),
-// with the GIL released while the simulator runs. Returns the JSON the CLI prints and, per
-// run, the finished requests as NumPy arrays (kvpage/_sim.py wraps both).
+// `kvpage sim` (one server or a fleet) and `kvpage plan --slo` from Python: the CLI's flags,
+// parsed by the CLI's own code (cli/library_entry.h), with the GIL released while they run.
+// Each returns the JSON the CLI prints and, for simulations, the finished requests as NumPy
+// arrays (kvpage/_sim.py and kvpage/_fleet.py wrap them).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -67,6 +68,30 @@ void BindSim(nb::module_& m) {
       },
       nb::arg("args"),
       "(json, allocators, [per-run request columns]) of `kvpage sim ARGS --output-json -`.");
+  m.def(
+      "_simulate_fleet",
+      [](const std::vector<std::string>& args) {
+        absl::StatusOr<cli::FleetSimRun> run;
+        {
+          nb::gil_scoped_release release;
+          run = cli::SimulateFleetForArgs(args);
+        }
+        cli::FleetSimRun value = ValueOrThrow(std::move(run));
+        return nb::make_tuple(value.json, RequestColumns(value.result.requests));
+      },
+      nb::arg("args"),
+      "(json, request columns) of `kvpage sim ARGS --output-json -` with --replicas.");
+  m.def(
+      "_plan_slo_json",
+      [](const std::vector<std::string>& args) {
+        absl::StatusOr<std::string> json;
+        {
+          nb::gil_scoped_release release;
+          json = cli::SloPlanJsonForArgs(args);
+        }
+        return ValueOrThrow(std::move(json));
+      },
+      nb::arg("args"), "The JSON `kvpage plan --trace --slo ARGS --format json` prints.");
 }
 
 }  // namespace kvpage::python

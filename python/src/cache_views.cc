@@ -29,6 +29,7 @@ constexpr std::pair<const char*, TensorPart> kParts[] = {
     {"latent", TensorPart::kLatent},
     {"conv_state", TensorPart::kConvState},
     {"recurrent_state", TensorPart::kRecurrentState},
+    {"index_key", TensorPart::kIndexKey},
 };
 
 const char* PartName(TensorPart part) {
@@ -43,7 +44,8 @@ TensorPart ParsePart(const std::string& name) {
     if (name == n) return p;
   }
   RaiseStatus(absl::InvalidArgumentError(absl::StrCat(
-      "part must be key, value, latent, conv_state or recurrent_state, got '", name, "'")));
+      "part must be key, value, latent, conv_state, recurrent_state or index_key, got '", name,
+      "'")));
 }
 
 // The parts a tensor of `kind` shows.
@@ -53,6 +55,7 @@ std::vector<TensorPart> PartsOf(CacheTensorKind kind) {
     case CacheTensorKind::kMlaLatent: return {TensorPart::kLatent};
     case CacheTensorKind::kConvState: return {TensorPart::kConvState};
     case CacheTensorKind::kRecurrentState: return {TensorPart::kRecurrentState};
+    case CacheTensorKind::kIndexKey: return {TensorPart::kIndexKey};
   }
   return {};
 }
@@ -153,8 +156,9 @@ void DefCacheViews(nb::class_<PyScheduler>& cls) {
           "A view of one layer's cache tensor in the host backing (backing='host'), no copy: "
           "part key or value [num_blocks, block_size, num_kv_heads, head_dim] (strided: a "
           "block holds K then V), latent [num_blocks, block_size, 1, row] (MLA), conv_state "
-          "[num_slots, conv_kernel - 1, channels] or recurrent_state [num_slots, num_v_heads, "
-          "k_head_dim, v_head_dim]. Index it with the step's block tables, slot mappings and "
+          "[num_slots, conv_kernel - 1, channels], recurrent_state [num_slots, num_v_heads, "
+          "k_head_dim, v_head_dim] or index_key [num_blocks, block bytes] (DeepSeek-V3.2's "
+          "indexer keys, fp8 values then fp32 scales, as bytes). Index it with the step's block tables, slot mappings and "
           "state slots. framework 'numpy': a writable NumPy array (bf16 and fp8 caches as "
           "their bits, uint16 and uint8); 'dlpack': a DLPack export in the cache's own dtype; "
           "'torch': that through torch.from_dlpack. The view keeps the scheduler alive. "

@@ -70,6 +70,14 @@ def test_mla_latent_and_linear_state_views():
     latent = s.cache(26, "latent")
     assert latent.shape == (133, 16, 1, 576) and latent.strides == (18432, 1152, 1152, 2)
 
+    s = host("deepseek-v3.2")
+    # DeepSeek-V3.2 adds the lightning indexer's keys beside each latent: 128 fp8 values and
+    # one fp32 scale a token, 132 B, so 16 x 132 = 2,112 bytes a block, as raw bytes.
+    latent, index = s.cache(60, "latent"), s.cache(60, "index_key")
+    assert index.dtype == np.uint8 and index.shape == (latent.shape[0], 2112)
+    assert index.strides == (2112, 1)
+    assert [t["part"] for t in s.cache_tensors if t["layer"] == 0] == ["latent", "index_key"]
+
     s = host("qwen3.5-0.8b")
     conv, state = s.cache(0, "conv_state"), s.cache(0, "recurrent_state")
     # Conv channels 2 x 16 x 128 + 16 x 128 = 6,144 over kernel 4 - 1 rows, bf16 bits; the
@@ -139,8 +147,8 @@ def test_release_idle_chunks_zeroes_the_released_memory():
 
 def test_cache_errors():
     s = host("qwen3-8b")
-    with pytest.raises(ValueError, match="part must be key, value, latent, conv_state or "
-                                         "recurrent_state, got 'keys'"):
+    with pytest.raises(ValueError, match="part must be key, value, latent, conv_state, "
+                                         "recurrent_state or index_key, got 'keys'"):
         s.cache(0, "keys")
     with pytest.raises(ValueError, match=r"layer 36 is not a cache layer of this model "
                                          r"\(0 to 35\)"):

@@ -97,10 +97,11 @@ absl::StatusOr<T> FeedForward(const ConfigReader& cfg, LinearHybridFamily family
     KVPAGE_ASSIGN_OR_RETURN(T shared, cfg.NonNegativeIntOr("shared_intermediate_size", 0));
     return Experts<T>(experts, hidden, inter, counts) + 3 * hidden * shared;
   }
+  // Kimi: dense below first_k_dense_replace or without experts (vLLM's KimiLinearConfig.is_moe),
+  // else routed experts, router, e_score_correction_bias and the shared experts.
   KVPAGE_ASSIGN_OR_RETURN(int64_t dense, cfg.NonNegativeIntOr("first_k_dense_replace", 0));
-  if (i < dense) return 3 * hidden * inter;
-  // Kimi MoE: routed experts, router, e_score_correction_bias and the shared experts.
-  KVPAGE_ASSIGN_OR_RETURN(T experts, cfg.PositiveInt("num_experts"));
+  KVPAGE_ASSIGN_OR_RETURN(T experts, cfg.NonNegativeIntOr("num_experts", 0));
+  if (i < dense || experts == 0) return 3 * hidden * inter;
   KVPAGE_ASSIGN_OR_RETURN(T moe_inter, cfg.PositiveInt("moe_intermediate_size"));
   KVPAGE_ASSIGN_OR_RETURN(T shared, cfg.NonNegativeIntOr("num_shared_experts", 0));
   return Experts<T>(experts, hidden, moe_inter, counts) + experts +

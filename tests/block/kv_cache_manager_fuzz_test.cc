@@ -84,6 +84,11 @@ absl::StatusOr<ModelSpec> LoadCase(const std::string& label) {
     return ParseModelSpec(testing::kTinyChunked, "tiny_chunked", "tiny");
   }
   if (label == "tiny_gdn") return ParseModelSpec(testing::kTinyGdn, "tiny_gdn", "tiny");
+  if (label == "tiny_jamba") return ParseModelSpec(testing::kTinyJamba, "tiny_jamba", "tiny");
+  if (label == "tiny_minimax") {
+    return ParseModelSpec(testing::kTinyMiniMax, "tiny_minimax", "tiny");
+  }
+  if (label == "tiny_kimi") return ParseModelSpec(testing::kTinyKimi, "tiny_kimi", "tiny");
   if (label == "gemma3_4b_w48") {
     // Gemma 3's 1024-token window never slides within a few dozen blocks: shrink it.
     auto spec = LoadModel("gemma-3-4b-it");
@@ -1812,8 +1817,9 @@ TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
 
 std::vector<FuzzCase> AllCases() {
   std::vector<FuzzCase> cases;
-  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "qwen3_5_0_8b",
-                            "gemma3_4b", "gemma3_4b_w48", "deepseek_v2_lite"}) {
+  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "tiny_jamba",
+                            "tiny_minimax", "tiny_kimi", "qwen3_5_0_8b", "gemma3_4b",
+                            "gemma3_4b_w48", "deepseek_v2_lite"}) {
     for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
       cases.push_back({model, mode});
     }

@@ -131,8 +131,10 @@ absl::StatusOr<std::vector<LayerKind>> KimiKinds(const ConfigReader& cfg,
 }
 
 // vLLM's kda_state_shape(tp, num_heads, head_dim, conv_kernel_size=short_conv_kernel_size)
-// (models/kimi_k3/nvidia/model.py:1517-1523) and kda_state_dtype (mamba_utils.py:133-149:
-// the conv state in the model dtype, the recurrent state f32 with mamba_ssm_cache_dtype auto).
+// (models/kimi_k3/nvidia/model.py:1517-1523; the KDA layer's own get_state_shape,
+// layers/mamba/gdn/kimi_gdn_linear_attn.py:166-175, passes the same) and kda_state_dtype
+// (mamba_utils.py:133-149: the conv state in the model dtype, the recurrent state f32 with
+// mamba_ssm_cache_dtype auto).
 absl::StatusOr<LinearStateShape> KimiState(const ConfigReader& cfg, const nlohmann::json& kda,
                                            DType dtype) {
   KVPAGE_ASSIGN_OR_RETURN(int32_t heads, KimiInt(cfg, kda, "num_heads"));

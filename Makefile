@@ -8,7 +8,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-RUN_MODELS ?= qwen3-8b,mistral-7b-v0.3,llama-3.1-8b,gemma-3-4b-it,gpt-oss-20b,deepseek-v2-lite,qwen3.5-9b,qwen3.5-0.8b,nemotron-3-nano-30b-a3b,llama-4-scout-17b-16e-instruct
+RUN_MODELS ?= qwen3-8b,mistral-7b-v0.3,llama-3.1-8b,gemma-3-4b-it,gpt-oss-20b,deepseek-v2-lite,qwen3.5-9b,qwen3.5-0.8b,nemotron-3-nano-30b-a3b,llama-4-scout-17b-16e-instruct,deepseek-v3.2
 RUN_CONTEXTS ?= 4K,32K,128K
 # The short simulation `make run` does after the planner table (a few seconds).
 RUN_SIM_MODEL ?= qwen3-8b

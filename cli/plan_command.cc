@@ -528,6 +528,10 @@ int RunModels(const std::vector<std::string>& args) {
         if (s.kind == LayerKind::kSlidingWindow) {
           absl::StrAppendFormat(&shape, ", window %d", s.sliding_window);
         }
+        if (s.attention.HasIndexer()) {
+          absl::StrAppendFormat(&shape, ", indexer key %d values (top-%d of %d heads)",
+                                s.attention.index_head_dim, m.index_topk, m.index_n_heads);
+        }
       }
       std::cout << absl::StrFormat("    %-17s x%-3d %s\n", LayerKindName(s.kind), g.num_layers(),
                                    shape);

@@ -1,5 +1,6 @@
 // Warp-level tensor-core and async-copy helpers for sm_80+ (used on sm_90): mma.sync
-// m16n8k16 with fp32 accumulators, ldmatrix, and cp.async with zero fill. Under
+// m16n8k16 with fp32 accumulators, ldmatrix, cp.async with zero fill, and the CTA's dynamic
+// shared memory. Under
 // KVPAGE_CUDA_EMULATION they map to the host emulation in kernels/emulation/cuda_emulation.h,
 // which implements the same fragment layouts, so the kernels that use them run in the CPU tests.
 //
@@ -48,6 +49,8 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid
 __device__ __forceinline__ void CpAsyncCommit() {}
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {}
+// The CTA's dynamic shared memory (emulation::LaunchShared sizes it).
+__device__ __forceinline__ char* DynamicShared() { return emulation::DynamicSharedMemory(); }
 
 #else
 
@@ -91,6 +94,11 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int kPending>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+// The CTA's dynamic shared memory (the launch's third <<<>>> argument), 128-byte aligned.
+__device__ __forceinline__ char* DynamicShared() {
+  extern __shared__ __align__(128) char dynamic_smem[];
+  return dynamic_smem;
 }
 
 #endif

@@ -81,6 +81,16 @@ absl::Status CheckKernelChoice(DType cache_dtype, int32_t head_dim, bool tensor_
   return absl::OkStatus();
 }
 
+// CheckKernelChoice for the kernel `plan` asks for; a plan may not force both paths.
+absl::Status CheckPlanKernel(DType cache_dtype, int32_t head_dim, const DecodePlan& plan,
+                             const char* what) {
+  if (plan.use_tensor_cores && plan.force_cuda_cores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": plan sets both use_tensor_cores and force_cuda_cores"));
+  }
+  return CheckKernelChoice(cache_dtype, head_dim, plan.use_tensor_cores, what);
+}
+
 }  // namespace
 
 int32_t DecodeGroupTile(int32_t group_size) { return internal::GroupTile(group_size); }
@@ -117,7 +127,13 @@ absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t g
 
 absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
                                  int32_t group_size, DecodePlan* plan) {
-  absl::StatusOr<int32_t> ctas = DecodeCtasPerSm(dtype, head_dim, group_size, in.tensor_cores);
+  // Sized for the kernel PagedDecode will run with the plan.
+  const bool tensor_cores =
+      in.tensor_cores ||
+      (!in.force_cuda_cores &&
+       internal::AutoDecodeTensorCores(dtype, head_dim, group_size, in.block_size,
+                                       internal::CurrentDeviceCcMajor()));
+  absl::StatusOr<int32_t> ctas = DecodeCtasPerSm(dtype, head_dim, group_size, tensor_cores);
   if (!ctas.ok()) return ctas.status();
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -127,7 +143,9 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
   if (err != cudaSuccess) return internal::CudaStatus(err, "PlanDecodeForDevice");
   in.num_sms = sms;
   in.ctas_per_sm = *ctas;
-  return PlanDecode(in, plan);
+  const absl::Status status = PlanDecode(in, plan);
+  plan->force_cuda_cores = in.force_cuda_cores;
+  return status;
 }
 
 absl::Status internal::ValidatePagedDecode(const char* what, const void* out, const void* q,
@@ -137,8 +155,7 @@ absl::Status internal::ValidatePagedDecode(const char* what, const void* out, co
                                           const void* workspace, int64_t workspace_bytes) {
   if (absl::Status s = ValidateKvCacheView(cache); !s.ok()) return s;
   const int32_t d = cache.head_dim;
-  if (absl::Status s = CheckKernelChoice(cache.dtype, d, plan.use_tensor_cores, what);
-      !s.ok()) {
+  if (absl::Status s = CheckPlanKernel(cache.dtype, d, plan, what); !s.ok()) {
     return s;
   }
   if (cache.kv_stride == 0) {
@@ -211,8 +228,17 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
                          const BlockTableView& table, const DecodeParams& params,
                          const DecodePlan& plan, void* workspace, int64_t workspace_bytes,
                          cudaStream_t stream) {
+  absl::Status status = internal::ValidatePagedDecode(
+      "PagedDecode", out, q, q_seq_stride, cache, table, params, plan, workspace,
+      workspace_bytes);
+  if (!status.ok()) return status;
+  // The path chosen now is forced for the launch, which checks its arguments again.
+  DecodePlan chosen = plan;
+  chosen.use_tensor_cores =
+      internal::UseDecodeTensorCores(cache, params, plan, internal::CurrentDeviceCcMajor());
+  chosen.force_cuda_cores = !chosen.use_tensor_cores;
   return internal::LaunchPagedDecode("PagedDecode", out, q, q_seq_stride, cache, table,
-                                     /*table_rows=*/nullptr, params, plan, workspace,
+                                     /*table_rows=*/nullptr, params, chosen, workspace,
                                      workspace_bytes, stream);
 }
 

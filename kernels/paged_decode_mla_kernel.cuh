@@ -31,7 +31,7 @@ namespace kvpage::cuda::internal {
 constexpr int kMlaLatentDim = 512;
 constexpr int kMlaRopeDim = 64;
 constexpr int kMlaRowDim = kMlaLatentDim + kMlaRopeDim;
-constexpr int kMlaHeadTile = 4;  // query heads a CTA holds
+constexpr int kMlaHeadTile = MlaDecodeHeadTile(1, false);  // query heads a CTA holds (4)
 
 template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeMlaKernel(const DecodeArgs a) {
@@ -196,7 +196,7 @@ inline DecodeLaunch MakeMlaDecodeLaunch(void* out, const void* q, int64_t q_seq_
                                         const DecodeParams& params, const DecodePlan& plan,
                                         void* workspace) {
   DecodeLaunch l = MakeDecodeLaunch(out, q, q_seq_stride, cache, table, params, plan, workspace);
-  const int32_t tiles = (params.num_q_heads + kMlaHeadTile - 1) / kMlaHeadTile;
+  const int32_t tiles = MlaDecodeHeadTiles(params.num_q_heads, /*tensor_cores=*/false);
   l.args.head_tiles = tiles;
   const int64_t partial_rows =
       static_cast<int64_t>(table.num_seqs) * params.num_q_heads * plan.num_splits;

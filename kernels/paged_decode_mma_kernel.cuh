@@ -1,7 +1,7 @@
 // Tensor-core paged decode (mma.sync m16n8k16, bf16/f16 in, fp32 accumulate): the path
-// PagedDecode takes when plan.use_tensor_cores is set. Same arguments, grid and outputs as
-// PagedDecodeKernel (paged_decode_kernel.cuh), which stays the default until this kernel has
-// passed the GPU check (docs/kernels.md).
+// PagedDecode takes with plan.use_tensor_cores, or by itself for GQA >= 2
+// (UseDecodeTensorCores). Same arguments, grid and outputs as PagedDecodeKernel
+// (paged_decode_kernel.cuh), which stays the reference (plan.force_cuda_cores).
 //
 // Design:
 // - CTA = 256 / head_dim warps (4, 2, 1 for D = 64, 128, 256), so the pipeline buffers are
@@ -247,6 +247,28 @@ __global__ void __launch_bounds__(MmaDecodeThreads(kHeadDim))
     }
   }
   TriggerDependentGrids();  // after this thread's last store: the merge may be scheduled
+}
+
+// Whether PagedDecode would take this kernel when the plan forces neither path: a GQA group
+// of at least 2 (with one query head per KV head the CUDA-core kernel also reads each row
+// once, with no padded mma rows), a kernel that exists (f16/bf16 cache, head_dim 64, 128 or
+// 256, block_size a multiple of 16) and sm_80-class tensor cores (cc_major >= 8).
+inline bool AutoDecodeTensorCores(DType cache_dtype, int32_t head_dim, int32_t group_size,
+                                  int32_t block_size, int32_t cc_major) {
+  const bool dtype_ok = cache_dtype == DType::kBF16 || cache_dtype == DType::kF16;
+  const bool dim_ok = head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return cc_major >= 8 && group_size >= 2 && dtype_ok && dim_ok &&
+         block_size % kMmaStepTokens == 0;
+}
+
+// The kernel PagedDecode runs: forced by plan.use_tensor_cores or plan.force_cuda_cores,
+// otherwise AutoDecodeTensorCores. REQUIRES: a validated view (num_kv_heads > 0).
+inline bool UseDecodeTensorCores(const KvCacheView& cache, const DecodeParams& params,
+                                 const DecodePlan& plan, int32_t cc_major) {
+  if (plan.use_tensor_cores || plan.force_cuda_cores) return plan.use_tensor_cores;
+  return AutoDecodeTensorCores(cache.dtype, cache.head_dim,
+                               params.num_q_heads / cache.num_kv_heads, cache.block_size,
+                               cc_major);
 }
 
 }  // namespace kvpage::cuda::internal

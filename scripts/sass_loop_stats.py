@@ -12,7 +12,8 @@ warp reads loads x 32 lanes x their width, times the share of lanes that hold da
 whose rope vector only lanes 0-7 load); the table prints the
 loop's SASS instructions, that byte count, bytes per warp-instruction and instructions per
 KiB, and how many of them are HMMA (mma.sync), LDSM (ldmatrix) and LDGSTS (cp.async). The
-tiled prefill kernel's loop is its K/V-tile loop; its bytes are one warp's share of the tile.
+tiled prefill kernel's loop is its K/V-tile loop, and the tensor-core MLA kernel's its K-tile
+loop; their bytes are one warp's share of the tile.
 cuobjdump and nvdisasm are not in the Debian toolkit packages here; the PyPI wheels
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm carry them.
 """

@@ -185,9 +185,14 @@ absl::Status ValidateDecodeParams(const KvCacheView& cache, const DecodeParams& 
 struct DecodePlan {
   int32_t num_splits = 1;
   int32_t chunk_tokens = 0;  // tokens per split; a multiple of block_size
-  // The tensor-core kernel (mma.sync; block_size a multiple of 16) instead of the CUDA-core
-  // one. Off by default until it has passed the GPU check (docs/kernels.md §3).
+  // Which kernel runs. use_tensor_cores forces the tensor-core kernel (mma.sync; for
+  // PagedDecode block_size a multiple of 16), force_cuda_cores the CUDA-core one, the
+  // reference; setting both is InvalidArgument. With neither, the launcher chooses
+  // (kvpage/cuda/paged_decode.h): PagedDecode and PagedDecodeMla take tensor cores where the
+  // device, GQA group or head count, dtype, head_dim and block_size allow; PagedPrefill takes
+  // CUDA cores.
   bool use_tensor_cores = false;
+  bool force_cuda_cores = false;
 };
 
 // Host planning, FlashInfer's rule in simplified form. One wave is num_sms * ctas_per_sm CTAs
@@ -209,8 +214,23 @@ struct DecodePlanInputs {
   int32_t min_chunk_tokens = 256;
   int32_t max_splits = 64;
   bool tensor_cores = false;  // copied to DecodePlan::use_tensor_cores
+  // Copied to DecodePlan::force_cuda_cores.
+  bool force_cuda_cores = false;
 };
 absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan);
+
+// Query heads one PagedDecodeMla CTA holds: 4 on CUDA cores; on tensor cores the smallest of
+// 16, 32 and 64 that holds num_q_heads, and 64 above that. MlaDecodeHeadTiles is the CTAs
+// per sequence (DecodePlanInputs::head_tiles for an MLA cache, whose num_kv_heads is 1).
+// REQUIRES: num_q_heads > 0.
+KVPAGE_HOST_DEVICE constexpr int32_t MlaDecodeHeadTile(int32_t num_q_heads, bool tensor_cores) {
+  if (!tensor_cores) return 4;
+  return num_q_heads <= 16 ? 16 : num_q_heads <= 32 ? 32 : 64;
+}
+KVPAGE_HOST_DEVICE constexpr int32_t MlaDecodeHeadTiles(int32_t num_q_heads, bool tensor_cores) {
+  const int32_t tile = MlaDecodeHeadTile(num_q_heads, tensor_cores);
+  return (num_q_heads + tile - 1) / tile;
+}
 
 // Resident CTAs per SM of a kernel on an sm_90 GPU (H100/H200: 64K registers, 2,048 threads,
 // 32 CTAs and 227 KiB of shared memory per SM; registers allocated per warp in units of 256,

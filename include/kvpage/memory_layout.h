@@ -32,22 +32,25 @@
 
 namespace kvpage {
 
-enum class CacheTensorKind : uint8_t { kKv, kMlaLatent, kConvState, kRecurrentState };
+// kIndexKey: DeepSeek-V3.2's lightning-indexer keys beside an MLA latent, one row of fp8
+// values per token then one fp32 scale per 128 values per token, within each block.
+enum class CacheTensorKind : uint8_t { kKv, kMlaLatent, kConvState, kRecurrentState, kIndexKey };
 
-// "kv", "mla_latent", "conv_state", "recurrent_state".
+// "kv", "mla_latent", "conv_state", "recurrent_state", "index_key".
 inline absl::string_view CacheTensorKindName(CacheTensorKind kind) {
   switch (kind) {
     case CacheTensorKind::kKv: return "kv";
     case CacheTensorKind::kMlaLatent: return "mla_latent";
     case CacheTensorKind::kConvState: return "conv_state";
     case CacheTensorKind::kRecurrentState: return "recurrent_state";
+    case CacheTensorKind::kIndexKey: return "index_key";
   }
   return "unknown";
 }
 
 // Which view of a layer's tensors a backing's View returns: K or V of attention, the MLA
-// latent, or a state tensor.
-enum class TensorPart : uint8_t { kKey, kValue, kLatent, kConvState, kRecurrentState };
+// latent, a state tensor, or the indexer keys (as bytes: [blocks, block_bytes]).
+enum class TensorPart : uint8_t { kKey, kValue, kLatent, kConvState, kRecurrentState, kIndexKey };
 
 // The pages of one pool (BlockPool), as the backing maps them.
 struct PoolLayout {

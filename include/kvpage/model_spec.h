@@ -12,6 +12,8 @@
 //                      [⌊p/C⌋·C, p], C = `attention_chunk_size` (Llama 4's RoPE layers).
 //   * kMla             one compressed latent per token (DeepSeek MLA: kv_lora_rank +
 //                      qk_rope_head_dim values), stored as "K only": head_dim_v == 0.
+//                      DeepSeek-V3.2's sparse attention adds a second per-token tensor
+//                      beside it: the lightning indexer's key (AttentionShape::index_head_dim).
 //   * kLinearAttention a fixed per-request state (Gated DeltaNet, Mamba-2): a causal-conv
 //                      state of (kernel − 1) × (2·n_k·d_k + n_v·d_v) values and a recurrent
 //                      state of n_v × d_k × d_v values, each in its own dtype.
@@ -48,9 +50,13 @@ struct AttentionShape {
   int32_t num_kv_heads = 0;  // 1 for MLA.
   int32_t head_dim_k = 0;    // MLA: kv_lora_rank + qk_rope_head_dim.
   int32_t head_dim_v = 0;    // MLA: 0 (the latent serves as K and V).
+  // DeepSeek-V3.2 sparse attention (MLA only): the lightning indexer's key, one head of
+  // index_head_dim values per token, cached beside the latent. 0 without an indexer.
+  int32_t index_head_dim = 0;
 
   int64_t KValuesPerToken() const { return int64_t{num_kv_heads} * head_dim_k; }
   int64_t VValuesPerToken() const { return int64_t{num_kv_heads} * head_dim_v; }
+  bool HasIndexer() const { return index_head_dim > 0; }
   friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
 };
 
@@ -124,6 +130,11 @@ struct ModelSpec {
   int32_t experts_per_token = 0;
   int64_t routed_expert_params = 0;
   int64_t routed_expert_weight_bytes = 0;
+  // DeepSeek-V3.2 sparse attention: the lightning indexer's query heads and the tokens each
+  // query attends to (config.json index_n_heads, index_topk); 0 without an indexer. The key's
+  // size is in AttentionShape::index_head_dim.
+  int32_t index_n_heads = 0;
+  int32_t index_topk = 0;
 
   // One per decoder layer that holds a cache, index = layer id. Equal to the decoder layers
   // except in Nemotron-H, whose MLP-only blocks hold none and are left out.

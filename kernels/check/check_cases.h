@@ -22,8 +22,10 @@ inline std::vector<WriteKvCase> WriteKvCases() {
   };
 }
 
-// Every case on the CUDA-core kernel, then again on the tensor-core one, then the shapes only
-// the CUDA-core kernel has (fp8 caches, head_dim 80/96/192), then MLA (PagedDecodeMla).
+// Every case on the CUDA-core kernel, then again on the tensor-core one (each forced), then
+// the shapes only the CUDA-core kernel has (fp8 caches, head_dim 80/96/192, which PagedDecode
+// never takes to tensor cores), then MLA (PagedDecodeMla) on the CUDA-core kernel, then on
+// the tensor-core one (each forced).
 inline std::vector<DecodeCase> DecodeCases() {
   // dtype, seqs, kv heads, group, head_dim, block, max_len, window, splits
   std::vector<DecodeCase> cases = {
@@ -44,8 +46,10 @@ inline std::vector<DecodeCase> DecodeCases() {
   };
   const size_t n = cases.size();
   for (size_t i = 0; i < n; ++i) {
+    cases[i].cuda_cores = true;
     cases.push_back(cases[i]);
     cases.back().tensor_cores = true;
+    cases.back().cuda_cores = false;
   }
   // dtype (q, out), seqs, kv heads, group, head_dim, block, max_len, window, splits
   const DecodeCase fp8[] = {
@@ -78,10 +82,17 @@ inline std::vector<DecodeCase> DecodeCases() {
       {DType::kBF16, 9, 1, 16, 576, 64, 700, 127, 0},  // sliding window
       {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},  // split-KV
       {DType::kF16, 6, 1, 128, 576, 64, 3000, -1, 0},  // DeepSeek-V3's 128 heads, planned
+      {DType::kBF16, 7, 1, 64, 576, 32, 900, -1, 0},   // one CTA of 64 heads, block 32
+      {DType::kF16, 7, 1, 32, 576, 16, 600, 200, 3},   // 32 heads, split-KV in a window
+      {DType::kBF16, 6, 1, 40, 576, 64, 4000, -1, 0},  // 40 heads in a CTA of 64, planned
   };
-  for (DecodeCase c : mla) {
-    c.mla = true;
-    cases.push_back(c);
+  for (bool tensor_cores : {false, true}) {
+    for (DecodeCase c : mla) {
+      c.mla = true;
+      c.tensor_cores = tensor_cores;
+      c.cuda_cores = !tensor_cores;
+      cases.push_back(c);
+    }
   }
   return cases;
 }

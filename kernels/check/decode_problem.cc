@@ -16,6 +16,12 @@ constexpr uint16_t kHalfNan = 0xffff;  // a NaN in both f16 and bf16
 
 int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
+// CTAs per KV head, as the launchers: 8 query heads a CTA; for MLA MlaDecodeHeadTiles.
+int32_t HeadTiles(const DecodeCase& c) {
+  return c.mla ? MlaDecodeHeadTiles(c.group, c.MlaTensorCores())
+               : std::max(1, (c.group + 7) / 8);
+}
+
 }  // namespace
 
 std::string DecodeCase::Name() const {
@@ -27,6 +33,7 @@ std::string DecodeCase::Name() const {
   if (fp8_kv) name += " fp8 KV";
   if (mla) name += " MLA";
   if (tensor_cores) name += " tensor cores";
+  if (cuda_cores) name += " CUDA cores";
   return name;
 }
 
@@ -101,20 +108,21 @@ absl::Status MakeDecodeProblem(const DecodeCase& c, uint32_t seed, int32_t num_s
   if (c.num_splits > 0) {
     const int32_t tokens = std::max(max_attended, 1);
     const int32_t chunk = std::max(1, CeilDiv(CeilDiv(tokens, c.num_splits), bs)) * bs;
-    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk, c.tensor_cores};
+    p->plan = DecodePlan{CeilDiv(tokens, chunk), chunk, c.tensor_cores, c.cuda_cores};
     return absl::OkStatus();
   }
   DecodePlanInputs in;
   in.num_seqs = c.num_seqs;
   in.num_kv_heads = c.num_kv_heads;
-  // CTAs per KV head, as the launchers: 8 query heads a CTA, 4 for MLA.
-  in.head_tiles = c.mla ? (c.group + 3) / 4 : std::max(1, (c.group + 7) / 8);
+  in.head_tiles = HeadTiles(c);
   in.max_attended_tokens = max_attended;
   in.block_size = bs;
   in.num_sms = num_sms;
   in.ctas_per_sm = ctas_per_sm;
   in.tensor_cores = c.tensor_cores;
-  return PlanDecode(in, &p->plan);
+  const absl::Status status = PlanDecode(in, &p->plan);
+  p->plan.force_cuda_cores = c.cuda_cores;
+  return status;
 }
 
 absl::Status CompareDecode(const DecodeProblem& p, const std::vector<uint16_t>& got,

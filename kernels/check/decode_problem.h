@@ -33,7 +33,14 @@ struct DecodeCase {
   // Absorbed MLA (PagedDecodeMla): num_kv_heads 1 and head_dim the latent row (576); the
   // output keeps the first kMlaLatentDim values.
   bool mla = false;
+  // The plan forces the CUDA-core kernel (DecodePlan::force_cuda_cores).
+  bool cuda_cores = false;
   std::string Name() const;
+  // Whether PagedDecodeMla runs this mla case on tensor cores on an sm_80+ device
+  // (UseMlaTensorCores: forced, or chosen for more than 4 query heads).
+  bool MlaTensorCores() const {
+    return tensor_cores || (!cuda_cores && num_kv_heads * group > 4);
+  }
 };
 
 // Output values per head of an mla case (DeepSeek's kv_lora_rank).

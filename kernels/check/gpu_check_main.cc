@@ -107,6 +107,14 @@ struct CheckCounts {
   int skipped = 0;  // checks that found no device (Unavailable): never a pass
 };
 
+// Whether --quick keeps `c`, which follows `prev` among the CUDA-core-only and MLA cases: the
+// first fp8 case, the first MLA case on each kernel and the head_dim 96 ones.
+bool FirstOfKind(const DecodeCase& c, const DecodeCase& prev) {
+  return (c.fp8_kv && !prev.fp8_kv) || (c.mla && !prev.mla) ||
+         (c.mla && c.tensor_cores && !prev.tensor_cores) ||
+         (!c.fp8_kv && !c.mla && c.head_dim == 96);
+}
+
 CheckCounts Correctness(bool quick, uint32_t seed) {
   CheckCounts counts;
   auto report = [&](const std::string& name, const absl::Status& s) {
@@ -127,13 +135,10 @@ CheckCounts Correctness(bool quick, uint32_t seed) {
     std::vector<DecodeCase> quick_cases = {
         decode_cases[0],     decode_cases[2],     decode_cases[8],     decode_cases[11],
         decode_cases[n],     decode_cases[n + 2], decode_cases[n + 8], decode_cases[n + 11]};
-    // The first fp8 case, the first MLA case and the head_dim 96 ones.
+    // The first fp8 case, the first MLA case on each kernel and the head_dim 96 ones.
     for (size_t i = 2 * n; i < decode_cases.size(); ++i) {
       const DecodeCase& c = decode_cases[i];
-      const bool first_of_kind = (c.fp8_kv && !decode_cases[i - 1].fp8_kv) ||
-                                 (c.mla && !decode_cases[i - 1].mla) ||
-                                 (!c.fp8_kv && !c.mla && c.head_dim == 96);
-      if (first_of_kind) quick_cases.push_back(c);
+      if (FirstOfKind(c, decode_cases[i - 1])) quick_cases.push_back(c);
     }
     decode_cases = quick_cases;
     for (auto& c : decode_cases) c.max_len = std::min(c.max_len, 600);
@@ -154,6 +159,8 @@ CheckCounts Correctness(bool quick, uint32_t seed) {
   int edges = -1;
   const absl::Status graph = CheckGraphCapture(seeds(), &edges);
   report(absl::StrFormat("CUDA graph capture and replay (%d programmatic edges)", edges), graph);
+  report("CUDA graph capture and replay of the tensor-core MLA decode",
+         CheckMlaGraphCapture(seeds()));
   return counts;
 }
 
@@ -277,6 +284,7 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
   in.max_attended_tokens = c.len;
   in.block_size = c.block_size;
   in.tensor_cores = c.tensor_cores;
+  in.force_cuda_cores = !c.tensor_cores;  // rows without "mma" stay on CUDA cores
   DecodePlan plan;
   KVPAGE_RETURN_IF_ERROR(PlanDecodeForDevice(in, DType::kBF16, c.head_dim, c.group, &plan));
   const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.seqs, hq, c.head_dim);
@@ -296,6 +304,74 @@ absl::StatusOr<Row> BenchDecode(Bench& bench, const DecodeBenchCase& c, std::mt1
                              c.len, c.kv_heads, c.group, c.head_dim, c.block_size,
                              plan.num_splits, c.tensor_cores ? " mma" : ""),
              bytes, t, c.seqs, c.len};
+}
+
+struct MlaBenchCase {
+  int32_t seqs, len, heads;
+  bool tensor_cores;
+};
+
+// PagedDecodeMla on bf16 latent rows (blocks of 64, DeepSeek's), each path forced.
+absl::StatusOr<Row> BenchDecodeMla(Bench& bench, const MlaBenchCase& c, std::mt19937& rng) {
+  constexpr int32_t kRow = 576, kLatent = 512, kBs = 64;
+  const int32_t blocks_per_seq = (c.len + kBs - 1) / kBs;
+  const int32_t blocks = c.seqs * blocks_per_seq;
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int32_t> lens(c.seqs, c.len);
+  DeviceBuffer cache, q, out, dtable, dlens, ws;
+  const int64_t cache_bytes = int64_t{blocks} * kBs * kRow * 2;
+  KVPAGE_RETURN_IF_ERROR(cache.Allocate(cache_bytes));
+  cudaMemset(cache.get(), 0x3c, cache_bytes);  // small finite bf16 values
+  KVPAGE_RETURN_IF_ERROR(q.Allocate(int64_t{c.seqs} * c.heads * kRow * 2));
+  cudaMemset(q.get(), 0x3c, q.bytes());
+  KVPAGE_RETURN_IF_ERROR(out.Allocate(int64_t{c.seqs} * c.heads * kLatent * 2));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(lens));
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  DecodePlanInputs in;
+  in.num_seqs = c.seqs;
+  in.num_kv_heads = 1;
+  in.head_tiles = MlaDecodeHeadTiles(c.heads, c.tensor_cores);
+  in.max_attended_tokens = c.len;
+  in.block_size = kBs;
+  in.num_sms = sms;
+  KVPAGE_ASSIGN_OR_RETURN(in.ctas_per_sm,
+                          MlaDecodeCtasPerSm(DType::kBF16, c.heads, c.tensor_cores));
+  in.tensor_cores = c.tensor_cores;
+  DecodePlan plan;
+  KVPAGE_RETURN_IF_ERROR(PlanDecode(in, &plan));
+  plan.force_cuda_cores = !c.tensor_cores;
+  const int64_t ws_bytes = DecodeWorkspaceBytes(plan, c.seqs, c.heads, kLatent);
+  KVPAGE_RETURN_IF_ERROR(ws.Allocate(ws_bytes));
+  const KvCacheView view = MlaKvCache(cache.get(), blocks, kBs, kRow, DType::kBF16);
+  const DecodeParams params{c.heads, 1.0f / std::sqrt(192.0f), -1};
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    return PagedDecodeMla(out.get(), q.get(), int64_t{c.heads} * kRow, view,
+                          {dtable.as<int32_t>(), blocks_per_seq, dlens.as<int32_t>(), c.seqs},
+                          params, plan, ws.get(), ws_bytes, nullptr);
+  }));
+  // Bytes the kernel must move: every token's latent row once, q in, out, the table.
+  const double bytes =
+      double{kRow} * 2 * c.seqs * c.len + double(q.bytes()) + double(out.bytes()) + 4.0 * blocks;
+  return Row{"paged_decode_mla",
+             absl::StrFormat("bf16 B=%d ctx=%d H=%d bs=%d splits=%d %s", c.seqs, c.len,
+                             c.heads, kBs, plan.num_splits, c.tensor_cores ? "mma" : "cuda"),
+             bytes, t, c.seqs, c.len};
+}
+
+// MLA: batch 8/64/128 x context 4K x 16/64/128 heads, each on both kernels.
+void AddMlaBenchRows(Bench& bench, std::mt19937& rng, std::vector<absl::StatusOr<Row>>& rows) {
+  for (int32_t batch : {8, 64, 128}) {
+    for (int32_t heads : {16, 64, 128}) {
+      for (bool tensor_cores : {false, true}) {
+        rows.push_back(BenchDecodeMla(bench, {batch, 4096, heads, tensor_cores}, rng));
+      }
+    }
+  }
 }
 
 struct Flags {
@@ -396,6 +472,7 @@ int Run(int argc, char** argv) {
   decode_cases.push_back({64, 4096, 8, 4, 128, 64, true});
   decode_cases.push_back({64, 4096, 2, 8, 256, 16, true});
   for (const auto& c : decode_cases) rows.push_back(BenchDecode(bench, c, rng));
+  AddMlaBenchRows(bench, rng, rows);
 
   double ceiling = 0;
   if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s
@@ -403,7 +480,7 @@ int Run(int argc, char** argv) {
   if (out != nullptr) {
     std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling,target_pct\n");
   }
-  std::printf("\n%-13s %-52s %9s %10s %10s %10s %8s %7s %7s\n", "kernel", "config", "MB",
+  std::printf("\n%-16s %-52s %9s %10s %10s %10s %8s %7s %7s\n", "kernel", "config", "MB",
               "median_us", "min_us", "max_us", "GB/s", "%copy", "target");
   int bench_failures = 0, below_target = 0;
   for (const auto& r : rows) {
@@ -417,7 +494,7 @@ int Run(int argc, char** argv) {
     const double target = TargetPercent(r->kernel, r->batch, r->context);
     const bool meets = MeetsTarget(r->kernel, r->batch, r->context, pct);
     below_target += meets ? 0 : 1;
-    std::printf("%-13s %-52s %9.1f %10.1f %10.1f %10.1f %8.0f %6.1f%% %s\n", r->kernel.c_str(),
+    std::printf("%-16s %-52s %9.1f %10.1f %10.1f %10.1f %8.0f %6.1f%% %s\n", r->kernel.c_str(),
                 r->config.c_str(), r->bytes / 1e6, r->t.median_us, r->t.min_us, r->t.max_us,
                 gbps, pct,
                 target == 0 ? "-" : absl::StrFormat("%s%.0f%%", meets ? ">=" : "BELOW ", target)

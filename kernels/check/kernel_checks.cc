@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -120,9 +121,11 @@ absl::Status CheckPagedDecode(const DecodeCase& c, uint32_t seed, double* max_ab
   KVPAGE_RETURN_IF_ERROR(RequireDevice());
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // The MLA kernel (224 registers, 128 threads) fits 2 CTAs per SM on sm_90 (docs §7).
-  int32_t ctas_per_sm = 2;
-  if (!c.mla) {
+  int32_t ctas_per_sm = 0;
+  if (c.mla) {
+    KVPAGE_ASSIGN_OR_RETURN(ctas_per_sm,
+                            MlaDecodeCtasPerSm(c.dtype, c.group, c.MlaTensorCores()));
+  } else {
     KVPAGE_ASSIGN_OR_RETURN(ctas_per_sm, DecodeCtasPerSm(c.fp8_kv ? DType::kFP8 : c.dtype,
                                                          c.head_dim, c.group, c.tensor_cores));
   }
@@ -322,9 +325,14 @@ absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path) {
       {DType::kBF16, 6, 8, 4, 128, 16, 5000, -1, 7},
       {DType::kF16, 6, 8, 4, 128, 16, 5000, -1, 7},
       {DType::kBF16, 6, 1, 16, 576, 64, 5000, -1, 7},
+      {DType::kF16, 6, 1, 64, 576, 64, 5000, -1, 7},
   };
+  cases[0].cuda_cores = true;
   cases[1].tensor_cores = true;
   cases[2].mla = true;
+  cases[2].cuda_cores = true;
+  cases[3].mla = true;
+  cases[3].tensor_cores = true;
   std::mt19937 seeds(seed);
   for (const DecodeCase& c : cases) {
     DecodeProblem p;
@@ -376,6 +384,81 @@ absl::Status CheckProgrammaticMerge(uint32_t seed, std::string* path) {
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Captures record() on `stream` into a graph and launches it `replays` times, synchronising
+// after each.
+absl::Status CaptureAndReplay(cudaStream_t stream, const std::function<absl::Status()>& record,
+                              int replays) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "cudaStreamBeginCapture");
+  const absl::Status recorded = record();
+  err = cudaStreamEndCapture(stream, &graph);
+  absl::Status status = !recorded.ok()       ? recorded
+                        : err != cudaSuccess ? internal::CudaStatus(err, "cudaStreamEndCapture")
+                                             : absl::OkStatus();
+  if (status.ok()) {
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphInstantiate");
+  }
+  for (int replay = 0; status.ok() && replay < replays; ++replay) {
+    err = cudaGraphLaunch(exec, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "cudaGraphLaunch");
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return status;
+}
+
+}  // namespace
+
+absl::Status CheckMlaGraphCapture(uint32_t seed) {
+  KVPAGE_RETURN_IF_ERROR(RequireDevice());
+  DecodeCase c{DType::kBF16, 5, 1, 64, 576, 64, 700, -1, 3};
+  c.mla = true;
+  c.tensor_cores = true;
+  DecodeProblem p;
+  KVPAGE_RETURN_IF_ERROR(MakeDecodeProblem(c, seed, 1, 1, &p));
+  const int32_t hq = p.num_q_heads();
+  DeviceBuffer dcache, dq, dtable, dlens, eager, graphed, dws;
+  KVPAGE_RETURN_IF_ERROR(dcache.Upload(p.cache));
+  KVPAGE_RETURN_IF_ERROR(dq.Upload(p.q));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(p.table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(p.lens));
+  const std::vector<uint16_t> poison(static_cast<size_t>(p.out_elements()), kHalfNan);
+  KVPAGE_RETURN_IF_ERROR(eager.Upload(poison));
+  KVPAGE_RETURN_IF_ERROR(graphed.Upload(poison));
+  const int64_t ws_bytes = DecodeWorkspaceBytes(p.plan, c.num_seqs, hq, p.out_dim());
+  KVPAGE_RETURN_IF_ERROR(dws.Allocate(static_cast<size_t>(ws_bytes)));
+  cudaStream_t stream = nullptr;
+  cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return internal::CudaStatus(err, "cudaStreamCreate");
+  auto decode = [&](void* out) {
+    return PagedDecodeMla(
+        out, dq.get(), static_cast<int64_t>(hq) * c.head_dim, p.View(dcache.get()),
+        BlockTableView{dtable.as<int32_t>(), p.max_blocks, dlens.as<int32_t>(), c.num_seqs},
+        p.params, p.plan, dws.get(), ws_bytes, stream);
+  };
+  absl::Status status = decode(eager.get());
+  if (status.ok()) {
+    err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) status = internal::CudaStatus(err, "eager MLA decode");
+  }
+  if (status.ok()) status = CaptureAndReplay(stream, [&] { return decode(graphed.get()); }, 2);
+  cudaStreamDestroy(stream);
+  KVPAGE_RETURN_IF_ERROR(status);
+  std::vector<uint16_t> got_eager, got_graph;
+  KVPAGE_RETURN_IF_ERROR(eager.Download(&got_eager));
+  KVPAGE_RETURN_IF_ERROR(graphed.Download(&got_graph));
+  if (got_eager != got_graph) {
+    return absl::InternalError("MLA graph replay: output differs from the eager run");
+  }
+  return CompareDecode(p, got_graph, nullptr);
 }
 
 absl::Status CheckGraphCapture(uint32_t seed, int* programmatic_edges) {

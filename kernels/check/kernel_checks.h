@@ -65,6 +65,12 @@ absl::Status CheckMerge(int32_t num_seqs, int32_t num_heads, int32_t num_splits,
 // is launched with programmatic dependent launch, 0 below.
 absl::Status CheckGraphCapture(uint32_t seed, int* programmatic_edges = nullptr);
 
+// PagedDecodeMla on tensor cores (64 query heads, 3 splits: the kernel, whose dynamic shared
+// memory limit is set with cudaFuncSetAttribute at every launch, then the merge) captured
+// into a CUDA graph and replayed twice: the output must be bit-identical to an eager run and
+// match the reference.
+absl::Status CheckMlaGraphCapture(uint32_t seed);
+
 // The split-KV merge on the path MergeAttnStates takes on this device (programmatic dependent
 // launch on sm_90, merge_launch.h), for a CUDA-core, a tensor-core and an MLA decode with 7
 // splits: four times in a row, the workspace is filled with NaN on the stream right before the

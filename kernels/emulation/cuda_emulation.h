@@ -390,6 +390,16 @@ inline void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
 // reads none); null: nobody listens. Tests count K/V reads with it (one launch at a time).
 inline void (*cp_async_observer)(const void* src) = nullptr;
 
+// The dynamic shared memory of the CTA that runs (LaunchShared sizes it; CTAs run one at a
+// time, so they share it as they share static __shared__ variables).
+inline std::vector<uint4>& DynamicSharedBuffer() {
+  static std::vector<uint4> buffer;
+  return buffer;
+}
+inline char* DynamicSharedMemory() {
+  return reinterpret_cast<char*>(DynamicSharedBuffer().data());
+}
+
 // Runs kernel(args...) over `grid` x `block` (1-D blocks), one CTA at a time.
 template <typename Kernel, typename... Args>
 void Launch(dim3 grid, dim3 block, Kernel kernel, const Args&... args) {
@@ -406,6 +416,16 @@ void Launch(dim3 grid, dim3 block, Kernel kernel, const Args&... args) {
       }
     }
   }
+}
+
+// Launch with `shared_bytes` of dynamic shared memory (<<<grid, block, shared_bytes>>>),
+// filled with NaN bytes so a read before a write shows.
+template <typename Kernel, typename... Args>
+void LaunchShared(dim3 grid, dim3 block, size_t shared_bytes, Kernel kernel,
+                  const Args&... args) {
+  DynamicSharedBuffer().assign((shared_bytes + 15) / 16,
+                               uint4{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu});
+  Launch(grid, block, kernel, args...);
 }
 
 }  // namespace kvpage::cuda::emulation

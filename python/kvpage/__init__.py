@@ -6,6 +6,9 @@
     r = kvpage.simulate(m, gpu="h100", trace="mooncake_conversation_trace.jsonl",
                         max_requests=2000)
     r.summary["ttft_ms"]["p99"], r.requests.ttft_s
+    s = kvpage.Scheduler(m, kv_budget_bytes=1 << 30, backing="host")
+    out = s.schedule()                                   # NumPy views; out.to_torch()
+    k = s.cache(0, "key")                                # layer 0's K in kvpage's memory
 
 Errors raise ValueError (bad argument), KeyError (unknown model, GPU or request),
 MemoryError (the KV budget cannot hold it) or RuntimeError, with kvpage's message.

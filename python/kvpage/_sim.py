@@ -16,7 +16,9 @@ from ._flags import flag_args, python_messages, signature_defaults
 from ._plan import ModelLike, _cli_model
 from ._results import optional_pandas
 
-_BUNDLED_TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
+# Next to the compiled module: the package directory of a build tree or an install, and
+# site-packages (not the source tree) under `pip install -e .`.
+_BUNDLED_TRACES = os.path.join(os.path.dirname(_kvpage.__file__), "data", "traces")
 _LATENCY_KEY = re.compile(r"^(mean|median|std|p90|p99)_(ttft|tpot|itl|e2el)_ms$")
 
 REQUEST_FIELDS = (

@@ -2,6 +2,7 @@
 // sampled tokens back.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
+#include "cache_views.h"
 #include "kvpage/dtype.h"
 #include "kvpage/scheduler.h"
 #include "status.h"
@@ -47,7 +49,19 @@ struct SchedulerOptions {
   int32_t kernel_block_size = 0;
   double watermark = 0;
   int64_t chunk_bytes = int64_t{2} << 20;
+  std::optional<std::string> backing;
+  int64_t backing_unit_bytes = 0;
 };
+
+// The memory behind the pools: none (accounting only) or "host".
+std::unique_ptr<ReadableHostBacking> MakeBacking(const SchedulerOptions& o) {
+  if (!o.backing.has_value()) return nullptr;
+  if (*o.backing != "host") {
+    ThrowIfError(absl::InvalidArgumentError(
+        absl::StrCat("backing must be None or 'host', got '", *o.backing, "'")));
+  }
+  return std::make_unique<ReadableHostBacking>(o.backing_unit_bytes);
+}
 
 SchedulerConfig ToConfig(const SchedulerOptions& o) {
   SchedulerConfig c;
@@ -169,24 +183,33 @@ void BindResults(nb::module_& m) {
 
 void BindScheduler(nb::module_& m) {
   BindResults(m);
-  nb::class_<PyScheduler>(
+  nb::class_<PyScheduler> cls(
       m, "Scheduler",
-      "Continuous batching on kvpage's block manager (kvpage::Scheduler), CPU accounting. "
-      "Not thread-safe: one thread drives it.")
-      .def("__init__",
+      "Continuous batching on kvpage's block manager (kvpage::Scheduler): CPU accounting, "
+      "or with backing='host' the K/V memory too (cache()). Not thread-safe: one thread "
+      "drives it.");
+  DefCacheViews(cls);
+  cls.def("__init__",
            [](PyScheduler* self, const ModelSpec& model, int64_t kv_budget_bytes,
               int32_t block_size, int32_t max_num_batched_tokens, int32_t max_num_seqs,
               int64_t max_model_len, bool enable_chunked_prefill,
               int32_t long_prefill_token_threshold, std::string scheduling_policy,
               bool enable_prefix_caching, std::optional<std::string> kv_cache_dtype,
               std::optional<uint64_t> hash_seed, int32_t kernel_block_size, double watermark,
-              int64_t chunk_bytes) {
+              int64_t chunk_bytes, std::optional<std::string> backing,
+              int64_t backing_unit_bytes) {
              const SchedulerOptions o{kv_budget_bytes, block_size, max_num_batched_tokens,
                                       max_num_seqs, max_model_len, enable_chunked_prefill,
                                       long_prefill_token_threshold, scheduling_policy,
                                       enable_prefix_caching, kv_cache_dtype, hash_seed,
-                                      kernel_block_size, watermark, chunk_bytes};
-             new (self) PyScheduler(ValueOrThrow(Scheduler::Create(model, ToConfig(o))));
+                                      kernel_block_size, watermark, chunk_bytes, backing,
+                                      backing_unit_bytes};
+             std::unique_ptr<ReadableHostBacking> memory = MakeBacking(o);
+             SchedulerConfig config = ToConfig(o);
+             config.kv.backing = memory.get();
+             std::unique_ptr<Scheduler> scheduler =
+                 ValueOrThrow(Scheduler::Create(model, config));
+             new (self) PyScheduler(std::move(memory), std::move(scheduler));
            },
            nb::arg("model"), nb::kw_only(), nb::arg("kv_budget_bytes"),
            nb::arg("block_size") = 16, nb::arg("max_num_batched_tokens") = 8192,
@@ -195,7 +218,8 @@ void BindScheduler(nb::module_& m) {
            nb::arg("scheduling_policy") = "fcfs", nb::arg("enable_prefix_caching") = true,
            nb::arg("kv_cache_dtype") = nb::none(), nb::arg("hash_seed") = nb::none(),
            nb::arg("kernel_block_size") = 0, nb::arg("watermark") = 0.0,
-           nb::arg("chunk_bytes") = int64_t{2} << 20)
+           nb::arg("chunk_bytes") = int64_t{2} << 20, nb::arg("backing") = nb::none(),
+           nb::arg("backing_unit_bytes") = 0)
       .def("add_request", &AddRequest, nb::arg("prompt_token_ids"), nb::kw_only(),
            nb::arg("max_new_tokens") = 16, nb::arg("stop_token_ids") = std::vector<int32_t>{},
            nb::arg("priority") = 0, nb::arg("arrival_time") = 0.0, nb::arg("cache_salt") = "",
@@ -226,6 +250,11 @@ void BindScheduler(nb::module_& m) {
       .def_prop_ro("num_running", [](PyScheduler& s) { return s.scheduler().num_running(); })
       .def_prop_ro("num_waiting", [](PyScheduler& s) { return s.scheduler().num_waiting(); })
       .def_prop_ro("max_model_len", [](PyScheduler& s) { return s.scheduler().max_model_len(); })
+      .def("release_idle_chunks",
+           [](PyScheduler& s) { return s.scheduler().ReleaseIdleChunks(); },
+           "Gives chunks with no used block back to the budget and their memory back (their "
+           "cached blocks are dropped; with backing='host' they read as zeros); returns the "
+           "bytes given back. Between schedule() and update() it releases nothing.")
       .def("check_invariants",
            [](PyScheduler& s) { ThrowIfError(s.scheduler().CheckInvariants()); })
       .def("_native_steps", &NativeSteps, nb::arg("steps"), nb::arg("token"));

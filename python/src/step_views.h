@@ -10,7 +10,12 @@
 //     referenced: no view can be read after the memory under it changed. Keep data across
 //     steps with a copy (numpy.array(view)); drop views with `del` (or let them go out of
 //     scope) before the next schedule().
-// Each array also keeps the scheduler alive.
+// Each array also keeps the scheduler alive. to_dlpack() and to_torch() hand out the same
+// arrays as DLPack exports (writable, since torch has no read-only tensors: do not write
+// them), under the same rule.
+//
+// close() frees the scheduler and its memory now, and raises while any array of the current
+// output or any cache view (cache_views.cc) is referenced; afterwards every call raises.
 #ifndef KVPAGE_PYTHON_STEP_VIEWS_H_
 #define KVPAGE_PYTHON_STEP_VIEWS_H_
 
@@ -24,20 +29,32 @@
 #include <nanobind/ndarray.h>
 
 #include "kvpage/scheduler.h"
+#include "readable_backing.h"
 
 namespace kvpage::python {
 
+// How a view is handed to Python: a read-only NumPy array, or a writable DLPack export
+// (an object with __dlpack__ and __dlpack_device__) for torch.from_dlpack and the like.
+enum class ViewKind { kNumpy, kDlpack };
+
 class PyScheduler {
  public:
-  explicit PyScheduler(std::unique_ptr<Scheduler> scheduler)
-      : scheduler_(std::move(scheduler)) {}
+  // `backing` (may be null) is the memory behind `scheduler`'s pools; it outlives it.
+  PyScheduler(std::unique_ptr<ReadableHostBacking> backing, std::unique_ptr<Scheduler> scheduler)
+      : backing_(std::move(backing)), scheduler_(std::move(scheduler)) {}
 
-  Scheduler& scheduler() { return *scheduler_; }
+  // RuntimeError once close() ran.
+  Scheduler& scheduler();
+  // The host backing, or RuntimeError when the scheduler has none (or is closed).
+  const ReadableHostBacking& backing();
   // RuntimeError unless no view of the current output is referenced.
   void CheckNoLiveViews(const char* call) const;
+  // Frees the scheduler and its backing; RuntimeError while any view is referenced.
+  void Close();
   // Schedule() and the generation that names its output.
   const SchedulerOutput& Schedule();
   uint64_t generation() const { return generation_; }
+  bool closed() const { return scheduler_ == nullptr; }
   const SchedulerOutput* output() const { return output_; }
   ModelOutput& model_output() { return model_output_; }
   int64_t NextRequestId() { return next_request_id_++; }
@@ -47,19 +64,25 @@ class PyScheduler {
   // token that keeps `self` (this scheduler's Python object) alive and counts as live.
   template <typename T>
   nanobind::object View(nanobind::handle self, const T* data, std::initializer_list<size_t> shape,
-                        std::initializer_list<int64_t> strides = {});
+                        std::initializer_list<int64_t> strides = {},
+                        ViewKind kind = ViewKind::kNumpy);
+  // An owner for a view of the cache: keeps `self` alive and counts as a live cache view.
+  nanobind::capsule CacheToken(nanobind::handle self) { return MakeToken(self, &cache_views_); }
 
  private:
   struct Token {
-    PyScheduler* scheduler;
+    int64_t* counter;
     PyObject* self;
   };
-  nanobind::capsule MakeToken(nanobind::handle self);
+  nanobind::capsule MakeToken(nanobind::handle self) { return MakeToken(self, &live_views_); }
+  nanobind::capsule MakeToken(nanobind::handle self, int64_t* counter);
 
+  std::unique_ptr<ReadableHostBacking> backing_;  // destroyed after scheduler_
   std::unique_ptr<Scheduler> scheduler_;
   const SchedulerOutput* output_ = nullptr;
   uint64_t generation_ = 0;  // Schedule() calls
   int64_t live_views_ = 0;   // arrays of the current output still referenced
+  int64_t cache_views_ = 0;  // views of the backing's tensors still referenced
   ModelOutput model_output_;  // reused by update()
   int64_t next_request_id_ = 0;
 };
@@ -67,9 +90,14 @@ class PyScheduler {
 template <typename T>
 nanobind::object PyScheduler::View(nanobind::handle self, const T* data,
                                    std::initializer_list<size_t> shape,
-                                   std::initializer_list<int64_t> strides) {
+                                   std::initializer_list<int64_t> strides, ViewKind kind) {
   static const T kEmpty{};
   if (data == nullptr) data = &kEmpty;  // a zero-size view still needs an address
+  if (kind == ViewKind::kDlpack) {
+    nanobind::ndarray<nanobind::array_api, T> array(const_cast<T*>(data), shape, MakeToken(self),
+                                                    strides);
+    return nanobind::cast(std::move(array), nanobind::rv_policy::reference);
+  }
   nanobind::ndarray<nanobind::numpy, const T> array(data, shape, MakeToken(self), strides);
   return nanobind::cast(std::move(array), nanobind::rv_policy::reference);
 }

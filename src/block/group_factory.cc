@@ -34,12 +34,20 @@ absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int
                                                       DType kv_dtype) {
   if (spec.IsAttention()) {
     KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, kv_dtype));
-    return std::vector<CacheTensor>{CacheTensor{
+    std::vector<CacheTensor> tensors{CacheTensor{
         .kind = spec.kind == LayerKind::kMla ? CacheTensorKind::kMlaLatent : CacheTensorKind::kKv,
         .dtype = kv_dtype,
         .block_bytes = token_bytes * block_size,
         .block_size = block_size,
         .attention = spec.attention}};
+    if (spec.attention.HasIndexer()) {  // DeepSeek-V3.2: the indexer keys, same block table
+      tensors.push_back(CacheTensor{.kind = CacheTensorKind::kIndexKey,
+                                    .dtype = DType::kFP8,
+                                    .block_bytes = IndexKeyTokenBytes(spec.attention) * block_size,
+                                    .block_size = block_size,
+                                    .attention = spec.attention});
+    }
+    return tensors;
   }
   const LinearStateShape& s = spec.linear;
   const int64_t conv_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype);

@@ -1,6 +1,8 @@
 // Recurrent state slots: snapshots for the prefix cache, in-place updates, commits.
 #include "block/recurrent_group.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "model/kv_sizing.h"
 
@@ -43,15 +45,14 @@ absl::Status RecurrentGroup::CheckHit(const RequestView& r, const StepArgs& step
 int64_t RecurrentGroup::SnapshotBlock(const RequestView& r, const StepArgs& step) const {
   const int64_t end = step.verified_end;
   const int64_t bs = ctx().hash_block_size;
-  if (!ctx().enable_prefix_caching || end % bs != 0 ||
-      end / bs > static_cast<int64_t>(r.hashes.size())) {
-    return -1;
-  }
-  // vLLM's align mode caches the state at every block boundary it reaches.
+  if (!ctx().enable_prefix_caching || end % bs != 0) return -1;
+  // vLLM's align mode caches the state at every block boundary it reaches, as soon as the
+  // block's hash is known: with async scheduling the step's last token may be a placeholder
+  // now and known by Commit (which registers the snapshot only then, and only if it is).
+  if (ctx().align_state_blocks) return end / bs - 1;
+  if (end / bs > static_cast<int64_t>(r.hashes.size())) return -1;
   const int64_t interval = int64_t{ctx().decode_snapshot_interval_blocks} * bs;
-  if (ctx().align_state_blocks || end <= r.prompt_len || (interval > 0 && end % interval == 0)) {
-    return end / bs - 1;
-  }
+  if (end <= r.prompt_len || (interval > 0 && end % interval == 0)) return end / bs - 1;
   return -1;
 }
 
@@ -60,6 +61,7 @@ RecurrentGroup::StepPlan RecurrentGroup::MakePlan(const RequestView& r,
   const State& s = states_[r.slot];
   StepPlan plan;
   plan.snapshot_block = SnapshotBlock(r, step);
+  plan.snapshot_deferred = plan.snapshot_block >= static_cast<int64_t>(r.hashes.size());
   // A committed step left `cur`; a pending one (async scheduling) will leave `write`.
   const bool has_state = r.allocated || step.hit != nullptr;
   int32_t cur = s.step_pending ? s.write : s.cur;
@@ -101,6 +103,8 @@ int64_t RecurrentGroup::FreshBlocks(const RequestView&, const StepArgs&) const {
 void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fresh,
                              const StateOutputs& outputs) {
   State& s = states_[r.slot];
+  // A successful allocation is vLLM's cache_blocks over the request's known tokens.
+  RegisterDeferred(r, static_cast<int64_t>(r.hashes.size()));
   s.read = s.cur;
   s.write = plan_.write_in_place ? s.cur : fresh[0].value;
   if (s.cur < 0) {
@@ -109,6 +113,7 @@ void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
   }
   if (fresh.size() > 1) s.extra.push_back(fresh[1].value);
   s.snapshot_block = plan_.snapshot_block;
+  s.snapshot_deferred = plan_.snapshot_deferred;
   s.replaced_index = plan_.cur_index;
   s.step_pending = true;
 }
@@ -119,12 +124,16 @@ void RecurrentGroup::Release(const RequestView& r, int64_t processed) {
   // remove_skipped_blocks): with async scheduling a step in flight may still read it. The
   // latest goes first, as vLLM walks the table down.
   const int64_t dead = CeilDiv(processed, ctx().hash_block_size) - 1;
+  auto release = [&](int32_t b) {
+    if (b == s.deferred) s.deferred = -1;
+    pool().Free({BlockId(b)});
+  };
   if (s.retiring >= 0 && s.retiring_index < dead) {
-    pool().Free({BlockId(s.retiring)});
+    release(s.retiring);
     s.retiring = -1;
   }
   for (auto it = s.lingering.rbegin(); it != s.lingering.rend(); ++it) {
-    if (it->second < dead) pool().Free({BlockId(it->first)});
+    if (it->second < dead) release(it->first);
   }
   std::erase_if(s.lingering, [dead](const std::pair<int32_t, int64_t>& b) { return b.second < dead; });
 }
@@ -147,22 +156,44 @@ void RecurrentGroup::Commit(const RequestView& r) {
   }
   s.cur = s.write;
   s.cur_is_snapshot = false;
-  if (s.snapshot_block >= 0 && s.snapshot_block < static_cast<int64_t>(r.hashes.size())) {
-    const int64_t i = s.snapshot_block;
-    if (pool().records_events()) {
-      // The snapshot extends the latest earlier snapshot of this prefix the group still holds
-      // and covers every token since it.
-      const int64_t parent = HeldParent(r, i);
-      CacheWithEvent(r, BlockId(s.cur), i, parent, parent + 1);
-    } else {
-      pool().CacheBlock(BlockId(s.cur), r.hashes[i], layout().id,
-                        i > 0 ? r.hashes[i - 1] : r.root);
-    }
-    s.cur_is_snapshot = pool().is_cached(BlockId(s.cur));
+  if (s.snapshot_deferred) {
+    s.deferred = s.cur;
+    s.deferred_index = s.snapshot_block;
+  } else if (s.snapshot_block >= 0 &&
+             s.snapshot_block < static_cast<int64_t>(r.hashes.size())) {
+    RegisterSnapshot(r, BlockId(s.cur), s.snapshot_block);
   }
   s.step_pending = false;
+  s.snapshot_deferred = false;
   s.snapshot_block = -1;
   s.read = s.write = s.cur;
+}
+
+void RecurrentGroup::RegisterSnapshot(const RequestView& r, BlockId block, int64_t i) {
+  if (pool().records_events()) {
+    // The snapshot extends the latest earlier snapshot of this prefix the group still holds
+    // and covers every token since it.
+    const int64_t parent = HeldParent(r, i);
+    CacheWithEvent(r, block, i, parent, parent + 1);
+  } else {
+    pool().CacheBlock(block, r.hashes[i], layout().id, i > 0 ? r.hashes[i - 1] : r.root);
+  }
+  State& s = states_[r.slot];
+  if (block.value == s.cur) s.cur_is_snapshot = pool().is_cached(block);
+}
+
+void RecurrentGroup::RegisterDeferred(const RequestView& r, int64_t full) {
+  State& s = states_[r.slot];
+  if (s.deferred < 0 || s.deferred_index >= std::min<int64_t>(full, r.hashes.size())) return;
+  RegisterSnapshot(r, BlockId(s.deferred), s.deferred_index);
+  s.deferred = -1;
+}
+
+void RecurrentGroup::DropPending(const RequestView& r) {
+  State& s = states_[r.slot];
+  s.snapshot_block = -1;
+  s.snapshot_deferred = false;
+  s.deferred = -1;  // never cached: vLLM caches it only while the request runs
 }
 
 void RecurrentGroup::Free(const RequestView& r) {

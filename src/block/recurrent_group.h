@@ -55,7 +55,10 @@ class RecurrentGroup final : public GroupManager {
   void Release(const RequestView& r, int64_t processed) override;
   bool HasPendingStep(int32_t slot) const override { return states_[slot].step_pending; }
   void Commit(const RequestView& r) override;
-  void DropPending(const RequestView& r) override { states_[r.slot].snapshot_block = -1; }
+  // Async scheduling, vllm accounting: registers a deferred snapshot the processed tokens
+  // now cover.
+  void CommitThrough(const RequestView& r, int64_t full) override { RegisterDeferred(r, full); }
+  void DropPending(const RequestView& r) override;
   void Free(const RequestView& r) override;
   // Refuses once the request has computed: its state includes every computed token.
   absl::Status CheckRecompute(const RequestView& r, RequestId id, int64_t c) const override;
@@ -85,6 +88,14 @@ class RecurrentGroup final : public GroupManager {
     // Async scheduling, vllm accounting: earlier replaced states a step in flight kept, with
     // their block indices, oldest first; freed once the processed tokens pass them.
     std::vector<std::pair<int32_t, int64_t>> lingering;
+    // Async scheduling, vllm accounting: a step whose last token was a placeholder when it was
+    // scheduled reached a block boundary; its state, committed, waits in `deferred` for vLLM's
+    // next cache_blocks on the request (its next allocation, or an output that shows the
+    // tokens processed) before it joins the prefix cache. A request that leaves first never
+    // caches it.
+    bool snapshot_deferred = false;  // the pending step's snapshot is of that kind
+    int32_t deferred = -1;
+    int64_t deferred_index = -1;
   };
   // Where this step writes its state (Plan's result, read by FreshBlocks and Install).
   struct StepPlan {
@@ -93,11 +104,16 @@ class RecurrentGroup final : public GroupManager {
     int64_t snapshot_block = -1;   // register the written state under this block's hash
     bool hit_needs_touch = false;  // the hit snapshot is cached-free and must leave the LRU
     int64_t cur_index = -1;        // vllm accounting: the block index of the state before it
+    bool snapshot_deferred = false;  // the snapshot block's hash is not known yet
   };
 
   // The block whose hash the step's written state is registered under, or -1.
   int64_t SnapshotBlock(const RequestView& r, const StepArgs& step) const;
   StepPlan MakePlan(const RequestView& r, const StepArgs& step) const;
+  // Registers `block` (the request's) as the snapshot of the state after block i.
+  void RegisterSnapshot(const RequestView& r, BlockId block, int64_t i);
+  // Registers the deferred snapshot if blocks [0, full) are known and processed.
+  void RegisterDeferred(const RequestView& r, int64_t full);
   static int64_t Needed(const StepPlan& plan) {
     return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
   }

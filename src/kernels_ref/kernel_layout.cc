@@ -205,6 +205,7 @@ absl::Status PlanDecode(const DecodePlanInputs& in, DecodePlan* plan) {
   plan->num_splits = static_cast<int32_t>(splits);
   plan->chunk_tokens = static_cast<int32_t>(chunk);
   plan->use_tensor_cores = in.tensor_cores;
+  plan->force_cuda_cores = in.force_cuda_cores;
   return absl::OkStatus();
 }
 

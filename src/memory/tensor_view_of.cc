@@ -8,7 +8,7 @@ namespace kvpage {
 namespace internal {
 
 absl::Status CheckTensorPart(TensorPart part) {
-  if (part <= TensorPart::kRecurrentState) return absl::OkStatus();
+  if (part <= TensorPart::kIndexKey) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("tensor part ", static_cast<int>(part), " is not a TensorPart"));
 }
@@ -20,6 +20,7 @@ CacheTensorKind KindOf(TensorPart part) {
     case TensorPart::kLatent: return CacheTensorKind::kMlaLatent;
     case TensorPart::kConvState: return CacheTensorKind::kConvState;
     case TensorPart::kRecurrentState: return CacheTensorKind::kRecurrentState;
+    case TensorPart::kIndexKey: return CacheTensorKind::kIndexKey;
   }
   return CacheTensorKind::kKv;
 }
@@ -70,6 +71,11 @@ TensorView ViewOf(const CacheTensor& t, char* base, int64_t num_blocks, TensorPa
     case TensorPart::kConvState:
     case TensorPart::kRecurrentState:
       return StateView(base, t, num_blocks);
+    case TensorPart::kIndexKey:  // values then scales per block: the kernel splits the bytes
+      return TensorView{.base = base,
+                        .dtype = t.dtype,
+                        .shape = {num_blocks, t.block_bytes},
+                        .byte_strides = {t.block_bytes, 1}};
   }
   return TensorView{};
 }

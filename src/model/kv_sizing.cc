@@ -10,4 +10,9 @@ absl::StatusOr<int64_t> AttentionTokenBytes(const AttentionShape& shape, DType d
   return k + v;
 }
 
+absl::StatusOr<int64_t> CacheTokenBytes(const AttentionShape& shape, DType dtype) {
+  KVPAGE_ASSIGN_OR_RETURN(int64_t kv, AttentionTokenBytes(shape, dtype));
+  return kv + IndexKeyTokenBytes(shape);
+}
+
 }  // namespace kvpage::internal

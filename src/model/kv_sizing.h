@@ -19,6 +19,24 @@ inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 // does when a row is not a whole number of the dtype's blocks.
 absl::StatusOr<int64_t> AttentionTokenBytes(const AttentionShape& shape, DType dtype);
 
+// Values of the indexer key that share one fp32 scale.
+inline constexpr int64_t kIndexKeyQuantBlock = 128;
+
+// Bytes of one token's lightning-indexer key (DeepSeek-V3.2) in one layer, 0 without an
+// indexer: fp8 values plus one fp32 scale per kIndexKeyQuantBlock of them, whatever the KV
+// cache dtype (vLLM's DeepseekV32IndexerCache: head_dim + head_dim // 128 · 4 = 132 bytes for
+// 128 values, vllm/model_executor/models/deepseek_v2.py). Within a block the values of every
+// token come first, then their scales (the paged layout DeepGEMM reads; vLLM's
+// v1/attention/ops/rocm_aiter_mla_sparse.py splits a block at block_size · head_dim).
+inline int64_t IndexKeyTokenBytes(const AttentionShape& shape) {
+  const int64_t d = shape.index_head_dim;
+  return d + d / kIndexKeyQuantBlock * 4;
+}
+
+// Every byte one token occupies in one attention layer: AttentionTokenBytes plus the indexer
+// key.
+absl::StatusOr<int64_t> CacheTokenBytes(const AttentionShape& shape, DType dtype);
+
 }  // namespace kvpage::internal
 
 #endif  // KVPAGE_MODEL_KV_SIZING_H_

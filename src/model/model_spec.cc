@@ -299,6 +299,50 @@ absl::StatusOr<AttentionShape> ReadAttention(const ConfigReader& cfg, int64_t nu
   return attention;
 }
 
+// DeepSeek-V3.2's lightning indexer: its key size goes into the MLA layers' shape, its heads
+// and top-k into the spec. A config names all three fields or none, and only beside MLA.
+absl::Status ReadIndexer(const ConfigReader& cfg, AttentionShape& attention, ModelSpec& spec) {
+  constexpr const char* kFields[] = {"index_head_dim", "index_n_heads", "index_topk"};
+  const char* present = nullptr;
+  for (const char* field : kFields) {
+    if (cfg.Has(field)) present = field;
+  }
+  if (present == nullptr) return absl::OkStatus();
+  if (!cfg.Has("kv_lora_rank")) {
+    return cfg.Error(present, "marks a sparse-attention indexer, which kvpage reads only beside "
+                              "MLA (kv_lora_rank)");
+  }
+  int64_t values[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    KVPAGE_ASSIGN_OR_RETURN(values[i], cfg.PositiveInt(kFields[i]));
+    if (values[i] > std::numeric_limits<int32_t>::max()) {
+      return cfg.Error(kFields[i], absl::StrCat("(", values[i], ") is too large"));
+    }
+  }
+  attention.index_head_dim = Narrow(values[0]);
+  spec.index_n_heads = Narrow(values[1]);
+  spec.index_topk = Narrow(values[2]);
+  return absl::OkStatus();
+}
+
+// One LayerSpec per layer kind: full attention is MLA when the config has a latent, and each
+// layer takes from `shapes` the fields its kind uses.
+std::vector<LayerSpec> BuildLayers(const std::vector<LayerKind>& kinds, bool is_mla,
+                                   const LayerSpec& shapes) {
+  std::vector<LayerSpec> layers;
+  layers.reserve(kinds.size());
+  for (LayerKind kind : kinds) {
+    LayerSpec layer;
+    layer.kind = (kind == LayerKind::kFullAttention && is_mla) ? LayerKind::kMla : kind;
+    if (layer.IsAttention()) layer.attention = shapes.attention;
+    if (kind == LayerKind::kSlidingWindow) layer.sliding_window = shapes.sliding_window;
+    if (kind == LayerKind::kChunkedLocal) layer.attention_chunk_size = shapes.attention_chunk_size;
+    if (kind == LayerKind::kLinearAttention) layer.linear = shapes.linear;
+    layers.push_back(layer);
+  }
+  return layers;
+}
+
 // The Mamba-2 hybrid (mamba_hybrid.h) or other linear-attention hybrid (linear_hybrid.h) a
 // config describes, if any: its layer kinds and recurrent state shape.
 struct Hybrid {
@@ -400,8 +444,9 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   }
   const bool is_mla = cfg.Has("kv_lora_rank");
 
-  KVPAGE_ASSIGN_OR_RETURN(const AttentionShape attention,
+  KVPAGE_ASSIGN_OR_RETURN(AttentionShape attention,
                           ReadAttention(cfg, num_heads, kv_heads, *head_dim, any_sliding, chunk));
+  KVPAGE_RETURN_IF_ERROR(ReadIndexer(cfg, attention, spec));
   int32_t window = 0;
   if (any_sliding) {
     KVPAGE_ASSIGN_OR_RETURN(int64_t w, cfg.PositiveInt("sliding_window"));
@@ -414,16 +459,12 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
     KVPAGE_ASSIGN_OR_RETURN(linear, ReadLinearShape(cfg, spec.dtype));
   }
 
-  spec.layers.reserve(num_layers);
-  for (LayerKind kind : kinds) {
-    LayerSpec layer;
-    layer.kind = (kind == LayerKind::kFullAttention && is_mla) ? LayerKind::kMla : kind;
-    if (layer.IsAttention()) layer.attention = attention;
-    if (kind == LayerKind::kSlidingWindow) layer.sliding_window = window;
-    if (kind == LayerKind::kChunkedLocal) layer.attention_chunk_size = chunk;
-    if (kind == LayerKind::kLinearAttention) layer.linear = linear;
-    spec.layers.push_back(layer);
-  }
+  LayerSpec shapes;  // the shapes every layer of a kind shares
+  shapes.attention = attention;
+  shapes.sliding_window = window;
+  shapes.attention_chunk_size = chunk;
+  shapes.linear = linear;
+  spec.layers = BuildLayers(kinds, is_mla, shapes);
   spec.groups = GroupLayers(spec.layers);
   KVPAGE_RETURN_IF_ERROR(ReadWeights(cfg, hybrid, spec));
   return spec;

@@ -57,6 +57,16 @@ absl::StatusOr<T> MlaParams(const ConfigReader& cfg, const Dims<T>& d) {
   n += d.hidden * (rank + rope) + rank;      // kv_a_proj_with_mqa + kv_a_layernorm
   n += rank * d.num_heads * (nope + v_dim);  // kv_b_proj
   n += d.num_heads * v_dim * d.hidden;       // o_proj
+  KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> index_dim,
+                          cfg.OptionalPositiveInt("index_head_dim"));
+  if (index_dim.has_value()) {
+    // DeepSeek-V3.2's lightning indexer: wq_b (from the query latent), wk, k_norm (weight and
+    // bias) and weights_proj (one weight per indexer head).
+    KVPAGE_ASSIGN_OR_RETURN(T heads, cfg.PositiveInt("index_n_heads"));
+    const T q_in = q_rank.has_value() ? T(*q_rank) : d.hidden;
+    n += q_in * heads * T(*index_dim) + d.hidden * T(*index_dim) + 2 * T(*index_dim) +
+         d.hidden * heads;
+  }
   return n;
 }
 
@@ -126,7 +136,9 @@ absl::StatusOr<T> FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d, i
   KVPAGE_ASSIGN_OR_RETURN(T n_shared, cfg.NonNegativeIntOr("n_shared_experts", 0));
   if (shared_inter.has_value()) n += 3 * d.hidden * T(*shared_inter) + d.hidden;  // + its gate
   n += n_shared * 3 * d.hidden * moe_inter;
-  if (d.model_type == "deepseek_v3") n += T(*experts);  // e_score_correction_bias
+  if (d.model_type == "deepseek_v3" || d.model_type == "deepseek_v32") {
+    n += T(*experts);  // e_score_correction_bias
+  }
   return n;
 }
 
@@ -136,7 +148,7 @@ absl::StatusOr<T> FeedForwardParams(const ConfigReader& cfg, const Dims<T>& d, i
 bool TiedByDefault(absl::string_view model_type) {
   for (absl::string_view untied : {"llama", "llama4_text", "mistral", "mixtral", "qwen2",
                                    "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-                                   "gpt_oss"}) {
+                                   "deepseek_v32", "gpt_oss"}) {
     if (model_type == untied) return false;
   }
   return true;

@@ -17,17 +17,20 @@ struct Marker {
 };
 
 constexpr Marker kMarkers[] = {
-    {"index_topk", "DeepSeek-V3.2 sparse attention",
-     "needs the lightning indexer's per-token key cache beside the MLA latent"},
-    {"index_head_dim", "DeepSeek-V3.2 sparse attention",
-     "needs the lightning indexer's per-token key cache beside the MLA latent"},
+    {"compress_ratios", "DeepSeek-V4 compressed attention",
+     "keeps compressed and sliding-window caches per layer"},
+    {"index_topk_freq", "GLM-5.2 shared sparse-attention indexers",
+     "keeps an indexer key cache in only some layers"},
+    {"indexer_types", "GLM-5.2 shared sparse-attention indexers",
+     "keeps an indexer key cache in only some layers"},
+    {"index_kpool", "pooled sparse-attention indexer keys", "compresses the indexer key cache"},
     {"ssm_cfg", "a Mamba state-space model", "keeps a recurrent state"},
 };
 
 // model_type values of recurrent or hybrid models whose configs carry none of the fields above.
 constexpr absl::string_view kRecurrentTypes[] = {
     "mamba", "mamba2", "falcon_mamba", "bamba", "zamba", "zamba2", "rwkv", "rwkv5", "rwkv6",
-    "rwkv7", "xlstm", "lfm2", "plamo2", "deepseek_v32",
+    "rwkv7", "xlstm", "lfm2", "plamo2", "deepseek_v4",
 };
 
 // Hybrid model types kvpage reads (linear_hybrid.h) from the field that lays out their layers;
@@ -44,9 +47,9 @@ constexpr LayoutField kLayoutFields[] = {
 };
 
 constexpr absl::string_view kHint =
-    "; kvpage reads full, sliding-window, chunked-local, MLA, Gated DeltaNet, Mamba-2 "
-    "(Nemotron-H, Granite 4.0-H, Falcon-H1), Mamba-1 (Jamba), lightning (MiniMax) and KDA "
-    "(Kimi Linear) layers";
+    "; kvpage reads full, sliding-window, chunked-local, MLA (with DeepSeek-V3.2's indexer "
+    "keys), Gated DeltaNet, Mamba-2 (Nemotron-H, Granite 4.0-H, Falcon-H1), Mamba-1 (Jamba), "
+    "lightning (MiniMax) and KDA (Kimi Linear) layers";
 
 }  // namespace
 

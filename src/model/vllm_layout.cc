@@ -81,13 +81,41 @@ LayerSpec VllmManagedSpec(const ModelSpec& model, const LayerSpec& spec) {
   return full;
 }
 
+absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype) {
+  const AttentionShape& a = spec.attention;
+  if (!a.HasIndexer()) return AttentionTokenBytes(a, dtype);
+  // Sparse MLA: the latent in kv_cache_dtype, where FlashMLASparse serves "fp8" as
+  // "fp8_ds_mla" (_canonicalize_sparse_mla_kv_cache_dtype), 656 bytes a token
+  // (MLAAttention.get_kv_cache_spec's state_content_bytes, vllm/model_executor/layers/
+  // attention/mla_attention.py); beside it the indexer's own MLAAttentionSpec layer of 132
+  // uint8 a token (DeepseekV32IndexerCache, vllm/model_executor/models/deepseek_v2.py).
+  int64_t latent = kVllmFp8DsMlaTokenBytes;
+  if (dtype != DType::kFP8) {
+    KVPAGE_ASSIGN_OR_RETURN(latent, AttentionTokenBytes(a, dtype));
+  }
+  return latent + IndexKeyTokenBytes(a);
+}
+
 namespace {
+
+// DeepSeek-V3.2's sparse MLA: without --block-size, vLLM takes the smallest block size every
+// attention backend accepts (Platform.update_block_size_for_backend, vllm/platforms/
+// interface.py): FlashMLASparse takes multiples of 64 and DeepseekV32IndexerBackend 64 only
+// (vllm/v1/attention/backends/mla/flashmla_sparse.py, indexer.py), so 64.
+constexpr int64_t kSparseMlaBlockSize = 64;
+
+bool HasIndexer(const ModelSpec& model) {
+  for (const LayerGroup& g : model.groups) {
+    if (g.spec.IsAttention() && g.spec.attention.HasIndexer()) return true;
+  }
+  return false;
+}
 
 // Hybrid attention + linear attention: the attention block grows until its page holds a
 // whole linear-attention state (Platform._align_hybrid_block_size, "align"/"none" modes).
 absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t requested_block_size,
                                          DType dtype) {
-  int64_t block_size = requested_block_size;
+  int64_t block_size = HasIndexer(model) ? kSparseMlaBlockSize : requested_block_size;
   int64_t attn_token_bytes = 0, state_page = 0;
   bool mla = false;
   for (const LayerGroup& g : model.groups) {
@@ -95,7 +123,7 @@ absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t request
     if (g.spec.kind == LayerKind::kLinearAttention) {
       state_page = std::max(state_page, g.spec.linear.NativeBytes());
     } else if (attn_token_bytes == 0) {
-      KVPAGE_ASSIGN_OR_RETURN(attn_token_bytes, AttentionTokenBytes(g.spec.attention, dtype));
+      KVPAGE_ASSIGN_OR_RETURN(attn_token_bytes, VllmTokenBytes(g.spec, dtype));
     }
   }
   if (state_page > 0 && attn_token_bytes > 0) {
@@ -141,7 +169,7 @@ absl::StatusOr<VllmLayout> BuildVllmLayout(const ModelSpec& model, int32_t reque
     if (g.spec.kind == LayerKind::kLinearAttention) {
       b.page_bytes = g.spec.linear.NativeBytes();
     } else {
-      KVPAGE_ASSIGN_OR_RETURN(int64_t tok, AttentionTokenBytes(g.spec.attention, dtype));
+      KVPAGE_ASSIGN_OR_RETURN(int64_t tok, VllmTokenBytes(g.spec, dtype));
       b.block_size = block_size;
       b.page_bytes = block_size * tok;
     }

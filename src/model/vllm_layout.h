@@ -33,6 +33,17 @@ struct VllmRules {
 
 VllmRules RulesFor(VllmVersion version);
 
+// vLLM's fp8_ds_mla latent (DeepSeek-V3.2 with an fp8 cache): 512 fp8 values, 4 fp32 scales
+// and 64 bf16 rope values, 656 bytes a token whatever the model's shape.
+inline constexpr int64_t kVllmFp8DsMlaTokenBytes = 656;
+
+// Bytes vLLM's cache spends on one token of one attention layer: K + V (MLA: the latent); with
+// DeepSeek-V3.2's indexer, the latent as vLLM's sparse MLA stores it plus the indexer key (the
+// indexer is a layer of its own in vLLM, of the same type and block size, so it joins the MLA
+// layers' one group: UniformTypeKVCacheSpecs, vllm/v1/core/kv_cache_planning.py
+// get_kv_cache_groups). InvalidArgument as AttentionTokenBytes.
+absl::StatusOr<int64_t> VllmTokenBytes(const LayerSpec& spec, DType dtype);
+
 // The spec vLLM 0.33 manages a layer's cache by: chunked-local layers beside layers of another
 // kind become full attention (VllmConfig turns the hybrid manager off for a model with an
 // attention_chunk_size, and unify_hybrid_kv_cache_specs promotes them); `spec` otherwise.

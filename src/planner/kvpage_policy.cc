@@ -50,7 +50,7 @@ absl::StatusOr<DryRun> RunOneRequest(const ModelSpec& model, const PlanOptions& 
     int64_t block_bytes = g.spec.linear.NativeBytes() * g.num_layers();
     if (g.spec.IsAttention()) {
       KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes,
-                              AttentionTokenBytes(g.spec.attention, *config.kv_cache_dtype));
+                              CacheTokenBytes(g.spec.attention, *config.kv_cache_dtype));
       block_bytes = bs * token_bytes * g.num_layers();
     }
     const int64_t blocks = CeilDiv(context + options.max_num_batched_tokens, bs) + 4;

@@ -35,6 +35,16 @@ Cells ContextCells(const PlanOptions& o, int64_t context) {
   return c;
 }
 
+// DeepSeek-V3.2's lightning-indexer keys, which llama.cpp serves since release b9411 (PR
+// #23346, LLM_ARCH_DEEPSEEK32): llama_kv_cache_dsa (src/llama-kv-cache-dsa.cpp) keeps them in a second
+// llama_kv_cache of the same cells, built from the model's hparams with one KV head of
+// indexer_head_size values, in the cache's type_k and without a V tensor (an MLA model's
+// caches hold K only).
+absl::StatusOr<int64_t> IndexerKeyBytes(const AttentionShape& shape, DType type_k) {
+  if (!shape.HasIndexer()) return 0;
+  return RowBytes(type_k, shape.index_head_dim);
+}
+
 // Fills the per-group rows and totals for `-c context --parallel options.parallel`.
 absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, int64_t context) {
   const DType dtype = o.ResolvedKvDtype(model.dtype);
@@ -59,6 +69,8 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
     } else {
       // MLA stores the latent as K only (no V tensor), which AttentionTokenBytes already does.
       KVPAGE_ASSIGN_OR_RETURN(int64_t token_bytes, AttentionTokenBytes(spec.attention, dtype));
+      KVPAGE_ASSIGN_OR_RETURN(const int64_t index_bytes, IndexerKeyBytes(spec.attention, dtype));
+      token_bytes += index_bytes;
       int64_t per_stream = cells.per_stream;
       // llama.cpp keeps Llama 4's chunked layers in the same iSWA cache as sliding windows,
       // with n_swa = the chunk size (LLAMA_SWA_TYPE_CHUNKED).

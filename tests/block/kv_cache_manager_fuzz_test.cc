@@ -84,6 +84,7 @@ absl::StatusOr<ModelSpec> LoadCase(const std::string& label) {
     return ParseModelSpec(testing::kTinyChunked, "tiny_chunked", "tiny");
   }
   if (label == "tiny_gdn") return ParseModelSpec(testing::kTinyGdn, "tiny_gdn", "tiny");
+  if (label == "tiny_dsa") return ParseModelSpec(testing::kTinyDsa, "tiny_dsa", "tiny");
   if (label == "tiny_jamba") return ParseModelSpec(testing::kTinyJamba, "tiny_jamba", "tiny");
   if (label == "tiny_minimax") {
     return ParseModelSpec(testing::kTinyMiniMax, "tiny_minimax", "tiny");
@@ -98,6 +99,7 @@ absl::StatusOr<ModelSpec> LoadCase(const std::string& label) {
   if (label == "qwen3_5_0_8b") return LoadModel("qwen3.5-0.8b");
   if (label == "gemma3_4b") return LoadModel("gemma-3-4b-it");
   if (label == "deepseek_v2_lite") return LoadModel("deepseek-v2-lite");
+  if (label == "deepseek_v3_2") return LoadModel("deepseek-v3.2");
   return absl::NotFoundError(label);
 }
 
@@ -1817,9 +1819,9 @@ TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
 
 std::vector<FuzzCase> AllCases() {
   std::vector<FuzzCase> cases;
-  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "tiny_jamba",
-                            "tiny_minimax", "tiny_kimi", "qwen3_5_0_8b", "gemma3_4b",
-                            "gemma3_4b_w48", "deepseek_v2_lite"}) {
+  for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "tiny_dsa",
+                            "tiny_jamba", "tiny_minimax", "tiny_kimi", "qwen3_5_0_8b", "gemma3_4b",
+                            "gemma3_4b_w48", "deepseek_v2_lite", "deepseek_v3_2"}) {
     for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
       cases.push_back({model, mode});
     }

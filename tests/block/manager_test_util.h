@@ -53,6 +53,15 @@ inline constexpr const char* kTinyNemotronH = R"({"model_type": "nemotron_h",
     "mamba_num_heads": 2, "mamba_head_dim": 8, "ssm_state_size": 8, "n_groups": 1,
     "conv_kernel": 4})";
 
+// DeepSeek-V3.2 in miniature: 2 MLA layers (latent kv_lora_rank 24 + rope 8 = 32 bf16 values,
+// 64 bytes a token) each with a lightning-indexer key of 128 values (128 fp8 + one fp32 scale,
+// 132 bytes a token): one 16-token block is 2 × 16 × (64 + 132) = 6,272 bytes.
+inline constexpr const char* kTinyDsa = R"({"model_type": "deepseek_v32",
+    "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8,
+    "num_key_value_heads": 8, "vocab_size": 1048576, "max_position_embeddings": 4096,
+    "intermediate_size": 128, "torch_dtype": "bfloat16", "kv_lora_rank": 24,
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "q_lora_rank": 16,
+    "index_head_dim": 128, "index_n_heads": 2, "index_topk": 32})";
 // Jamba in miniature: Mamba-1 in layers 0–2, attention in layer 3 (attn_layer_period 4,
 // offset 3). State per Mamba layer (d_inner = mamba_expand · hidden = 64): conv 3 × 64 = 192
 // and SSM 64 × 4 = 256 bf16 values: 896 bytes.

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "block/manager_test_util.h"
 #include "kvpage/kv_cache_manager.h"
 
@@ -154,8 +156,9 @@ TEST(PendingBlocksTest, VllmAccountingCachesAtAllocation) {
 
 // Recurrent state: the snapshot a step writes is registered when the step completes, and
 // dropped when the request leaves first.
-std::unique_ptr<KvCacheManager> GdnManager() {
+std::unique_ptr<KvCacheManager> GdnManager(AccountingMode mode = AccountingMode::kKvpage) {
   KvCacheConfig c;
+  c.mode = mode;
   c.kv_budget_bytes = 1 << 20;
   c.chunk_bytes = 64 << 10;
   c.hash_seed = 3;
@@ -184,6 +187,80 @@ TEST(PendingBlocksTest, RecurrentSnapshotOfAnUnfinishedStepIsDropped) {
   ASSERT_TRUE(m->Free(H(*m, 2)).ok());
   KVPAGE_EXPECT_INVARIANTS(*m);
   EXPECT_EQ(HitTokens(*m, 3, Tokens(65)), 64);
+}
+
+// Async scheduling under vllm accounting. Step 2 computes the placeholder token that ends the
+// first block, so its state snapshot's hash is unknown when it is allocated. vLLM caches that
+// state only at its next cache_blocks on the request: the request's next allocation, or an
+// output showing the tokens processed; a request preempted before either never caches it.
+class DeferredSnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_ = GdnManager(AccountingMode::kVllm);
+    for (int32_t g = 0; g < m_->num_groups(); ++g) {  // the attention group's
+      bs_ = std::max(bs_, m_->group_block_size(GroupId(g)));
+    }
+    ASSERT_TRUE(m_->AddRequest({RequestId(1), Tokens(bs_ - 1)}).ok());
+    ASSERT_TRUE(*m_->AllocateSlots(H(*m_, 1), {.num_new_tokens = bs_ - 1}));
+    m_->NewStep();  // step 1 (the prompt) has run; its output is not applied yet
+    ASSERT_TRUE(*m_->AllocateSlots(
+        H(*m_, 1), {.num_computed_tokens = bs_ - 1, .num_new_tokens = 1,
+                    .num_processed_tokens = bs_ - 1}));
+    ASSERT_TRUE(m_->AppendTokens(H(*m_, 1), {900}).ok());  // step 1's output
+    ASSERT_TRUE(m_->CacheComputedBlocks(H(*m_, 1), bs_ - 1).ok());
+    m_->NewStep();  // step 2 has run as far as the manager knows; its output is not applied
+    KVPAGE_EXPECT_INVARIANTS(*m_);
+  }
+  // Tokens a request with the first block and one more token would hit.
+  int64_t Hit(int64_t id) { return HitTokens(*m_, id, Concat(Tokens(bs_ - 1), {900, 7})); }
+  // Free blocks that stay in the prefix cache (vllm accounting: the four groups share one
+  // pool, which every group's entry reports).
+  int32_t CachedFree() const { return m_->Usage().pools[0].cached_free_blocks; }
+
+  std::unique_ptr<KvCacheManager> m_;
+  int32_t bs_ = 0;
+};
+
+TEST_F(DeferredSnapshotTest, BlockSize) {
+  // vLLM sizes the attention block so its page holds a linear layer's state: 32 bytes of K/V
+  // per token against 288 (conv, bf16) + 512 (recurrent, f32) = 800 bytes, so 25 tokens,
+  // rounded up to a multiple of 16 tokens.
+  EXPECT_EQ(bs_, 32);
+}
+
+TEST_F(DeferredSnapshotTest, PreemptedBeforeItsNextAllocationCachesNothing) {
+  EXPECT_EQ(Hit(2), 0);
+  ASSERT_TRUE(m_->Free(H(*m_, 1)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m_);
+  EXPECT_EQ(CachedFree(), 0);  // neither the attention block nor the three layers' states
+  ASSERT_TRUE(m_->Free(H(*m_, 2)).ok());
+  EXPECT_EQ(Hit(3), 0);
+}
+
+TEST_F(DeferredSnapshotTest, NextAllocationCachesIt) {
+  ASSERT_TRUE(*m_->AllocateSlots(H(*m_, 1), {.num_computed_tokens = bs_, .num_new_tokens = 1,
+                                            .num_processed_tokens = bs_ - 1}));
+  KVPAGE_EXPECT_INVARIANTS(*m_);
+  EXPECT_EQ(Hit(2), bs_);
+  ASSERT_TRUE(m_->Free(H(*m_, 2)).ok());
+  ASSERT_TRUE(m_->Free(H(*m_, 1)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m_);
+  EXPECT_EQ(CachedFree(), 4);  // block 0 of the attention group and of each state group
+  EXPECT_EQ(Hit(3), bs_);
+}
+
+TEST_F(DeferredSnapshotTest, OutputShowingItProcessedCachesIt) {
+  ASSERT_TRUE(m_->AppendTokens(H(*m_, 1), {901}).ok());  // step 2's output
+  ASSERT_TRUE(m_->CacheComputedBlocks(H(*m_, 1), bs_ - 1).ok());
+  EXPECT_EQ(Hit(2), 0);  // the output still counts step 2's token in flight
+  ASSERT_TRUE(m_->Free(H(*m_, 2)).ok());
+  ASSERT_TRUE(m_->CacheComputedBlocks(H(*m_, 1), bs_).ok());
+  EXPECT_EQ(Hit(3), bs_);
+  ASSERT_TRUE(m_->Free(H(*m_, 3)).ok());
+  ASSERT_TRUE(m_->Free(H(*m_, 1)).ok());
+  KVPAGE_EXPECT_INVARIANTS(*m_);
+  EXPECT_EQ(CachedFree(), 4);
+  EXPECT_EQ(Hit(4), bs_);
 }
 
 }  // namespace

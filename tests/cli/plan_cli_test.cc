@@ -286,6 +286,18 @@ TEST(PlanCliTest, ModelsListsBundledModels) {
   EXPECT_THAT(r.output, HasSubstr("deepseek-v2-lite"));
 }
 
+// DeepSeek-V3.2 under all three policies at 32K: 32,768 tokens × 61 layers × 1,284 bytes
+// (kvpage, vllm: 1,152-byte latent + 132-byte indexer key) = 2,447.625 MiB, and × 1,408 bytes
+// (llamacpp f16: 576 + 128 values) = 2,684 MiB.
+TEST(PlanCliTest, DeepSeekV32ShowsTheIndexerUnderEveryPolicy) {
+  const CommandResult models = RunKvpage("models --model deepseek-v3.2");
+  EXPECT_EQ(models.exit_code, 0) << models.output;
+  EXPECT_THAT(models.output, HasSubstr("indexer key 128 values (top-2048 of 64 heads)"));
+  const CommandResult plan = RunKvpage("plan --compare --model deepseek-v3.2 --context 32K");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("2447.625         2447.625         2684.000"));
+}
+
 // ---- Usage errors: exit 2, naming the bad value -----------------------------------------
 
 TEST(PlanCliErrorsTest, UnknownModel) {

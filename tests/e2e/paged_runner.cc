@@ -67,6 +67,7 @@ TensorPart PartOf(CacheTensorKind kind) {
     case CacheTensorKind::kMlaLatent: return TensorPart::kLatent;
     case CacheTensorKind::kConvState: return TensorPart::kConvState;
     case CacheTensorKind::kRecurrentState: return TensorPart::kRecurrentState;
+    case CacheTensorKind::kIndexKey: return TensorPart::kIndexKey;
   }
   return TensorPart::kKey;
 }

@@ -213,6 +213,11 @@ TEST(PlanDecodeTest, ExactPlans) {
   ASSERT_TRUE(PlanDecode(in, &plan).ok());
   EXPECT_EQ(plan.num_splits, 2);  // at least 256 tokens per split
   EXPECT_EQ(plan.chunk_tokens, 160);
+  EXPECT_FALSE(plan.use_tensor_cores);
+  EXPECT_FALSE(plan.force_cuda_cores);
+  in.force_cuda_cores = true;  // the path choice travels with the plan
+  ASSERT_TRUE(PlanDecode(in, &plan).ok());
+  EXPECT_TRUE(plan.force_cuda_cores);
   in.num_seqs = 0;
   absl::Status s = PlanDecode(in, &plan);
   EXPECT_TRUE(absl::IsInvalidArgument(s));

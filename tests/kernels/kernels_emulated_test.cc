@@ -20,6 +20,7 @@
 #include "kernels/merge_launch.h"
 #include "kernels/paged_decode_kernel.cuh"
 #include "kernels/paged_decode_mla_kernel.cuh"
+#include "kernels/paged_decode_mla_mma_kernel.cuh"
 #include "kernels/paged_decode_mma_kernel.cuh"
 #include "kernels/paged_decode_select.cuh"
 #include "kernels/paged_prefill_kernel.cuh"
@@ -65,6 +66,31 @@ void LaunchDecode(const internal::DecodeLaunch& l, int32_t head_dim, bool fp8_kv
   }
 }
 
+// The MLA kernel of a PagedDecodeMla launch: CUDA cores, or tensor cores with the row groups
+// of l.group_tile and their dynamic shared memory.
+template <typename T, int kRowGroups>
+void LaunchMlaMma(const internal::DecodeLaunch& l) {
+  using C = internal::MlaMmaConfig<kRowGroups>;
+  ASSERT_EQ(l.threads, C::kThreads);
+  emulation::LaunchShared(dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(C::kThreads),
+                          C::kSharedBytes, internal::PagedDecodeMlaMmaKernel<T, kRowGroups>,
+                          l.args);
+}
+template <typename T>
+void LaunchMla(const internal::DecodeLaunch& l) {
+  if (!l.tensor_cores) {
+    Launch(dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(l.threads),
+           internal::PagedDecodeMlaKernel<T>, l.args);
+  } else if (l.group_tile == 16) {
+    LaunchMlaMma<T, 1>(l);
+  } else if (l.group_tile == 32) {
+    LaunchMlaMma<T, 2>(l);
+  } else {
+    ASSERT_EQ(l.group_tile, 64);
+    LaunchMlaMma<T, 4>(l);
+  }
+}
+
 // What the PagedDecode launcher does, with the emulated launches.
 std::vector<uint16_t> RunDecode(const DecodeProblem& p) {
   const DecodeCase& c = p.c;
@@ -75,17 +101,21 @@ std::vector<uint16_t> RunDecode(const DecodeProblem& p) {
   std::vector<float> ws(p.plan.num_splits > 1 ? rows * p.plan.num_splits * (out_dim + 1) : 0,
                         NAN);
   std::vector<uint16_t> cache = p.cache;
-  const auto make_launch = c.mla ? internal::MakeMlaDecodeLaunch : internal::MakeDecodeLaunch;
+  // PagedDecodeMla's choice on an sm_90 device.
+  const bool mla_mma = c.mla && internal::UseMlaTensorCores(p.params, p.plan, /*cc_major=*/9);
+  EXPECT_EQ(mla_mma, c.mla && c.MlaTensorCores()) << c.Name();
+  const auto make_launch = !c.mla  ? internal::MakeDecodeLaunch
+                           : mla_mma ? internal::MakeMlaMmaDecodeLaunch
+                                     : internal::MakeMlaDecodeLaunch;
   const internal::DecodeLaunch l = make_launch(
       out.data(), p.q.data(), static_cast<int64_t>(hq) * c.head_dim, p.View(cache.data()),
       BlockTableView{p.table.data(), p.max_blocks, p.lens.data(), c.num_seqs}, p.params, p.plan,
       ws.data());
   const bool bf16 = c.dtype == DType::kBF16;
-  const dim3 grid(l.grid[0], l.grid[1], l.grid[2]);
   if (c.mla && bf16) {
-    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__nv_bfloat16>, l.args);
+    LaunchMla<__nv_bfloat16>(l);
   } else if (c.mla) {
-    Launch(grid, dim3(l.threads), internal::PagedDecodeMlaKernel<__half>, l.args);
+    LaunchMla<__half>(l);
   } else if (bf16) {
     LaunchDecode<__nv_bfloat16>(l, c.head_dim, c.fp8_kv);
   } else {
@@ -189,8 +219,9 @@ TEST(EmulatedKernelsTest, PagedDecodeHeadDims80_96_192) {
   }
 }
 
-// Absorbed MLA decode, the DeepSeek shape (576-value latent rows, 512 out), against
-// ref::PagedDecodeMla: 16 query heads (4 CTAs of 4), a partial tile of 2, a window, splits.
+// Absorbed MLA decode on CUDA cores (the plan forces the reference kernel), the DeepSeek
+// shape (576-value latent rows, 512 out), against ref::PagedDecodeMla: 16 query heads (4 CTAs
+// of 4), a partial tile of 2, a window, splits.
 TEST(EmulatedKernelsTest, PagedDecodeMlaMatchesReference) {
   // dtype, seqs, kv heads, group (= query heads), row, block, max_len, window, splits
   const DecodeCase cases[] = {
@@ -203,10 +234,197 @@ TEST(EmulatedKernelsTest, PagedDecodeMlaMatchesReference) {
   uint32_t seed = 700;
   for (DecodeCase c : cases) {
     c.mla = true;
+    c.cuda_cores = true;
     DecodeProblem p;
     ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 2, &p).ok());
     double err = 0;
     EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// The tensor-core MLA kernel against ref::PagedDecodeMla: 16, 32, 64 and 128 query heads
+// (CTAs of 16, 32, 64 and two of 64), a partial row group (6 heads, forced; 40 heads, chosen),
+// blocks of 16, 32 and 64, sliding windows, splits (also inside a window), and lengths 1,
+// bs - 1, bs, bs + 1, 0 and random up to max_len (MakeDecodeProblem), so the last K tile is
+// partial and some tiles straddle blocks.
+TEST(EmulatedKernelsTest, PagedDecodeMlaTensorCoresMatchReference) {
+  // dtype, seqs, kv heads, group (= query heads), row, block, max_len, window, splits
+  const DecodeCase cases[] = {
+      {DType::kBF16, 7, 1, 16, 576, 16, 100, -1, 0},
+      {DType::kF16, 6, 1, 64, 576, 32, 90, -1, 0},
+      {DType::kBF16, 6, 1, 128, 576, 16, 70, -1, 0},   // two CTAs of 64 heads
+      {DType::kF16, 6, 1, 32, 576, 64, 150, 37, 0},    // sliding window
+      {DType::kBF16, 6, 1, 16, 576, 32, 300, -1, 3},   // split-KV
+      {DType::kBF16, 6, 1, 64, 576, 16, 200, 100, 2},  // split-KV inside a window
+      {DType::kF16, 6, 1, 40, 576, 16, 60, -1, 0},     // 40 heads: a CTA of 64, 24 masked
+      {DType::kBF16, 6, 1, 6, 576, 32, 80, 20, 0, 0, /*tensor_cores=*/true},  // forced, 6
+  };
+  uint32_t seed = 750;
+  for (DecodeCase c : cases) {
+    c.mla = true;
+    ASSERT_TRUE(c.MlaTensorCores()) << c.Name();
+    DecodeProblem p;
+    ASSERT_TRUE(check::MakeDecodeProblem(c, seed++, 16, 2, &p).ok());
+    if (c.num_splits > 0) {
+      EXPECT_GT(p.plan.num_splits, 1) << c.Name();
+    }
+    double err = 0;
+    EXPECT_EQ(check::CompareDecode(p, RunDecode(p), &err), absl::OkStatus()) << c.Name();
+  }
+}
+
+// The tensor-core MLA kernel keeps 8 warps resident per SM on sm_90 at any register count
+// ptxas may choose (up to 255): 16 heads = 4 CTAs of 2 warps, 32 = 2 of 4, 64 = 1 of 8.
+// Shared memory (Q + ring + P + row statistics):
+//   16 heads: 16 x 1,152 + 2 x 16 x 1,152 + 16 x 48 + 128 = 56,192 B; 4 x (56,192 + 1 KiB) fit
+//   233,472 B; registers 4 x 2 warps x 8,192 = 65,536;
+//   32 heads: 36,864 + 2 x 36,864 + 32 x 80 + 256 = 113,408 B, 2 CTAs;
+//   64 heads: 73,728 + 3 x 36,864 + 64 x 80 + 512 = 189,952 B, 1 CTA.
+TEST(EmulatedKernelsTest, MlaTensorCoreKernelKeepsEightWarpsPerSm) {
+  using internal::MlaMmaConfig;
+  EXPECT_EQ(MlaMmaConfig<1>::kSharedBytes, 56192);
+  EXPECT_EQ(MlaMmaConfig<2>::kSharedBytes, 113408);
+  EXPECT_EQ(MlaMmaConfig<4>::kSharedBytes, 189952);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<1>::kThreads, MlaMmaConfig<1>::kSharedBytes), 4);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<2>::kThreads, MlaMmaConfig<2>::kSharedBytes), 2);
+  EXPECT_EQ(Sm90CtasPerSm(255, MlaMmaConfig<4>::kThreads, MlaMmaConfig<4>::kSharedBytes), 1);
+  EXPECT_EQ(MlaMmaConfig<1>::kMinCtas * MlaMmaConfig<1>::kWarps, 8);
+  EXPECT_EQ(MlaMmaConfig<2>::kMinCtas * MlaMmaConfig<2>::kWarps, 8);
+  EXPECT_EQ(MlaMmaConfig<4>::kMinCtas * MlaMmaConfig<4>::kWarps, 8);
+  // CTAs a sequence takes: the tile holding all heads, 64 above that.
+  EXPECT_EQ(MlaDecodeHeadTile(6, true), 16);
+  EXPECT_EQ(MlaDecodeHeadTile(32, true), 32);
+  EXPECT_EQ(MlaDecodeHeadTile(40, true), 64);
+  EXPECT_EQ(MlaDecodeHeadTiles(128, true), 2);
+  EXPECT_EQ(MlaDecodeHeadTiles(128, false), 32);
+}
+
+// Which MLA kernel PagedDecodeMla runs (UseMlaTensorCores): the forced one, else tensor cores
+// for more than 4 heads on compute capability >= 8.
+TEST(EmulatedKernelsTest, MlaDecodePathChoice) {
+  const DecodeParams h16{16, 0.1f, -1}, h4{4, 0.1f, -1}, h5{5, 0.1f, -1};
+  const DecodePlan any{}, tc{1, 0, true, false}, cuda{1, 0, false, true};
+  EXPECT_TRUE(internal::UseMlaTensorCores(h16, any, 9));
+  EXPECT_TRUE(internal::UseMlaTensorCores(h5, any, 8));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h4, any, 9));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h16, any, 7));
+  EXPECT_FALSE(internal::UseMlaTensorCores(h16, cuda, 9));
+  EXPECT_TRUE(internal::UseMlaTensorCores(h4, tc, 9));
+}
+
+// Which GQA kernel PagedDecode runs (UseDecodeTensorCores): the forced one, else tensor cores
+// for a group of at least 2 on compute capability >= 8 where the kernel exists (f16/bf16,
+// head_dim 64/128/256, block_size a multiple of 16).
+TEST(EmulatedKernelsTest, DecodePathChoice) {
+  alignas(16) static uint16_t cache[16];
+  const auto view = [&](int32_t bs, int32_t d, DType dtype) {
+    return BlocksFirstKvCache(cache, 1, bs, 2, d, dtype);  // 2 KV heads
+  };
+  const DecodeParams gqa1{2, 0.1f, -1}, gqa2{4, 0.1f, -1}, gqa8{16, 0.1f, -1};
+  const DecodePlan any{}, tc{1, 0, true, false}, cuda{1, 0, false, true};
+  using internal::UseDecodeTensorCores;
+  EXPECT_TRUE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa2, any, 9));
+  EXPECT_TRUE(UseDecodeTensorCores(view(32, 64, DType::kF16), gqa8, any, 8));
+  EXPECT_TRUE(UseDecodeTensorCores(view(64, 256, DType::kBF16), gqa8, any, 10));
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa1, any, 9));  // GQA 1
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa8, any, 7));  // sm_7x
+  EXPECT_FALSE(UseDecodeTensorCores(view(8, 128, DType::kBF16), gqa8, any, 9));   // bs 8
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 96, DType::kBF16), gqa8, any, 9));   // D 96
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kFP8), gqa8, any, 9));   // fp8
+  EXPECT_FALSE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa8, cuda, 9));
+  EXPECT_TRUE(UseDecodeTensorCores(view(16, 128, DType::kBF16), gqa1, tc, 9));
+}
+
+// Counts the cp.async reads of each latent row of an MLA cache (emulation::cp_async_observer);
+// reads outside the cache (the query) are counted apart.
+struct RowReads {
+  static inline const char* base = nullptr;
+  static inline int64_t rows = 0;
+  static inline std::vector<int64_t> chunks;  // 16-byte copies per cache row
+  static inline int64_t others = 0;
+  static void Observe(const void* src) {
+    const int64_t at = static_cast<const char*>(src) - base;
+    const int64_t row = at >= 0 ? at / (internal::kMlaRowBytes) : -1;
+    if (row >= 0 && row < rows) {
+      ++chunks[static_cast<size_t>(row)];
+    } else {
+      ++others;
+    }
+  }
+};
+
+// Each latent row the tensor-core MLA kernel attends to is copied from global memory exactly
+// once per CTA: all 72 chunks of it, once, for the CTA's 64 heads (the CUDA-core kernel loads
+// it once per 4 heads, 32 times at 128 heads). One sequence of 300 tokens in blocks of 16 (19
+// blocks, the last holding 12 tokens), 128 heads = 2 CTAs:
+// - no window, 1 split: the rows of tokens 0 .. 299 are copied 2 x 72 = 144 times each,
+//   300 x 144 = 43,200 copies; the 4 rows past token 299 in the last block and the pool's
+//   20th block, which no token uses, 0 times; the query 2 CTAs x 64 heads x 72 chunks = 9,216;
+// - window_left 99 with 3 splits: rows 200 .. 299 (AttendedRange(300, 99)) 144 times each,
+//   the rest never (the splits cut the window, they do not repeat it); the query once per
+//   CTA and split: 3 x 9,216 = 27,648.
+TEST(EmulatedKernelsTest, PagedDecodeMlaTensorCoresReadEachRowOncePerCta) {
+  constexpr int32_t kLen = 300, kBs = 16, kHeads = 128, kBlocks = 20;
+  std::mt19937 rng(35);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> cache(static_cast<size_t>(kBlocks) * kBs * internal::kMlaRowDim);
+  for (uint16_t& v : cache) v = ref::FloatToBf16(normal(rng));
+  std::vector<uint16_t> q(static_cast<size_t>(kHeads) * internal::kMlaRowDim);
+  for (uint16_t& v : q) v = ref::FloatToBf16(normal(rng));
+  std::vector<int32_t> table(kBlocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);  // block 19 of the pool stays unused
+  const std::vector<int32_t> lens = {kLen};
+  const KvCacheView view =
+      MlaKvCache(cache.data(), kBlocks, kBs, internal::kMlaRowDim, DType::kBF16);
+  const BlockTableView tv{table.data(), kBlocks, lens.data(), 1};
+  struct Run {
+    int32_t window_left, splits, first_row;
+    int64_t query_copies;
+  };
+  for (const Run& run : {Run{-1, 1, 0, 9216}, Run{99, 3, 200, 27648}}) {
+    const DecodeParams params{kHeads, 0.0417f, run.window_left};
+    const DecodePlan plan{run.splits, run.splits == 1 ? 0 : 48, false, false};
+    ASSERT_TRUE(internal::UseMlaTensorCores(params, plan, 9));
+    std::vector<uint16_t> out(static_cast<size_t>(kHeads) * internal::kMlaLatentDim, kHalfNan);
+    std::vector<float> ws(run.splits > 1 ? kHeads * run.splits * (internal::kMlaLatentDim + 1)
+                                         : 0, NAN);
+    const internal::DecodeLaunch l = internal::MakeMlaMmaDecodeLaunch(
+        out.data(), q.data(), int64_t{kHeads} * internal::kMlaRowDim, view, tv, params, plan,
+        ws.data());
+    ASSERT_EQ(l.grid[0], 2u);
+    RowReads::base = static_cast<const char*>(view.base);
+    RowReads::rows = int64_t{kBlocks} * kBs;
+    RowReads::chunks.assign(static_cast<size_t>(RowReads::rows), 0);
+    RowReads::others = 0;
+    emulation::cp_async_observer = &RowReads::Observe;
+    LaunchMla<__nv_bfloat16>(l);
+    emulation::cp_async_observer = nullptr;
+    int64_t total = 0;
+    for (int32_t t = 0; t < kBlocks * kBs; ++t) {
+      // Token t is row t % 16 of block table[t / 16]; tokens >= 300 are no token.
+      const int64_t row = int64_t{table[t / kBs]} * kBs + t % kBs;
+      const int64_t want = t >= run.first_row && t < kLen ? 144 : 0;
+      EXPECT_EQ(RowReads::chunks[static_cast<size_t>(row)], want) << "token " << t;
+      total += RowReads::chunks[static_cast<size_t>(row)];
+    }
+    EXPECT_EQ(total, int64_t{kLen - run.first_row} * 144);
+    EXPECT_EQ(RowReads::others, run.query_copies);
+    if (run.splits > 1) {
+      Launch(dim3(kHeads), dim3(internal::kMergeThreads), internal::MergeKernel<__nv_bfloat16>,
+             reinterpret_cast<__nv_bfloat16*>(out.data()), static_cast<float*>(nullptr),
+             static_cast<const float*>(l.args.ws_o), static_cast<const float*>(l.args.ws_lse),
+             run.splits, internal::kMlaLatentDim);
+    }
+    std::vector<double> want(out.size());
+    ASSERT_TRUE(ref::PagedDecodeMla(q.data(), int64_t{kHeads} * internal::kMlaRowDim, view, tv,
+                                    params, internal::kMlaLatentDim, want.data(), nullptr)
+                    .ok());
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      bad += !(std::fabs(ref::Bf16ToFloat(out[i]) - want[i]) <= 1e-2 + 1e-2 * std::fabs(want[i]));
+    }
+    EXPECT_EQ(bad, 0) << "window " << run.window_left;
   }
 }
 

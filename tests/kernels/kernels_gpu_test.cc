@@ -81,9 +81,13 @@ TEST(KernelLaunchersTest, DecodeRejectsKernelsThatDoNotExist) {
   scaled.v_scale = -1.0f;
   EXPECT_EQ(message(fp8, scaled, DecodePlan{}),
             "PagedDecode: scale -1 is not a positive finite number");
+  DecodePlan both = mma;
+  both.force_cuda_cores = true;
+  EXPECT_EQ(message(BlocksFirstKvCache(cache, 4, 16, 1, 64, DType::kBF16), {1, 0.1f, -1}, both),
+            "PagedDecode: plan sets both use_tensor_cores and force_cuda_cores");
 }
 
-// PagedDecodeMla takes only an MLA view of row 576 and no tensor-core plan.
+// PagedDecodeMla takes only an MLA view of row 576, and a plan that forces at most one path.
 TEST(KernelLaunchersTest, MlaDecodeNeedsTheDeepSeekRow) {
   alignas(16) static uint16_t cache[2 * 16 * 576], q[576], out[512];
   alignas(16) static int32_t table[2] = {0, 1}, lens[1] = {20};
@@ -96,10 +100,11 @@ TEST(KernelLaunchersTest, MlaDecodeNeedsTheDeepSeekRow) {
   EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 512, DType::kBF16), DecodePlan{}),
             "PagedDecodeMla: needs an MLA view (kv_stride 0) of row 576, not kv_stride 0 "
             "head_dim 512");
-  DecodePlan mma;
-  mma.use_tensor_cores = true;
-  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 576, DType::kBF16), mma),
-            "PagedDecodeMla: there is no tensor-core MLA kernel");
+  DecodePlan both;
+  both.use_tensor_cores = true;
+  both.force_cuda_cores = true;
+  EXPECT_EQ(message(MlaKvCache(cache, 2, 16, 576, DType::kBF16), both),
+            "PagedDecodeMla: plan sets both use_tensor_cores and force_cuda_cores");
 }
 
 // PagedPrefill checks its own arguments before the decode's, touching nothing on the device.
@@ -169,6 +174,11 @@ TEST_F(KernelsGpuTest, LaunchersAreGraphCapturable) {
   int edges = -1;
   EXPECT_EQ(CheckGraphCapture(400, &edges), absl::OkStatus());
   EXPECT_EQ(edges, internal::CurrentDeviceCcMajor() >= 9 ? 1 : 0);
+}
+
+// The tensor-core MLA launch (cudaFuncSetAttribute, kernel, merge) is graph-capturable.
+TEST_F(KernelsGpuTest, MlaTensorCoreDecodeIsGraphCapturable) {
+  EXPECT_EQ(CheckMlaGraphCapture(420), absl::OkStatus());
 }
 
 TEST_F(KernelsGpuTest, SplitMergeWaitsForTheSplitKernel) {

@@ -312,6 +312,28 @@ TEST(ManagerBacking, DeepSeekLatentView) {
   EXPECT_TRUE(absl::IsNotFound(b.backing->View(GroupId(0), 0, TensorPart::kKey).status()));
 }
 
+// DeepSeek-V3.2: per layer the latent tensor (576 bf16 values a token) and the indexer-key
+// tensor (132 bytes a token: 128 fp8 values, then one fp32 scale), sharing the MLA pool's block
+// ids. A 16-token block is 61 × 16 × (1,152 + 132) = 1,253,184 bytes.
+TEST(ManagerBacking, DeepSeekV32IndexKeyView) {
+  Built b = Build("deepseek-v3.2", kGiB);
+  const MemoryLayout& layout = b.backing->layout();
+  ASSERT_EQ(layout.pools.size(), 1u);
+  EXPECT_EQ(layout.pools[0].block_bytes, 1'253'184);
+  EXPECT_EQ(layout.tensors.size(), 122u);  // latent and index key of each of 61 layers
+  const int64_t blocks = layout.pools[0].num_blocks();
+  const TensorView latent = *b.backing->View(GroupId(0), 60, TensorPart::kLatent);
+  EXPECT_THAT(latent.shape, ElementsAre(blocks, 16, 1, 576));
+  EXPECT_THAT(latent.byte_strides, ElementsAre(18432, 1152, 1152, 2));
+  const TensorView keys = *b.backing->View(GroupId(0), 60, TensorPart::kIndexKey);
+  EXPECT_THAT(keys.shape, ElementsAre(blocks, 16 * 132));
+  EXPECT_THAT(keys.byte_strides, ElementsAre(2112, 1));
+  EXPECT_EQ(keys.dtype, DType::kFP8);
+  // DeepSeek-V2-Lite has no indexer, so no such tensor.
+  Built v2 = Build("deepseek-v2-lite", kGiB);
+  EXPECT_TRUE(absl::IsNotFound(v2.backing->View(GroupId(0), 0, TensorPart::kIndexKey).status()));
+}
+
 // vllm accounting has no per-layer layout: the host backing refuses it at Create.
 TEST(ManagerBacking, VllmModeIsRefused) {
   HostMemoryBacking backing;

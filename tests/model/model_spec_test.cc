@@ -302,13 +302,61 @@ TEST(ParseModelSpecTest, BundledLlama4ScoutIsChunkedLocalWithTwelveGlobalLayers)
 // never planned as if every layer were full attention. Shapes: published configs of each.
 // (Jamba, MiniMax and Kimi Linear are read now: linear_hybrid_test.cc names their bad fields.)
 TEST(ParseModelSpecTest, UnreadLayoutsAreRefusedNamingTheField) {
-  json v32 = LlamaConfig();  // DeepSeek-V3.2: the indexer's keys beside the latent
-  v32["kv_lora_rank"] = 512;
-  v32["index_topk"] = 2048;
-  ExpectInvalid(v32, {"field 'index_topk'", "DeepSeek-V3.2"});
+  json v4 = LlamaConfig();  // DeepSeek-V4: compressed and sliding caches per layer
+  v4["compress_ratios"] = {0, 0, 4, 128};
+  v4["index_topk"] = 512;
+  ExpectInvalid(v4, {"field 'compress_ratios'", "DeepSeek-V4"});
+  json glm52 = MlaConfig();  // GLM-5.2: an indexer key cache in only some layers
+  glm52["index_head_dim"] = 128;
+  glm52["index_n_heads"] = 32;
+  glm52["index_topk"] = 2048;
+  glm52["index_topk_freq"] = 4;
+  ExpectInvalid(glm52, {"field 'index_topk_freq'", "GLM-5.2"});
   json rwkv = LlamaConfig();  // no marker field: the model_type alone
   rwkv["model_type"] = "rwkv7";
   ExpectInvalid(rwkv, {"field 'model_type'", "'rwkv7'", "not supported yet"});
+}
+
+// DeepSeek-V3.2 (sim/data/models/deepseek-v3.2.json): 61 MLA layers whose latent is
+// kv_lora_rank 512 + qk_rope_head_dim 64 = 576 values, each with the lightning indexer's key of
+// index_head_dim 128 values beside it; 64 indexer heads pick index_topk 2,048 tokens.
+TEST(ParseModelSpecTest, DeepSeekV32ReadsTheIndexerBesideTheLatent) {
+  auto spec = LoadModel("deepseek-v3.2");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model_type, "deepseek_v32");
+  ASSERT_EQ(spec->num_layers(), 61);
+  ASSERT_EQ(spec->groups.size(), 1u);
+  EXPECT_EQ(spec->groups[0].spec.kind, LayerKind::kMla);
+  EXPECT_EQ(spec->groups[0].spec.attention,
+            (AttentionShape{.num_kv_heads = 1, .head_dim_k = 576, .head_dim_v = 0,
+                            .index_head_dim = 128}));
+  EXPECT_EQ(spec->index_n_heads, 64);
+  EXPECT_EQ(spec->index_topk, 2048);
+  // DeepSeek-V3 has no indexer: the same MLA shape with index_head_dim 0.
+  auto v3 = LoadModel("deepseek-v3");
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_FALSE(v3->groups[0].spec.attention.HasIndexer());
+  EXPECT_EQ(v3->index_topk, 0);
+}
+
+TEST(ParseModelSpecTest, IndexerFieldsAreAllOrNoneAndOnlyBesideMla) {
+  json cfg = MlaConfig();
+  cfg["index_head_dim"] = 128;
+  cfg["index_n_heads"] = 64;
+  cfg["index_topk"] = 2048;
+  EXPECT_EQ(MustParse(cfg).layers[0].attention.index_head_dim, 128);
+  json missing = cfg;
+  missing.erase("index_n_heads");
+  ExpectInvalid(missing, {"field 'index_n_heads'"});
+  json zero = cfg;
+  zero["index_head_dim"] = 0;
+  ExpectInvalid(zero, {"field 'index_head_dim'"});
+  json text = cfg;
+  text["index_topk"] = "2048";
+  ExpectInvalid(text, {"field 'index_topk'"});
+  json no_mla = LlamaConfig();  // an indexer needs the MLA latent it indexes
+  no_mla["index_topk"] = 2048;
+  ExpectInvalid(no_mla, {"field 'index_topk'", "kv_lora_rank"});
 }
 
 TEST(ParseModelSpecTest, Llama4WithoutNoRopeLayersUsesTheInterval) {
@@ -731,6 +779,14 @@ TEST(ParamCountTest, DeepSeekV3IsAbout671B) {
   // DeepSeek-V3 Technical Report (arXiv:2412.19437): "671B total parameters"; the 685B on
   // the Hugging Face card adds the 14B MTP module, which the count leaves out.
   EXPECT_LT(RelativeError(BundledParams("deepseek-v3"), 671e9), 0.005);
+}
+
+// The indexer's weights per layer, as the DeepSeek-V3.2 checkpoint lists them: wq_b
+// [64·128, q_lora_rank 1,536] = 12,582,912, wk [128, 7,168] = 917,504, k_norm weight and bias
+// 2 × 128 = 256, weights_proj [64, 7,168] = 458,752: 13,959,424; × 61 layers = 851,524,864 more
+// than DeepSeek-V3, whose config is otherwise the same.
+TEST(ParamCountTest, DeepSeekV32AddsTheIndexerWeights) {
+  EXPECT_EQ(BundledParams("deepseek-v3.2") - BundledParams("deepseek-v3"), 851'524'864);
 }
 
 TEST(ParamCountTest, GptOss20BIsAbout20_9B) {

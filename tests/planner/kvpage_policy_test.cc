@@ -22,6 +22,19 @@ TEST(KvpagePolicyTest, FullAttentionMatchesTheOthersExactly) {
   EXPECT_EQ(mla.rows[0].reserved_bytes, 972 * kMiB);
 }
 
+// DeepSeek-V3.2: each of the 61 MLA layers keeps its 576-value bf16 latent (1,152 bytes a
+// token) and the indexer key (128 fp8 values + one fp32 scale = 132 bytes) in the same block:
+// 61 × 1,284 = 78,324 bytes a token, in the one MLA pool, on the asked-for 16-token blocks.
+TEST(KvpagePolicyTest, DeepSeekV32BlocksHoldTheIndexerKeys) {
+  Plan plan = PlanBundled("deepseek-v3.2", Kvpage(), {1000, 32768});
+  ASSERT_EQ(plan.rows[1].groups.size(), 1u);
+  EXPECT_EQ(plan.rows[1].groups[0].kind, LayerKind::kMla);
+  EXPECT_EQ(plan.rows[1].groups[0].block_size, 16);
+  EXPECT_EQ(plan.rows[1].reserved_bytes, int64_t{32768} * 78'324);  // 2,447.625 MiB
+  // 1,000 tokens: cdiv(1000, 16) = 63 blocks of 16 × 78,324 bytes.
+  EXPECT_EQ(plan.rows[0].reserved_bytes, int64_t{63} * 16 * 78'324);
+}
+
 TEST(KvpagePolicyTest, Gemma3HoldsOnlyTheWindowAndSharesTheInFlightAllowance) {
   Plan plan = PlanBundled("gemma-3-4b-it", Kvpage(), {32768});
   const PlanRow& row = plan.rows[0];

@@ -37,6 +37,22 @@ TEST(LlamaCppPolicyTest, MlaStoresTheLatentAsKOnly) {
   EXPECT_EQ(plan.rows[0].state_bytes, 0);
 }
 
+// DeepSeek-V3.2: llama_kv_cache_dsa (llama.cpp PR #23346) keeps the indexer keys in a second
+// cache of the same cells, one head of 128 values in type_k, K only. f16: 61 layers ×
+// (576 + 128) × 2 = 85,888 bytes a token: 335.5 / 2,684 / 10,736 MiB.
+TEST(LlamaCppPolicyTest, DeepSeekV32AddsTheIndexerKeyCache) {
+  Plan plan = PlanBundled("deepseek-v3.2", LlamaCpp(), {4096, 32768, 131072});
+  EXPECT_EQ(plan.rows[0].reserved_bytes, 671 * kMiB / 2);
+  EXPECT_EQ(plan.rows[1].reserved_bytes, 2684 * kMiB);
+  EXPECT_EQ(plan.rows[2].reserved_bytes, 10736 * kMiB);
+  EXPECT_DOUBLE_EQ(plan.rows[1].bytes_per_token, 85888.0);
+  // q8_0: 18 + 4 blocks of 32 values, 34 bytes each: 61 × 748 bytes a token at 4,096 cells.
+  PlanOptions q8 = LlamaCpp();
+  q8.kv_cache_dtype = DType::kQ8_0;
+  EXPECT_EQ(PlanBundled("deepseek-v3.2", q8, {4096}).rows[0].reserved_bytes,
+            int64_t{4096} * 61 * 748);
+}
+
 TEST(LlamaCppPolicyTest, HybridModelKeepsF32StatePerSequence) {
   Plan plan = PlanBundled("qwen3.5-9b", LlamaCpp(), {4096, 32768, 131072});
   // 24 GDN layers × (24,576 conv + 524,288 recurrent) values × 4 bytes = 50.25 MiB.

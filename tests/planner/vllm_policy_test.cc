@@ -200,6 +200,32 @@ TEST(VllmPolicyTest, UniformModelsCostWhatTheyStore) {
             int64_t{63} * 16 * 147456);
 }
 
+// DeepSeek-V3.2: vLLM registers each layer's indexer cache as a layer of its own
+// (DeepseekV32IndexerCache, an MLAAttentionSpec of 132 uint8 a token), which joins the 61 MLA
+// layers in one group of per-layer pages (UniformTypeKVCacheSpecs), and forces 64-token blocks
+// (FlashMLASparse). bf16: a block id is 64 × (576 × 2 + 132) × 61 = 5,012,736 bytes.
+TEST(VllmPolicyTest, DeepSeekV32KeepsTheIndexerInTheMlaGroup) {
+  Plan plan = PlanBundled("deepseek-v3.2", Vllm(), {1000, 32768}, 64 * kGiB);
+  ASSERT_EQ(plan.rows[1].groups.size(), 1u);
+  const GroupReservation& g = plan.rows[1].groups[0];
+  EXPECT_EQ(g.kind, LayerKind::kMla);
+  EXPECT_EQ(g.num_layers, 61);
+  EXPECT_EQ(g.block_size, 64);  // asked for 16
+  EXPECT_EQ(g.blocks, 512);     // cdiv(32768, 64)
+  EXPECT_EQ(plan.rows[1].reserved_bytes, int64_t{512} * 5'012'736);
+  EXPECT_DOUBLE_EQ(plan.rows[1].bytes_per_token, 61.0 * 1284);
+  // 1,000 tokens take cdiv(1000, 64) = 16 blocks.
+  EXPECT_EQ(plan.rows[0].reserved_bytes, int64_t{16} * 5'012'736);
+  // 64 GiB / 5,012,736 = 13,708 block ids; 13,708 / 512 = 26 requests of 32K.
+  EXPECT_EQ(plan.rows[1].max_concurrency, 26);
+  // fp8 becomes vLLM's fp8_ds_mla latent of 656 bytes; the indexer stays 132:
+  // 64 × (656 + 132) × 61 = 3,076,352 bytes a block id.
+  PlanOptions fp8 = Vllm();
+  fp8.kv_cache_dtype = DType::kFP8;
+  EXPECT_EQ(PlanBundled("deepseek-v3.2", fp8, {32768}).rows[0].reserved_bytes,
+            int64_t{512} * 3'076'352);
+}
+
 TEST(VllmPolicyTest, MaxConcurrencyFloorsBlocksThenRequests) {
   // Qwen3-8B: block id = 36 × 64 KiB = 2.25 MiB; 64 GiB → 29,127 blocks; 2,048 per request.
   Plan plan = PlanBundled("qwen3-8b", Vllm(), {32768}, 64 * kGiB);

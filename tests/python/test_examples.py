@@ -11,27 +11,39 @@ sys.path.insert(0, os.path.join(REPO, "examples", "python"))
 import toy_decoder  # noqa: E402
 
 
-@pytest.mark.parametrize("budget_mib,preemptions,cached", [(20, 2, 32), (40, 1, 256)])
-def test_toy_decoder_tokens_equal_dense_run(budget_mib, preemptions, cached):
-    # 20 MiB holds 8 of Qwen3-8B's 2.25 MiB blocks: requests are preempted and resume; both
-    # budgets serve shared prompt prefixes from the prefix cache.
-    stats = toy_decoder.run(num_requests=12, kv_budget_bytes=budget_mib << 20)
+@pytest.mark.parametrize("budget_kib,preemptions,cached", [(320, 6, 256), (448, 2, 160)])
+def test_toy_decoder_tokens_equal_dense_run(budget_kib, preemptions, cached):
+    # The toy's blocks are 4 KiB (16 tokens x K and V x 32 float32 values) in each attention
+    # pool and its state slots 5,248 bytes (conv 3 x 96 + recurrent 32 x 32 float32 values),
+    # in 64 KiB chunks: 320 KiB is 4 chunks besides the null blocks, so the 12 requests
+    # (41 to 69 prompt tokens, up to 47 new) preempt each other and resume; both budgets
+    # serve shared prompt prefixes from the prefix cache (the linear layer from kvpage's state
+    # snapshots). The counts are the scheduler's, deterministic for seed 0.
+    stats = toy_decoder.run(num_requests=12, kv_budget_bytes=budget_kib << 10)
     assert stats == {"equal": 1, "preemptions": preemptions, "cached_tokens": cached}
 
 
-class OffByOneCache(toy_decoder.PagedCache):
+class OffByOneCache(toy_decoder.HostCache):
     """Writes every token's K and V one slot past where the slot mapping says."""
 
-    def ensure(self, slots):
-        super().ensure(slots + 1)
-
     def write(self, layer, slots, k, v):
-        super().write(layer, slots + 1, k, v)
+        key = self.views[layer, "key"]
+        super().write(layer, (slots + 1) % (key.shape[0] * key.shape[1]), k, v)
 
 
-def test_toy_decoder_notices_misplaced_kv():
-    # The comparison can fail: with K/V one slot off, the tokens differ from the dense run.
-    stats = toy_decoder.run(num_requests=4, kv_budget_bytes=40 << 20, cache_type=OffByOneCache)
+class WriteSlotStateCache(toy_decoder.HostCache):
+    """Reads a request's linear-attention state from its write slot, not its read slot (they
+    differ when a step starts from a prefix-cache snapshot or leaves one behind)."""
+
+    def state_slots(self, read, write):
+        return write, write
+
+
+@pytest.mark.parametrize("cache_type", [OffByOneCache, WriteSlotStateCache])
+def test_toy_decoder_notices_misplaced_kv_and_stale_state(cache_type):
+    # The comparison can fail: with K/V one slot off, or a linear-attention state read from the
+    # wrong slot, the tokens differ from the dense run.
+    stats = toy_decoder.run(num_requests=12, cache_type=cache_type)
     assert stats["equal"] == 0
 
 

@@ -13,14 +13,18 @@ def test_public_names_resolve():
 
 
 def test_type_stubs_ship_with_the_module():
-    with open(os.path.join(PACKAGE, "_kvpage.pyi")) as f:
+    with open(os.path.join(os.path.dirname(kvpage._kvpage.__file__), "_kvpage.pyi")) as f:
         stub = f.read()
     for declaration in ("class Scheduler:", "class StepOutput:", "def load_model(",
-                        "def update(", "def schedule(self) -> StepOutput"):
+                        "def update(", "def schedule(self) -> StepOutput", "def cache(",
+                        "def to_torch(self) -> dict", "def close(self) -> None"):
         assert declaration in stub, declaration
     assert os.path.exists(os.path.join(PACKAGE, "py.typed"))
 
 
 def test_bundled_traces_ship_with_the_package():
-    assert os.path.exists(os.path.join(PACKAGE, "data", "traces",
+    # Next to the compiled module, where simulate() looks (under `pip install -e .` the .py
+    # files stay in the source tree).
+    module_dir = os.path.dirname(kvpage._kvpage.__file__)
+    assert os.path.exists(os.path.join(module_dir, "data", "traces",
                                        "mooncake_conversation_trace.jsonl"))

@@ -117,6 +117,25 @@ std::optional<Setup> ReadLogHeader(std::istream& in, const std::string& path) {
   return *std::move(s);
 }
 
+// The per-layer cache specs vLLM registers for a model with DeepSeek-V3.2's indexer: each MLA
+// layer's latent (head_size values of the KV cache dtype) and its indexer cache layer (132 uint8
+// a token, DeepseekV32IndexerCache), so that vllm_replay.py can let vLLM group them itself.
+// Empty for other models, whose groups the layout's "groups" give.
+json VllmLayerSpecs(const ModelSpec& model) {
+  json specs = json::array();
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const AttentionShape& a = model.layers[i].attention;
+    if (model.layers[i].kind != LayerKind::kMla || !a.HasIndexer()) return json::array();
+    const std::string layer = absl::StrCat("model.layers.", i, ".self_attn");
+    specs.push_back({{"name", layer + ".attn"}, {"head_size", a.head_dim_k},
+                     {"dtype", std::string(DTypeName(model.dtype))}});
+    specs.push_back({{"name", layer + ".indexer.k_cache"},
+                     {"head_size", a.index_head_dim + a.index_head_dim / 128 * 4},
+                     {"dtype", "uint8"}});
+  }
+  return specs;
+}
+
 json Layout(const ModelSpec& model, const Options& o, int64_t block_bytes) {
   auto m = KvCacheManager::Create(model, ConfigFor(o, block_bytes * 8));
   json groups = json::array();
@@ -133,7 +152,8 @@ json Layout(const ModelSpec& model, const Options& o, int64_t block_bytes) {
           {"block_size", block_size},
           {"block_id_bytes", block_bytes},
           {"max_model_len", o.max_model_len > 0 ? o.max_model_len : model.max_position_embeddings},
-          {"groups", groups}};
+          {"groups", groups},
+          {"vllm_layer_specs", VllmLayerSpecs(model)}};
 }
 
 // Ids a recurrent group's request holds, as a sorted set (vLLM's position-indexed list

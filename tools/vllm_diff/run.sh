@@ -32,6 +32,7 @@ workloads=(
   "nemotron nemotron-3-nano-30b-a3b 200"
   "nemotron_prefix nemotron-3-nano-30b-a3b 400 --shared-prefix-tokens 4096"
   "llama4 llama-4-scout-17b-16e-instruct 3000"
+  "deepseek32 deepseek-v3.2 800"
   "jamba jamba-1.5-mini 1500"
   "kimi kimi-linear-48b-a3b-instruct 200"
   "kimi_prefix kimi-linear-48b-a3b-instruct 400 --shared-prefix-tokens 4096"

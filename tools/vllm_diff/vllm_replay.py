@@ -28,7 +28,11 @@ import torch
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.kv_cache_utils import (
+    generate_scheduler_kv_cache_config,
+    get_request_block_hasher,
+    init_none_hash,
+)
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -69,9 +73,56 @@ def make_kv_cache_config(layout, num_blocks):
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
 
 
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+                "uint8": torch.uint8}
+
+
+def make_grouped_kv_cache_config(layout, num_blocks):
+    """The KV cache config vLLM itself derives from a model's per-layer specs.
+
+    For DeepSeek-V3.2 the layout lists each MLA layer's latent and its indexer cache layer
+    (DeepseekV32IndexerCache: an MLAAttentionSpec of 132 uint8 a token, cache_role INDEXER), as
+    vllm/model_executor/models/deepseek_v2.py registers them. vLLM's own grouping
+    (kv_cache_planning.get_kv_cache_groups) and placement decide the groups and the bytes of a
+    block id; both must be what kvpage's layout says.
+    """
+    from vllm.config import DeviceConfig, VllmConfig
+    from vllm.v1.core import kv_cache_planning
+    from vllm.v1.kv_cache_interface import SparseCacheRole
+
+    bs = layout["block_size"]
+    specs = {}
+    for s in layout["vllm_layer_specs"]:
+        indexer = s["name"].endswith(".indexer.k_cache")
+        specs[s["name"]] = MLAAttentionSpec(
+            block_size=bs, num_kv_heads=1, max_tp_shards=1, head_size=s["head_size"],
+            dtype=TORCH_DTYPES[s["dtype"]],
+            cache_role=SparseCacheRole.INDEXER if indexer else SparseCacheRole.SPARSE,
+            is_index_group_leader=not indexer)
+    vllm_config = VllmConfig(device_config=DeviceConfig(device="cpu"))  # no model: no GPU
+    vllm_config.cache_config.kv_cache_layout = "LBNHC"  # set by the engine core otherwise
+    groups = kv_cache_planning.get_kv_cache_groups(vllm_config, specs)
+    if len(groups) != len(layout["groups"]):
+        raise SystemExit(f"vLLM makes {len(groups)} groups of the layer specs, kvpage "
+                         f"{len(layout['groups'])}")
+    block_bytes = kv_cache_planning._pool_bytes_per_block(vllm_config, groups)
+    if block_bytes != layout["block_id_bytes"]:
+        raise SystemExit(f"vLLM's block id costs {block_bytes} bytes, kvpage's "
+                         f"{layout['block_id_bytes']}")
+    config = kv_cache_planning.get_kv_cache_config_from_groups(vllm_config, groups,
+                                                               num_blocks * block_bytes)
+    if config.num_blocks != num_blocks:
+        raise SystemExit(f"vLLM sizes {config.num_blocks} blocks, asked for {num_blocks}")
+    # The engine core hands its scheduler one member spec per group (vllm/v1/engine/core.py).
+    return generate_scheduler_kv_cache_config([config])
+
+
 def make_manager(layout, num_blocks):
     bs = layout["block_size"]
-    config = make_kv_cache_config(layout, num_blocks)
+    if layout.get("vllm_layer_specs"):
+        config = make_grouped_kv_cache_config(layout, num_blocks)
+    else:
+        config = make_kv_cache_config(layout, num_blocks)
     groups = config.kv_cache_groups
     return KVCacheManager(
         config,

@@ -33,8 +33,9 @@ absl::StatusOr<int32_t> DecodeCtasPerSm(DType dtype, int32_t head_dim, int32_t g
                                         bool tensor_cores = false);
 
 // PlanDecode for the current device: `in` with num_sms and ctas_per_sm filled from the device
-// and DecodeCtasPerSm (for the kernel in.tensor_cores picks), so the split grid fills whole
-// waves of the kernel's real occupancy.
+// and DecodeCtasPerSm for the kernel PagedDecode will run with the plan (in.tensor_cores,
+// in.force_cuda_cores, or else the automatic choice below), so the split grid fills whole
+// waves of the kernel's real occupancy; in.force_cuda_cores is copied to the plan.
 // Errors as DecodeCtasPerSm and PlanDecode. Host only; call it outside graph capture.
 absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_dim,
                                  int32_t group_size, DecodePlan* plan);
@@ -53,10 +54,12 @@ absl::Status PlanDecodeForDevice(DecodePlanInputs in, DType dtype, int32_t head_
 //      may be null when plan.num_splits == 1.
 //
 // Grid (kv_head x head tile, sequence, split): the CTA holds every query head of its KV head,
-// so each K/V row is read once; scores and the running softmax state are fp32. With
-// plan.use_tensor_cores (block_size a multiple of 16) the scores and outputs run on tensor
-// cores (mma.sync m16n8k16, P rounded to the cache dtype) with cp.async double buffering;
-// otherwise on CUDA cores. Only blocks
+// so each K/V row is read once; scores and the running softmax state are fp32. Two kernels:
+// tensor cores (mma.sync m16n8k16, P rounded to the cache dtype, cp.async double buffering;
+// block_size a multiple of 16) with plan.use_tensor_cores, CUDA cores (the reference) with
+// plan.force_cuda_cores; with neither, tensor cores for a GQA group >= 2 on compute
+// capability >= 8.0 where that kernel exists (f16/bf16, head_dim 64/128/256, block_size a
+// multiple of 16), CUDA cores otherwise. Only blocks
 // of AttendedRange(seq_len, window_left) are looked up, so entries before a sliding window
 // may be the null block or -1. With plan.num_splits > 1 each split writes a partial (o, lse)
 // to the workspace and MergeAttnStates combines them in a second launch on the same stream
@@ -78,19 +81,35 @@ absl::Status PagedDecode(void* out, const void* q, int64_t q_seq_stride, const K
 
 // Absorbed MLA decode, the DeepSeek shape: one 576-value latent row per token (512 latent +
 // 64 rope) that every query head attends to; ref::PagedDecodeMla with latent_dim 512.
-//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16.
+//   cache: an MLA view (MlaKvCache, row 576), f16 or bf16, any block_size.
 //   q:   [num_seqs][num_q_heads][576] (q_nope with W_UK absorbed, then q_pe), cache.dtype,
 //        sequence stride q_seq_stride elements.
 //   out: [num_seqs][num_q_heads][512], cache.dtype, contiguous (the latent output; W_UV is
 //        the caller's).
 //   workspace: DecodeWorkspaceBytes(plan, num_seqs, num_q_heads, 512) bytes.
-// CUDA cores only (4 query heads a CTA, each row read once for them); plans, splits, windows
-// and graph capture as PagedDecode. InvalidArgument naming the value for a view that is not
-// MLA of row 576, an fp8 cache, plan.use_tensor_cores, and the PagedDecode argument errors.
+// Two kernels, grid (head tiles, sequence, split), MlaDecodeHeadTile heads a CTA:
+// - tensor cores (FlashMLA-style): up to 64 query heads a CTA as the rows of mma.sync tiles
+//   (QK^T over the 576-value row, PV over its 512 latent values, fp32 accumulation, P rounded
+//   to the cache dtype), K tiles gathered with cp.async, so each row is read from memory once
+//   per CTA: once per token up to 64 heads, twice at 128. Taken with plan.use_tensor_cores,
+//   or when the plan forces neither path, on compute capability >= 8.0 and with more than 4
+//   query heads;
+// - CUDA cores (4 query heads a CTA, each row read once per 4 heads): the reference, taken
+//   with plan.force_cuda_cores and otherwise.
+// Plans, splits, windows and graph capture as PagedDecode (DecodePlanInputs::head_tiles =
+// MlaDecodeHeadTiles). InvalidArgument naming the value for a view that is not MLA of row
+// 576, an fp8 cache, a plan that forces both paths, and the PagedDecode argument errors.
 absl::Status PagedDecodeMla(void* out, const void* q, int64_t q_seq_stride,
                             const KvCacheView& cache, const BlockTableView& table,
                             const DecodeParams& params, const DecodePlan& plan, void* workspace,
                             int64_t workspace_bytes, cudaStream_t stream);
+
+// Resident CTAs per SM of the MLA kernel PagedDecodeMla launches for this dtype (f16/bf16)
+// and head count on the current device, with tensor cores or not
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor with its dynamic shared memory), for
+// DecodePlanInputs::ctas_per_sm. InvalidArgument for another dtype or num_q_heads < 1; the
+// CUDA error (Unavailable without a device) otherwise.
+absl::StatusOr<int32_t> MlaDecodeCtasPerSm(DType dtype, int32_t num_q_heads, bool tensor_cores);
 
 // Merges split-KV partial states (the (o, lse) merge of FlashInfer's cascade note).
 //   partial_o: [num_seqs][num_heads][num_splits][head_dim] float, each split normalised.

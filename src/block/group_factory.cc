@@ -50,15 +50,17 @@ absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int
     return tensors;
   }
   const LinearStateShape& s = spec.linear;
-  return std::vector<CacheTensor>{
-      CacheTensor{.kind = CacheTensorKind::kConvState,
-                  .dtype = s.conv_dtype,
-                  .block_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype),
-                  .linear = s},
-      CacheTensor{.kind = CacheTensorKind::kRecurrentState,
-                  .dtype = s.recurrent_dtype,
-                  .block_bytes = s.RecurrentValues() * BytesPerValue(s.recurrent_dtype),
-                  .linear = s}};
+  const int64_t conv_bytes = s.ConvValues() * BytesPerValue(s.conv_dtype);
+  const int64_t recurrent_bytes = s.RecurrentValues() * BytesPerValue(s.recurrent_dtype);
+  std::vector<CacheTensor> tensors;
+  if (conv_bytes > 0) {  // MiniMax's lightning attention keeps no conv state
+    tensors.push_back(CacheTensor{.kind = CacheTensorKind::kConvState, .dtype = s.conv_dtype,
+                                  .block_bytes = conv_bytes, .linear = s});
+  }
+  tensors.push_back(CacheTensor{.kind = CacheTensorKind::kRecurrentState,
+                                .dtype = s.recurrent_dtype, .block_bytes = recurrent_bytes,
+                                .linear = s});
+  return tensors;
 }
 
 }  // namespace kvpage::internal

@@ -24,7 +24,8 @@ std::unique_ptr<GroupManager> MakeGroupManager(const GroupLayout& layout, BlockP
 int32_t GroupBlockSize(const LayerSpec& spec, int32_t block_size);
 
 // The tensors of one layer (block_size: tokens per attention block): the K/V or latent tensor
-// of an attention layer, the conv and recurrent state of a linear-attention layer. Their group,
+// of an attention layer, the conv (if any: none with conv_kernel 1) and recurrent state of a
+// linear-attention layer. Their group,
 // pool and layer are left for the caller.
 absl::StatusOr<std::vector<CacheTensor>> LayerTensors(const LayerSpec& spec, int32_t block_size,
                                                       DType kv_dtype);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "model/config_reader.h"
+#include "model/linear_hybrid.h"
 #include "model/mamba_hybrid.h"
 #include "model/unread_layouts.h"
 #include "model/param_count.h"
@@ -154,6 +155,14 @@ absl::StatusOr<LinearStateShape> ReadLinearShape(const ConfigReader& cfg, DType 
   return s;
 }
 
+// max_position_embeddings. Kimi Linear's config.json omits it (its length is model_max_length);
+// vLLM's KimiLinearConfig then holds its default, 4096
+// (vllm/transformers_utils/configs/kimi_linear.py:55).
+absl::StatusOr<int64_t> ReadMaxPositions(const ConfigReader& cfg, const std::string& type) {
+  if (type == "kimi_linear" && !cfg.Has("max_position_embeddings")) return 4096;
+  return cfg.PositiveInt("max_position_embeddings");
+}
+
 absl::StatusOr<DType> ReadModelDType(const ConfigReader& cfg) {
   for (const char* field : {"torch_dtype", "dtype"}) {
     KVPAGE_ASSIGN_OR_RETURN(std::optional<std::string> text, cfg.OptionalString(field));
@@ -176,7 +185,7 @@ absl::Status ReadExperts(const internal::ConfigReader& cfg, ModelSpec* spec) {
     if (experts.has_value()) break;
   }
   std::optional<int64_t> per_token;
-  for (const char* field : {"num_experts_per_tok", "experts_per_token"}) {
+  for (const char* field : {"num_experts_per_tok", "experts_per_token", "num_experts_per_token"}) {
     KVPAGE_ASSIGN_OR_RETURN(per_token, cfg.OptionalPositiveInt(field));
     if (per_token.has_value()) break;
   }
@@ -334,13 +343,40 @@ std::vector<LayerSpec> BuildLayers(const std::vector<LayerKind>& kinds, bool is_
   return layers;
 }
 
+// The Mamba-2 hybrid (mamba_hybrid.h) or other linear-attention hybrid (linear_hybrid.h) a
+// config describes, if any: its layer kinds and recurrent state shape.
+struct Hybrid {
+  std::optional<internal::MambaHybrid> mamba;
+  std::optional<internal::LinearHybrid> linear;
+
+  bool has_value() const { return mamba.has_value() || linear.has_value(); }
+  const std::vector<LayerKind>& kinds() const { return mamba ? mamba->kinds : linear->kinds; }
+  const LinearStateShape& state() const { return mamba ? mamba->state : linear->state; }
+};
+
+absl::StatusOr<Hybrid> ReadHybrid(const ConfigReader& cfg, int64_t num_layers, DType dtype) {
+  Hybrid h;
+  KVPAGE_ASSIGN_OR_RETURN(h.mamba, internal::ReadMambaHybrid(cfg, num_layers, dtype));
+  if (h.mamba.has_value()) return h;
+  KVPAGE_ASSIGN_OR_RETURN(h.linear, internal::ReadLinearHybrid(cfg, num_layers, dtype));
+  return h;
+}
+
+absl::StatusOr<internal::ParamCounts> CountHybridOrPlain(const ConfigReader& cfg,
+                                                         const Hybrid& hybrid,
+                                                         const ModelSpec& spec) {
+  if (hybrid.mamba.has_value()) {
+    return internal::CountMambaHybridParameters(cfg, spec, *hybrid.mamba);
+  }
+  if (hybrid.linear.has_value()) {
+    return internal::CountLinearHybridParameters(cfg, spec, *hybrid.linear);
+  }
+  return internal::CountParameters(cfg, spec);
+}
+
 // Parameter counts and weight bytes, routed experts apart.
-absl::Status ReadWeights(const ConfigReader& cfg,
-                         const std::optional<internal::MambaHybrid>& hybrid, ModelSpec& spec) {
-  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts,
-                          hybrid.has_value()
-                              ? internal::CountMambaHybridParameters(cfg, spec, *hybrid)
-                              : internal::CountParameters(cfg, spec));
+absl::Status ReadWeights(const ConfigReader& cfg, const Hybrid& hybrid, ModelSpec& spec) {
+  KVPAGE_ASSIGN_OR_RETURN(internal::ParamCounts counts, CountHybridOrPlain(cfg, hybrid, spec));
   spec.num_params = counts.total;
   KVPAGE_ASSIGN_OR_RETURN(spec.weight_bytes, internal::WeightBytes(cfg, counts, spec.dtype));
   spec.num_embedding_params = counts.embeddings;
@@ -377,8 +413,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
                           cfg.OptionalPositiveInt("num_key_value_heads"));
   KVPAGE_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, cfg.OptionalPositiveInt("head_dim"));
   KVPAGE_ASSIGN_OR_RETURN(spec.vocab_size, cfg.PositiveInt("vocab_size"));
-  KVPAGE_ASSIGN_OR_RETURN(spec.max_position_embeddings,
-                          cfg.PositiveInt("max_position_embeddings"));
+  KVPAGE_ASSIGN_OR_RETURN(spec.max_position_embeddings, ReadMaxPositions(cfg, spec.model_type));
   KVPAGE_RETURN_IF_ERROR(ReadRopeScaling(cfg, spec));
   KVPAGE_ASSIGN_OR_RETURN(spec.model_max_length, cfg.NonNegativeIntOr("model_max_length", 0));
   if (num_layers > 100000) return cfg.Error("num_hidden_layers", "is implausibly large");
@@ -394,11 +429,10 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   spec.num_attention_heads = Narrow(num_heads);
 
   // Mamba-2 hybrids (Nemotron-H, Granite 4.0-H) list only their cache-holding layers.
-  KVPAGE_ASSIGN_OR_RETURN(std::optional<internal::MambaHybrid> hybrid,
-                          internal::ReadMambaHybrid(cfg, num_layers, spec.dtype));
+  KVPAGE_ASSIGN_OR_RETURN(const Hybrid hybrid, ReadHybrid(cfg, num_layers, spec.dtype));
   std::vector<LayerKind> kinds;
   if (hybrid.has_value()) {
-    kinds = hybrid->kinds;
+    kinds = hybrid.kinds();
   } else {
     KVPAGE_ASSIGN_OR_RETURN(kinds, ReadLayerKinds(cfg, num_layers));
   }
@@ -420,7 +454,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   }
   LinearStateShape linear;
   if (hybrid.has_value()) {
-    linear = hybrid->state;
+    linear = hybrid.state();
   } else if (any_linear) {
     KVPAGE_ASSIGN_OR_RETURN(linear, ReadLinearShape(cfg, spec.dtype));
   }

@@ -117,7 +117,9 @@ absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t request
                                          DType dtype) {
   int64_t block_size = HasIndexer(model) ? kSparseMlaBlockSize : requested_block_size;
   int64_t attn_token_bytes = 0, state_page = 0;
+  bool mla = false;
   for (const LayerGroup& g : model.groups) {
+    mla |= g.spec.kind == LayerKind::kMla;
     if (g.spec.kind == LayerKind::kLinearAttention) {
       state_page = std::max(state_page, g.spec.linear.NativeBytes());
     } else if (attn_token_bytes == 0) {
@@ -125,7 +127,10 @@ absl::StatusOr<int64_t> AlignedBlockSize(const ModelSpec& model, int32_t request
     }
   }
   if (state_page > 0 && attn_token_bytes > 0) {
-    const int64_t align = std::max<int64_t>(kKernelBlockAlignment, block_size);
+    int64_t align = std::max<int64_t>(kKernelBlockAlignment, block_size);
+    // MLA beside a recurrent state (Kimi Linear): blocks of a multiple of 128 tokens, for
+    // the MLA decode kernels (vllm/platforms/interface.py:1081-1087).
+    if (mla) align = std::max<int64_t>(align, 128);
     const int64_t attn_block = align * CeilDiv(state_page, align * attn_token_bytes);
     block_size = std::max(block_size, attn_block);
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "planner/policies.h"
 
@@ -91,10 +92,26 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
   return row;
 }
 
+// llama.cpp has no architecture for MiniMax's lightning attention in the build this policy
+// follows: its llm_arch list (src/llama-arch.cpp) has MINIMAX_M2, not MiniMax-Text-01 or M1
+// (upstream added LLM_ARCH_MINIMAX_01 later, in PR #27018, Aug 2026). Such a model gets a
+// row that allocates nothing and says why.
+bool RefuseArchitecture(const ModelSpec& model, std::optional<int64_t> budget, PlanRow& row) {
+  if (model.model_type != "minimax" && model.model_type != "minimax_m1") return false;
+  row.refusal = absl::StrCat("llama.cpp has no architecture for model_type '", model.model_type,
+                             "' (MiniMax lightning attention)");
+  row.fixes = {"a llama.cpp build with LLM_ARCH_MINIMAX_01 (ggml-org/llama.cpp PR #27018), "
+               "whose lightning-attention state --policy llamacpp does not size yet"};
+  if (budget.has_value()) row.max_concurrency = 0;
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<PlanRow> PlanLlamaCppRow(const ModelSpec& model, const PlanOptions& options,
                                         int64_t context, std::optional<int64_t> budget) {
+  PlanRow refused{.context = context};
+  if (RefuseArchitecture(model, budget, refused)) return refused;
   KVPAGE_ASSIGN_OR_RETURN(PlanRow row, Allocate(model, options, context));
   if (!budget.has_value()) return row;
   // k requests of `context` tokens at once means `-c k·context --parallel k` (the other flags

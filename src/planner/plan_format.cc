@@ -46,8 +46,8 @@ nlohmann::ordered_json PlanJson(const Plan& plan) {
                         {"reserved_bytes", g.reserved_bytes}});
     }
     row["groups"] = std::move(groups);
-    if (plan.policy == Policy::kVllm) {
-      row["vllm_starts"] = r.refusal.empty();
+    if (plan.policy == Policy::kVllm || !r.refusal.empty()) {
+      row[plan.policy == Policy::kVllm ? "vllm_starts" : "llamacpp_starts"] = r.refusal.empty();
       if (!r.refusal.empty()) {
         row["refusal"] = r.refusal;
         row["fixes"] = r.fixes;
@@ -66,11 +66,12 @@ std::string ContextLabel(int64_t context) {
 
 std::string MiB(int64_t bytes) { return absl::StrFormat("%.3f", bytes / kMiB); }
 
-// One line per row vLLM would refuse to start with: the reason and the fix.
+// One line per row vLLM (or llama.cpp) would refuse to start with: the reason and the fix.
 void AppendRefusals(const Plan& plan, std::string& out) {
   for (const PlanRow& r : plan.rows) {
     if (r.refusal.empty()) continue;
-    absl::StrAppend(&out, "vLLM would not start at ", ContextLabel(r.context), ": ", r.refusal,
+    absl::StrAppend(&out, plan.policy == Policy::kLlamaCpp ? "llama.cpp" : "vLLM",
+                    " would not start at ", ContextLabel(r.context), ": ", r.refusal,
                     ". Any one of these would let it: ", absl::StrJoin(r.fixes, "; "), ".\n");
   }
 }

@@ -1,6 +1,7 @@
 // Whether vLLM 0.33 would start with --max-model-len = a plan row's context, as its start-up
 // checks decide, and which settings would let it.
 //
+// 0. The architecture: MiniMax-Text-01 and MiniMax-M1 are no longer served (CheckArchitecture).
 // 1. The length (vllm/config/model.py, _get_and_verify_max_len): above the model's derived
 //    limit and its config's model_max_length, vLLM refuses unless
 //    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set.
@@ -11,6 +12,7 @@
 //    length that would fit (_estimate_max_model_len_from_groups) and refuses.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -121,6 +123,27 @@ absl::StatusOr<std::vector<std::string>> MemoryFixes(const ModelSpec& whole, con
   return fixes;
 }
 
+// Refusal 0: the architecture. vLLM 0.33 lists MiniMax-Text-01 and MiniMax-M1 among the
+// architectures it no longer serves (vllm/model_executor/models/registry.py:861-863,
+// _PREVIOUSLY_SUPPORTED_MODELS) and refuses them with this reason (registry.py:1231-1238).
+// Nothing is allocated then. Returns whether it refused.
+bool CheckArchitecture(const ModelSpec& shard, PlanRow& row) {
+  constexpr std::pair<absl::string_view, absl::string_view> kDropped[] = {
+      {"minimax", "MiniMaxText01ForCausalLM"}, {"minimax_m1", "MiniMaxM1ForCausalLM"}};
+  for (const auto& [type, architecture] : kDropped) {
+    if (shard.model_type != type) continue;
+    row.refusal = absl::StrCat("model architecture ", architecture,
+                               " was supported in vLLM until v0.23.0, and is not supported "
+                               "anymore");
+    row.fixes = {"vLLM 0.23.0 or older (not modelled by --policy vllm)"};
+    row.reserved_bytes = row.state_bytes = 0;
+    row.groups.clear();
+    if (row.max_concurrency.has_value()) row.max_concurrency = 0;
+    return true;
+  }
+  return false;
+}
+
 // Refusal 1: the length. Returns whether it refused.
 bool CheckLength(const ModelSpec& shard, const PlanOptions& options, PlanRow& row) {
   const int64_t limit = VllmDerivedMaxModelLen(shard);
@@ -146,7 +169,9 @@ bool CheckLength(const ModelSpec& shard, const PlanOptions& options, PlanRow& ro
 absl::Status CheckVllmStart(const ModelSpec& whole, const ModelSpec& shard,
                             const PlanOptions& options, std::optional<int64_t> budget,
                             PlanRow& row) {
-  if (CheckLength(shard, options, row) || !budget.has_value()) return absl::OkStatus();
+  if (CheckArchitecture(shard, row) || CheckLength(shard, options, row) || !budget.has_value()) {
+    return absl::OkStatus();
+  }
   KVPAGE_ASSIGN_OR_RETURN(const MemoryCheck m, CheckMemory(shard, options, row.context, *budget));
   if (m.fits()) return absl::OkStatus();
   if (m.available <= 0) {

@@ -85,6 +85,11 @@ absl::StatusOr<ModelSpec> LoadCase(const std::string& label) {
   }
   if (label == "tiny_gdn") return ParseModelSpec(testing::kTinyGdn, "tiny_gdn", "tiny");
   if (label == "tiny_dsa") return ParseModelSpec(testing::kTinyDsa, "tiny_dsa", "tiny");
+  if (label == "tiny_jamba") return ParseModelSpec(testing::kTinyJamba, "tiny_jamba", "tiny");
+  if (label == "tiny_minimax") {
+    return ParseModelSpec(testing::kTinyMiniMax, "tiny_minimax", "tiny");
+  }
+  if (label == "tiny_kimi") return ParseModelSpec(testing::kTinyKimi, "tiny_kimi", "tiny");
   if (label == "gemma3_4b_w48") {
     // Gemma 3's 1024-token window never slides within a few dozen blocks: shrink it.
     auto spec = LoadModel("gemma-3-4b-it");
@@ -1815,8 +1820,8 @@ TEST_P(KvCacheManagerHostTierFuzzTest, RandomOperations) {
 std::vector<FuzzCase> AllCases() {
   std::vector<FuzzCase> cases;
   for (const char* model : {"tiny_full", "tiny_swa", "tiny_chunked", "tiny_gdn", "tiny_dsa",
-                            "qwen3_5_0_8b", "gemma3_4b", "gemma3_4b_w48", "deepseek_v2_lite",
-                            "deepseek_v3_2"}) {
+                            "tiny_jamba", "tiny_minimax", "tiny_kimi", "qwen3_5_0_8b", "gemma3_4b",
+                            "gemma3_4b_w48", "deepseek_v2_lite", "deepseek_v3_2"}) {
     for (AccountingMode mode : {AccountingMode::kKvpage, AccountingMode::kVllm}) {
       cases.push_back({model, mode});
     }

@@ -486,6 +486,36 @@ TEST(KvCacheManagerTest, Mamba2StateAllocatesSnapshotsAndFrees) {
   EXPECT_EQ(m->Usage().used_bytes, 0);
 }
 
+// Jamba's Mamba-1, MiniMax's lightning attention and Kimi's KDA states live in the same
+// recurrent group as Gated DeltaNet: one state block per request holds every layer's state.
+TEST(KvCacheManagerTest, LinearHybridStatesTakeOneBlockPerRequest) {
+  struct Case {
+    const char* json;
+    int64_t state_block_bytes;
+  };
+  // 3 recurrent layers each: Jamba 3 × 896, MiniMax 3 × 1,024 (no conv state), Kimi 3 × 800
+  // (manager_test_util.h gives each layer's bytes).
+  for (const Case& c : {Case{testing::kTinyJamba, 2688}, Case{testing::kTinyMiniMax, 3072},
+                        Case{testing::kTinyKimi, 2400}}) {
+    KvCacheConfig config;
+    config.kv_budget_bytes = 1 << 20;
+    config.chunk_bytes = 64 << 10;
+    config.decode_snapshot_interval_blocks = 0;
+    auto created = KvCacheManager::Create(TinyModel(c.json), config);
+    ASSERT_TRUE(created.ok()) << created.status();
+    auto m = *std::move(created);
+    ASSERT_EQ(m->num_groups(), 2);
+    const GroupId state = m->group_kind(kG0) == LayerKind::kLinearAttention ? kG0 : kG1;
+    EXPECT_EQ(m->Usage().pools[state.value].block_bytes, c.state_block_bytes);
+    ASSERT_TRUE(m->AddRequest({RequestId(1), Tokens(20)}).ok());
+    ASSERT_TRUE(*m->AllocateSlots(H(*m, 1), {.num_new_tokens = 20}));
+    EXPECT_EQ(m->Usage().pools[state.value].used_blocks, 1);
+    KVPAGE_EXPECT_INVARIANTS(*m);
+    ASSERT_TRUE(m->Free(H(*m, 1)).ok());
+    EXPECT_EQ(m->Usage().used_bytes, 0);
+  }
+}
+
 // ---- Bad input ----------------------------------------------------------------------------
 
 TEST(KvCacheManagerTest, MisuseReturnsErrorsAndChangesNothing) {

@@ -62,6 +62,33 @@ inline constexpr const char* kTinyDsa = R"({"model_type": "deepseek_v32",
     "intermediate_size": 128, "torch_dtype": "bfloat16", "kv_lora_rank": 24,
     "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "q_lora_rank": 16,
     "index_head_dim": 128, "index_n_heads": 2, "index_topk": 32})";
+// Jamba in miniature: Mamba-1 in layers 0–2, attention in layer 3 (attn_layer_period 4,
+// offset 3). State per Mamba layer (d_inner = mamba_expand · hidden = 64): conv 3 × 64 = 192
+// and SSM 64 × 4 = 256 bf16 values: 896 bytes.
+inline constexpr const char* kTinyJamba = R"({"model_type": "jamba", "num_hidden_layers": 4,
+    "hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 1, "vocab_size": 1048576,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "torch_dtype": "bfloat16",
+    "attn_layer_period": 4, "attn_layer_offset": 3, "mamba_d_state": 4, "mamba_d_conv": 4,
+    "mamba_expand": 1})";
+
+// MiniMax-M1 in miniature: lightning attention in layers 0–2, softmax in layer 3. State per
+// lightning layer: 8 heads × 8 × 8 = 512 bf16 values (1,024 bytes) and no conv state.
+inline constexpr const char* kTinyMiniMax = R"({"model_type": "minimax_m1",
+    "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 8,
+    "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 1048576,
+    "max_position_embeddings": 4096, "intermediate_size": 128, "torch_dtype": "bfloat16",
+    "attn_type_list": [0, 0, 0, 1], "num_local_experts": 2, "num_experts_per_tok": 1})";
+
+// Kimi Linear in miniature: KDA in layers 0–2 (kda_layers are 1-based), MLA in layer 3
+// (latent 16 + 8 = 24 values per token). State per KDA layer: conv 3 × (3 · 2 · 8) = 144
+// bf16 values and 2 × 8 × 8 = 128 f32 values: 800 bytes.
+inline constexpr const char* kTinyKimi = R"({"model_type": "kimi_linear",
+    "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 8,
+    "num_key_value_heads": 8, "vocab_size": 1048576, "max_position_embeddings": 4096,
+    "intermediate_size": 128, "torch_dtype": "bfloat16", "kv_lora_rank": 16,
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
+    "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "num_heads": 2,
+    "head_dim": 8, "short_conv_kernel_size": 4}})";
 
 inline ModelSpec TinyModel(const char* json) {
   auto spec = ParseModelSpec(json, "tiny", "tiny.json");

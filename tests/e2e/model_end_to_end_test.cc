@@ -71,6 +71,24 @@ TEST(ModelEndToEnd, PrefixCachingOnAndOffGiveTheSameTokens) {
   EXPECT_EQ(off.final_used_bytes, 0);
 }
 
+// MiniMax's lightning attention keeps a recurrent state and no conv state: with conv kernel
+// 1 the linear group's conv tensor holds 0 bytes per slot, and the paged run must still give
+// DenseGenerate's tokens, with and without prefix caching.
+TEST(ModelEndToEnd, StateWithoutConvGivesTheSameTokens) {
+  const TinyModel model(1, /*conv_kernel=*/1);
+  EXPECT_EQ(model.ConvStateValues(), 0);
+  const std::vector<Request> requests = Workload();
+  RunOptions options = SmallSteps();
+  const RunResult on = MustRun(model, requests, options);
+  options.enable_prefix_caching = false;
+  const RunResult off = MustRun(model, requests, options);
+  EXPECT_EQ(on.tokens, Expected(model, requests));
+  EXPECT_EQ(off.tokens, on.tokens);
+  EXPECT_EQ(on.prefix_hit_tokens, 32);  // as with the conv state: hits follow block bounds
+  EXPECT_EQ(on.attention_mismatches, 0);
+  EXPECT_EQ(on.final_used_bytes, 0);
+}
+
 // Steps padded to CUDA-graph sizes run the reference kernels over the padded arrays (empty
 // rows, slot -1 tokens): the padding is inert, so the tokens are those of unpadded steps. Row
 // sizes {1, 2, 4, 8} and token sizes {1, 2, 4, 8} cover every step of 8-token steps and 8

@@ -141,7 +141,7 @@ class Runner {
 
   const TinyModel& model_;
   const RunOptions options_;
-  ModelSpec spec_ = TinyModel::Spec();
+  ModelSpec spec_ = model_.Spec();
   HostMemoryBacking backing_;
   ExactBytes exact_{&backing_};
   HostMemoryBacking host_backing_;  // the host tier's slots
@@ -228,6 +228,7 @@ absl::StatusOr<std::vector<SlotTensor>> Runner::StateTensors(GroupId group) cons
   std::vector<SlotTensor> tensors;
   for (int32_t layer : spec_.groups[group.value].layers) {
     for (TensorPart part : {TensorPart::kConvState, TensorPart::kRecurrentState}) {
+      if (part == TensorPart::kConvState && model_.ConvStateValues() == 0) continue;  // none
       KVPAGE_ASSIGN_OR_RETURN(TensorView t, backing_.View(group, layer, part));
       tensors.push_back(SlotTensor{.base = t.base,
                                    .slot_stride_bytes = t.byte_strides[0],
@@ -515,26 +516,29 @@ absl::Status Runner::LinearLayer(const SchedulerOutput& out, int32_t layer,
   const StateBatch* batch = nullptr;
   for (const StateBatch& b : out.states) batch = b.group == group ? &b : batch;
   if (batch == nullptr) return absl::InternalError(absl::StrCat("no states for layer ", layer));
-  KVPAGE_ASSIGN_OR_RETURN(TensorView conv_view,
-                          backing_.View(group, layer, TensorPart::kConvState));
   KVPAGE_ASSIGN_OR_RETURN(TensorView state_view,
                           backing_.View(group, layer, TensorPart::kRecurrentState));
+  // A layer without a conv state (conv kernel 1) has no conv tensor.
+  TensorView conv_view = state_view;
+  if (model_.ConvStateValues() > 0) {
+    KVPAGE_ASSIGN_OR_RETURN(conv_view, backing_.View(group, layer, TensorPart::kConvState));
+  }
   for (const ScheduledRequest& r : out.requests) {
     const int32_t read = batch->read_slots[r.row], write = batch->write_slots[r.row];
-    if (read < 0 || write < 0 || read >= conv_view.shape[0] || write >= conv_view.shape[0]) {
+    if (read < 0 || write < 0 || read >= state_view.shape[0] || write >= state_view.shape[0]) {
       return absl::InternalError(absl::StrCat("request ", r.id.value, " has state slots ", read,
                                               " -> ", write));
     }
     auto at = [](const TensorView& t, int32_t slot) {
       return reinterpret_cast<float*>(static_cast<char*>(t.base) + slot * t.byte_strides[0]);
     };
-    std::vector<float> conv(at(conv_view, read), at(conv_view, read) + TinyModel::kConvStateValues);
+    std::vector<float> conv(at(conv_view, read), at(conv_view, read) + model_.ConvStateValues());
     std::vector<float> state(at(state_view, read), at(state_view, read) + TinyModel::kStateValues);
     const int32_t start = out.query_start_loc[r.row];
     for (int32_t i = 0; i < r.num_scheduled_tokens; ++i) {
       model_.LinearStep(layer, x[start + i], conv.data(), state.data());
     }
-    std::memcpy(at(conv_view, write), conv.data(), conv.size() * sizeof(float));
+    if (!conv.empty()) std::memcpy(at(conv_view, write), conv.data(), conv.size() * sizeof(float));
     std::memcpy(at(state_view, write), state.data(), state.size() * sizeof(float));
   }
   return absl::OkStatus();

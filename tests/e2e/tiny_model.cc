@@ -61,7 +61,7 @@ double Dot(const std::vector<double>& w, int32_t row, const std::vector<double>&
 
 }  // namespace
 
-TinyModel::TinyModel(uint64_t seed) {
+TinyModel::TinyModel(uint64_t seed, int32_t conv_kernel) : conv_kernel_(conv_kernel) {
   Rng rng(seed);
   const double s = 1.0 / std::sqrt(static_cast<double>(kHidden));
   embed_ = rng.Matrix(kVocab, kHidden, 1.0);
@@ -71,7 +71,7 @@ TinyModel::TinyModel(uint64_t seed) {
     wk_.push_back(rng.Matrix(kKvHeads * kHeadDim, kHidden, 2 * s));
     wv_.push_back(rng.Matrix(kKvHeads * kHeadDim, kHidden, 2 * s));
     wo_.push_back(rng.Matrix(kHidden, linear ? kKvHeads * kHeadDim : kQHeads * kHeadDim, s));
-    wconv_.push_back(rng.Matrix(kConvChannels, kConvKernel, 0.8));
+    wconv_.push_back(rng.Matrix(kConvChannels, conv_kernel_, 0.8));
     wbeta_.push_back(rng.Matrix(kKvHeads, kHidden, s));
     wdecay_.push_back(rng.Matrix(kKvHeads, kHidden, s));
   }
@@ -90,7 +90,7 @@ int32_t TinyModel::WindowLeft(int32_t layer) {
   return Kind(layer) == LayerKind::kSlidingWindow ? kWindow - 1 : -1;
 }
 
-ModelSpec TinyModel::Spec() {
+ModelSpec TinyModel::Spec() const {
   ModelSpec spec;
   spec.name = "tiny-e2e";
   spec.source = "tests/e2e/tiny_model.h";
@@ -107,7 +107,7 @@ ModelSpec TinyModel::Spec() {
                                        .head_dim_v = kHeadDim};
       if (layer.kind == LayerKind::kSlidingWindow) layer.sliding_window = kWindow;
     } else {
-      layer.linear = LinearStateShape{.conv_kernel = kConvKernel, .num_k_heads = kKvHeads,
+      layer.linear = LinearStateShape{.conv_kernel = conv_kernel_, .num_k_heads = kKvHeads,
                                       .k_head_dim = kHeadDim, .num_v_heads = kKvHeads,
                                       .v_head_dim = kHeadDim, .conv_dtype = DType::kF32,
                                       .recurrent_dtype = DType::kF32};
@@ -153,7 +153,8 @@ int32_t TinyModel::Sample(const std::vector<double>& x) const {
 
 void TinyModel::LinearStep(int32_t layer, std::vector<double>& x, float* conv,
                            float* state) const {
-  constexpr int32_t C = kConvChannels, K = kConvKernel, D = kHeadDim;
+  constexpr int32_t C = kConvChannels, D = kHeadDim;
+  const int32_t K = conv_kernel_;
   const std::vector<double> in = MatVec(wq_[layer], x.data(), kHidden);
   std::vector<double> act(C);
   const std::vector<double>& w = wconv_[layer];
@@ -165,7 +166,7 @@ void TinyModel::LinearStep(int32_t layer, std::vector<double>& x, float* conv,
   for (int32_t t = 0; t + 1 < K - 1; ++t) {
     for (int32_t c = 0; c < C; ++c) conv[t * C + c] = conv[(t + 1) * C + c];
   }
-  for (int32_t c = 0; c < C; ++c) conv[(K - 2) * C + c] = static_cast<float>(in[c]);
+  for (int32_t c = 0; c < C && K > 1; ++c) conv[(K - 2) * C + c] = static_cast<float>(in[c]);
   std::vector<double> out(kKvHeads * D, 0.0);
   for (int32_t h = 0; h < kKvHeads; ++h) {
     double* q = &act[h * D];
@@ -235,7 +236,7 @@ std::vector<int32_t> DenseGenerate(const TinyModel& model, const std::vector<int
                                    int32_t max_new_tokens) {
   std::vector<int32_t> tokens = prompt;
   std::vector<std::vector<uint16_t>> k(TinyModel::kNumLayers), v(TinyModel::kNumLayers);
-  std::vector<float> conv(TinyModel::kConvStateValues, 0.0f);
+  std::vector<float> conv(model.ConvStateValues(), 0.0f);
   std::vector<float> state(TinyModel::kStateValues, 0.0f);
   std::vector<int32_t> generated;
   for (size_t pos = 0; generated.size() < static_cast<size_t>(max_new_tokens); ++pos) {

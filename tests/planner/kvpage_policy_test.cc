@@ -110,6 +110,7 @@ TEST(KvpagePolicyTest, NeverReservesMoreThanVllm) {
     for (int64_t context : {1024, 4096, 32768, 131072}) {
       Plan ours = PlanBundled(name.c_str(), Kvpage(), {context});
       Plan vllm = PlanBundled(name.c_str(), testing::WithPolicy(Policy::kVllm), {context});
+      if (!vllm.rows[0].refusal.empty()) continue;  // not served (MiniMax-M1): nothing reserved
       EXPECT_LE(ours.rows[0].reserved_bytes, vllm.rows[0].reserved_bytes)
           << name << " at " << context;
     }

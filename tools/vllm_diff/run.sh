@@ -33,6 +33,9 @@ workloads=(
   "nemotron_prefix nemotron-3-nano-30b-a3b 400 --shared-prefix-tokens 4096"
   "llama4 llama-4-scout-17b-16e-instruct 3000"
   "deepseek32 deepseek-v3.2 800"
+  "jamba jamba-1.5-mini 1500"
+  "kimi kimi-linear-48b-a3b-instruct 200"
+  "kimi_prefix kimi-linear-48b-a3b-instruct 400 --shared-prefix-tokens 4096"
 )
 selected=("$@")
 status=0
@@ -62,6 +65,7 @@ sched_workloads=(
   "sched_qwen35_8192 qwen3.5-0.8b 100 8192"
   "sched_nemotron_2048 nemotron-3-nano-30b-a3b 60 2048"
   "sched_llama4_2048 llama-4-scout-17b-16e-instruct 3000 2048"
+  "sched_kimi_2048 kimi-linear-48b-a3b-instruct 60 2048"
 )
 for w in "${sched_workloads[@]}"; do
   read -r base model sync_blocks budget async_blocks <<<"$w"

@@ -2,6 +2,7 @@
 // clock (sim/simulator.h) and reports `vllm bench serve`-style metrics. The flags and what
 // they configure are in sim_flags.h, the tables and files in sim_report.h.
 #include <filesystem>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <system_error>
@@ -161,15 +162,15 @@ int WriteOutputDirs(const SimFlags& f, const std::vector<std::string>& allocator
   return 0;
 }
 
-}  // namespace
-
-absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
-  SimFlags f;
-  FlagSet fs(kSimUsage);
+// A library call's flags (SimulateForArgs, SimulateFleetForArgs) into f and fs, and the run's
+// base configuration. InvalidArgument for --help or a flag in `refused`.
+absl::StatusOr<sim::SimConfig> LibrarySimConfig(const std::vector<std::string>& args,
+                                                std::initializer_list<const char*> refused,
+                                                SimFlags& f, FlagSet& fs) {
   RegisterSimFlags(fs, f);
   bool help = false;
   if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
-  for (const char* flag : {"output-dir", "output-json", "replicas", "router", "overlap-weight"}) {
+  for (const char* flag : refused) {
     if (fs.WasSet(flag) || help) {
       return absl::InvalidArgumentError(
           absl::StrCat(help ? "--help" : absl::StrCat("--", flag), " is not offered here"));
@@ -179,6 +180,17 @@ absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
   auto base = MakeSimConfig(f, fs);
   if (!base.ok()) return base.status();
   if (absl::Status s = CheckVllmAccounting(f, *base); !s.ok()) return s;
+  return base;
+}
+
+}  // namespace
+
+absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
+  SimFlags f;
+  FlagSet fs(kSimUsage);
+  auto base = LibrarySimConfig(
+      args, {"output-dir", "output-json", "replicas", "router", "overlap-weight"}, f, fs);
+  if (!base.ok()) return base.status();
   auto trace = LoadSimTrace(f, fs, base->vocab_size);
   if (!trace.ok()) return trace.status();
   SimRun run;
@@ -202,19 +214,8 @@ absl::StatusOr<SimRun> SimulateForArgs(const std::vector<std::string>& args) {
 absl::StatusOr<FleetSimRun> SimulateFleetForArgs(const std::vector<std::string>& args) {
   SimFlags f;
   FlagSet fs(kSimUsage);
-  RegisterSimFlags(fs, f);
-  bool help = false;
-  if (absl::Status s = fs.Parse(args, &help); !s.ok()) return s;
-  for (const char* flag : {"output-dir", "output-json"}) {
-    if (fs.WasSet(flag) || help) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(help ? "--help" : absl::StrCat("--", flag), " is not offered here"));
-    }
-  }
-  if (absl::Status s = CheckAllocatorFlags(f, fs); !s.ok()) return s;
-  auto base = MakeSimConfig(f, fs);
+  auto base = LibrarySimConfig(args, {"output-dir", "output-json"}, f, fs);
   if (!base.ok()) return base.status();
-  if (absl::Status s = CheckVllmAccounting(f, *base); !s.ok()) return s;
   return SimulateFleetFor(f, fs, *base, nullptr);
 }
 

@@ -18,11 +18,11 @@ from . import _kvpage
 from ._flags import flag_args, python_messages, signature_defaults
 from ._plan import ModelLike, _cli_model
 from ._results import records_frame
-from ._sim import SIM_DEFAULTS, RequestRecords, grouped_summary, records, resolve_trace
+from ._sim import SIM_DEFAULTS, JsonResult, RequestRecords, records, resolve_trace
 
 
 @dataclass(frozen=True)
-class FleetResult:
+class FleetResult(JsonResult):
     """One `kvpage sim --replicas N --router R` run.
 
     `to_dict()` is the JSON the CLI prints for the same arguments (`wall_seconds` aside);
@@ -35,13 +35,6 @@ class FleetResult:
     replicas: int
     requests: RequestRecords
     _json: str
-
-    def to_dict(self) -> Dict[str, Any]:
-        return json.loads(self._json)
-
-    @property
-    def summary(self) -> Dict[str, Any]:
-        return grouped_summary(self.to_dict())
 
     @property
     def per_replica(self) -> List[Dict[str, Any]]:

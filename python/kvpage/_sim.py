@@ -63,17 +63,10 @@ class RequestRecords:
         return optional_pandas().DataFrame(self.to_dict())
 
 
-@dataclass(frozen=True)
-class SimResult:
-    """One `kvpage sim` run.
+class JsonResult:
+    """A result kept as the CLI's JSON (`_json`): to_dict(), and summary with the latency
+    statistics grouped: summary["ttft_ms"]["p99"] for "p99_ttft_ms"."""
 
-    `to_dict()` is the JSON `kvpage sim --output-json -` prints for the same arguments
-    (`wall_seconds` aside, the one field that is not deterministic). `summary` is the same
-    dict with the latency statistics grouped: summary["ttft_ms"]["p99"] for "p99_ttft_ms".
-    """
-
-    allocator: str
-    requests: RequestRecords
     _json: str
 
     def to_dict(self) -> Dict[str, Any]:
@@ -82,6 +75,20 @@ class SimResult:
     @property
     def summary(self) -> Dict[str, Any]:
         return grouped_summary(self.to_dict())
+
+
+@dataclass(frozen=True)
+class SimResult(JsonResult):
+    """One `kvpage sim` run.
+
+    `to_dict()` is the JSON `kvpage sim --output-json -` prints for the same arguments
+    (`wall_seconds` aside, the one field that is not deterministic); `summary` the same dict
+    with the latency statistics grouped.
+    """
+
+    allocator: str
+    requests: RequestRecords
+    _json: str
 
     def to_pandas(self) -> Any:
         """The per-request records as a DataFrame."""

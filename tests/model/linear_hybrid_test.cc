@@ -124,7 +124,7 @@ TEST(LinearHybridTest, MiniMaxReadsAttnTypeList) {
 // the model dtype (linear_attention_state_dtype, :55-61) and no conv state: 1,048,576 bf16
 // values = 2,097,152 bytes per layer.
 TEST(LinearHybridTest, MiniMaxStateIsOneMatrixPerHead) {
-  const LinearStateShape& s = State(Bundled("minimax-m1"));
+  const LinearStateShape s = State(Bundled("minimax-m1"));
   EXPECT_EQ(s, (LinearStateShape{1, 64, 128, 64, 128, DType::kBF16, DType::kBF16}));
   EXPECT_EQ(s.ConvValues(), 0);
   EXPECT_EQ(s.RecurrentValues(), 1'048'576);
@@ -162,7 +162,7 @@ TEST(LinearHybridTest, KimiReadsKdaLayersOneBased) {
 // 32 × 128 × 128 = 524,288-value recurrent state in f32 (kda_state_dtype "auto", :133-149):
 // 73,728 + 2,097,152 = 2,170,880 bytes per layer.
 TEST(LinearHybridTest, KimiStateIsVllmsKdaShape) {
-  const LinearStateShape& s = State(Bundled("kimi-linear-48b-a3b-instruct"));
+  const LinearStateShape s = State(Bundled("kimi-linear-48b-a3b-instruct"));
   EXPECT_EQ(s, (LinearStateShape{4, 32, 128, 32, 128, DType::kBF16, DType::kF32}));
   EXPECT_EQ(s.ConvValues(), 36'864);
   EXPECT_EQ(s.RecurrentValues(), 524'288);

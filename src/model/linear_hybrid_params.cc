@@ -141,15 +141,9 @@ absl::StatusOr<Totals<T>> Count(const ConfigReader& cfg, const ModelSpec& spec,
 absl::StatusOr<ParamCounts> CountLinearHybridParameters(const ConfigReader& cfg,
                                                         const ModelSpec& spec,
                                                         const LinearHybrid& hybrid) {
-  // Count in floating point first so the exact count below cannot overflow int64.
-  KVPAGE_ASSIGN_OR_RETURN(Totals<double> estimate, Count<double>(cfg, spec, hybrid));
-  if (!(estimate.total < 1e16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        cfg.source(), ": the hybrid's shapes give an implausible ", estimate.total,
-        " parameters (over 1e16)"));
-  }
-  KVPAGE_ASSIGN_OR_RETURN(Totals<int64_t> exact, Count<int64_t>(cfg, spec, hybrid));
-  return ParamCounts{exact.total, exact.routed_experts, exact.embeddings};
+  return CountWithoutOverflow(cfg, "the hybrid's shapes", [&](auto zero) {
+    return Count<decltype(zero)>(cfg, spec, hybrid);
+  });
 }
 
 }  // namespace kvpage::internal

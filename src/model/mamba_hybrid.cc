@@ -300,16 +300,9 @@ absl::StatusOr<Totals<T>> Count(const ConfigReader& cfg, const ModelSpec& spec,
 absl::StatusOr<ParamCounts> CountMambaHybridParameters(const ConfigReader& cfg,
                                                        const ModelSpec& spec,
                                                        const MambaHybrid& hybrid) {
-  // Every size may be up to 2^31: count in floating point first so the exact count below
-  // cannot overflow int64.
-  KVPAGE_ASSIGN_OR_RETURN(Totals<double> estimate, Count<double>(cfg, spec, hybrid));
-  if (!(estimate.total < 1e16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        cfg.source(), ": the Mamba hybrid's shapes give an implausible ", estimate.total,
-        " parameters (over 1e16)"));
-  }
-  KVPAGE_ASSIGN_OR_RETURN(Totals<int64_t> exact, Count<int64_t>(cfg, spec, hybrid));
-  return ParamCounts{exact.total, exact.routed_experts, exact.embeddings};
+  return CountWithoutOverflow(cfg, "the Mamba hybrid's shapes", [&](auto zero) {
+    return Count<decltype(zero)>(cfg, spec, hybrid);
+  });
 }
 
 }  // namespace kvpage::internal

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "kvpage/model_spec.h"
 #include "model/config_reader.h"
 
@@ -21,6 +24,25 @@ struct ParamCounts {
   int64_t embeddings = 0;      // input embeddings and LM head (subset of total)
 };
 absl::StatusOr<ParamCounts> CountParameters(const ConfigReader& cfg, const ModelSpec& spec);
+
+// A count made twice: `count(0.0)` in floating point first, so that `count(int64_t{0})`, the
+// exact one, cannot overflow int64 when every field is up to 2^31. `count(zero)` returns a
+// StatusOr of a struct with `total`, `routed_experts` and `embeddings` of zero's type.
+// InvalidArgument "<source>: <what> give an implausible N parameters (over 1e16)" otherwise.
+template <typename CountFn>
+absl::StatusOr<ParamCounts> CountWithoutOverflow(const ConfigReader& cfg, absl::string_view what,
+                                                 CountFn count) {
+  auto estimate = count(0.0);
+  if (!estimate.ok()) return estimate.status();
+  if (!(estimate->total < 1e16)) {
+    return absl::InvalidArgumentError(absl::StrCat(cfg.source(), ": ", what,
+                                                   " give an implausible ", estimate->total,
+                                                   " parameters (over 1e16)"));
+  }
+  auto exact = count(int64_t{0});
+  if (!exact.ok()) return exact.status();
+  return ParamCounts{exact->total, exact->routed_experts, exact->embeddings};
+}
 
 // Bytes of the weights as published: the model dtype, except what `quantization_config`
 // quantizes — "fp8" (DeepSeek-V3: every linear weight in 1 byte plus an f32 scale per 128×128

@@ -7,6 +7,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
 #include "kvpage/tensor_parallel.h"
+#include "kvpage/vllm_runtime_memory.h"
 #include "nlohmann/json.hpp"
 
 namespace kvpage::cli {
@@ -52,6 +55,8 @@ struct PlanFlags {
   bool no_enable_prefix_caching = false;
   std::string vllm_version{VllmVersionName(kCurrentVllmVersion)};
   bool allow_long_max_model_len = false;
+  int64_t max_num_seqs = 1024;
+  bool enforce_eager = false;
   int64_t ubatch = 512;
   int64_t batch = 2048;
   int64_t parallel = 1;
@@ -95,6 +100,11 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
   fs.Bool("allow-long-max-model-len", &f.allow_long_max_model_len,
           "vllm: as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, accept a --context above the model's\n"
           "derived max_model_len (positions past the trained range give NaN under RoPE).");
+  fs.Int("max-num-seqs", &f.max_num_seqs,
+         "vllm: requests one step may hold (default 1024, `vllm serve` on an H100 or H200);\n"
+         "with --max-num-batched-tokens it sets the activation peak subtracted from --gpu.");
+  fs.Bool("enforce-eager", &f.enforce_eager,
+          "vllm: no CUDA graphs, so no CUDA-graph memory is subtracted from --gpu.");
   fs.Int("ubatch", &f.ubatch, "llamacpp: --ubatch-size (default 512).");
   fs.Int("batch", &f.batch, "llamacpp: --batch-size (default 2048).");
   fs.Int("parallel", &f.parallel, "llamacpp: --parallel, number of sequences (default 1).");
@@ -104,7 +114,8 @@ void RegisterPlanFlags(FlagSet& fs, PlanFlags& f) {
             "GPU whose memory sets the KV budget: " + absl::StrJoin(BundledGpuNames(), ", ") +
                 " (aliases " + absl::StrJoin(BundledGpuAliases(), ", ") +
                 ") or a hardware JSON file.\n"
-                "Budget = memory x utilization - weights (activations not modelled).");
+                "Budget = memory x utilization - weights; under vllm also less its estimated\n"
+                "activations, CUDA graphs and non-torch memory (docs/capacity_planning.md §1.1).");
   fs.Double("gpu-memory-utilization", &f.gpu_memory_utilization,
             "Fraction of GPU memory the runtime may use (default 0.9).");
   fs.Int("tp", &f.tp,
@@ -197,6 +208,7 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   for (auto [flag, v, out] : {std::tuple{"block-size", f.block_size, &o.block_size},
                               {"max-num-batched-tokens", f.max_num_batched_tokens,
                                &o.max_num_batched_tokens},
+                              {"max-num-seqs", f.max_num_seqs, &o.max_num_seqs},
                               {"ubatch", f.ubatch, &o.ubatch},
                               {"batch", f.batch, &o.batch},
                               {"parallel", f.parallel, &o.parallel}}) {
@@ -210,6 +222,7 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
   }
   o.vllm_version = *version;
   o.allow_long_max_model_len = f.allow_long_max_model_len;
+  o.enforce_eager = f.enforce_eager;
   if (f.tp < 1 || f.tp > kMaxTensorParallel) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp must be in [1, ", kMaxTensorParallel, "], got ", f.tp));
@@ -224,7 +237,8 @@ absl::StatusOr<PlanOptions> ToOptions(const PlanFlags& f) {
 // The vllm-only flags mean nothing to the other policies: refused, not ignored, there.
 absl::Status CheckVllmOnlyFlags(const PlanFlags& f, const FlagSet& fs, Policy policy) {
   if (policy == Policy::kVllm) return absl::OkStatus();
-  for (const char* flag : {"vllm-version", "allow-long-max-model-len"}) {
+  for (const char* flag :
+       {"vllm-version", "allow-long-max-model-len", "max-num-seqs", "enforce-eager"}) {
     if (!fs.WasSet(flag)) continue;
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, " applies to --policy vllm (or --compare), not --policy ", f.policy));
@@ -385,6 +399,22 @@ struct PlanRun {
   std::vector<HostTierCapacity> host_capacity;  // per plan, with --host-cache-gib
 };
 
+// One GPU's budget under the vllm policy (its runtime memory subtracted) and that memory;
+// a budget of 0, with a warning, when weights and runtime memory fill the GPU.
+absl::StatusOr<std::pair<int64_t, VllmRuntimeMemory>> VllmBudget(const ModelSpec& model,
+                                                                  const PlanOptions& o) {
+  const absl::StatusOr<ModelSpec> shard = ShardForTensorParallel(model, o.tp);
+  if (!shard.ok()) return shard.status();
+  const absl::StatusOr<VllmRuntimeMemory> runtime = EstimateVllmRuntimeMemory(*shard, o);
+  if (!runtime.ok()) return runtime.status();
+  auto budget = VllmKvBudgetFromGpu(*shard, *o.gpu_memory_bytes, o.gpu_memory_utilization, o);
+  if (!budget.ok()) {
+    std::cerr << "kvpage plan: warning: " << budget.status().message() << "; KV budget is 0\n";
+    return std::pair<int64_t, VllmRuntimeMemory>(0, *runtime);
+  }
+  return std::pair<int64_t, VllmRuntimeMemory>(*budget, *runtime);
+}
+
 // Appends one model's plans under every policy to run.
 absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& model,
                        PlanRun& run) {
@@ -407,16 +437,24 @@ absl::Status PlanModel(const PlanFlags& f, const FlagSet& fs, const ModelSpec& m
   for (Policy policy : run.policies) {
     PlanOptions o = options;
     o.policy = policy;
-    auto plan = MakePlan(model, o, run.contexts, *budget);
+    std::optional<VllmRuntimeMemory> runtime;
+    std::optional<int64_t> policy_budget = *budget;
+    if (policy == Policy::kVllm && o.gpu_memory_bytes.has_value() && *budget > 0) {
+      auto vllm = VllmBudget(model, o);
+      if (!vllm.ok()) return vllm.status();
+      std::tie(policy_budget, runtime) = *vllm;
+    }
+    auto plan = MakePlan(model, o, run.contexts, policy_budget);
     if (!plan.ok()) {
       return absl::Status(plan.status().code(),
                           absl::StrCat(model.name, " under ", PolicyName(policy), ": ",
                                        plan.status().message()));
     }
+    plan->vllm_runtime = runtime;
     run.plans.push_back(*std::move(plan));
     if (host) run.host_capacity.push_back(capacity);
     if (!f.plot.empty()) {
-      auto swept = MakePlan(model, o, run.sweep, *budget);
+      auto swept = MakePlan(model, o, run.sweep, policy_budget);
       if (!swept.ok()) return swept.status();
       run.plot_plans.push_back(*std::move(swept));
     }

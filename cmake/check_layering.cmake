@@ -31,7 +31,7 @@ set(public_model dtype model_spec catalog vllm_version tensor_parallel checkpoin
 set(public_block types block_hash memory_backing memory_layout kv_events kv_cache_manager)
 set(public_memory host_memory_backing cuda_vmm_backing)
 set(public_scheduler scheduler step_image metrics)
-set(public_planner planner plan_format)
+set(public_planner planner plan_format vllm_runtime_memory)
 set(public_kernels kernel_layout kernel_reference)
 set(public_device cuda/device_step_tables)
 set(public_events kv_event_wire kv_event_publisher)

@@ -130,6 +130,10 @@ struct ModelSpec {
   int32_t experts_per_token = 0;
   int64_t routed_expert_params = 0;
   int64_t routed_expert_weight_bytes = 0;
+  // MLP widths (config.json intermediate_size; moe_intermediate_size, else intermediate_size,
+  // for MoE models); 0 when absent. Only the vllm policy's activation estimate reads them.
+  int64_t intermediate_size = 0;
+  int64_t moe_intermediate_size = 0;
   // DeepSeek-V3.2 sparse attention: the lightning indexer's query heads and the tokens each
   // query attends to (config.json index_n_heads, index_topk); 0 without an indexer. The key's
   // size is in AttentionShape::index_head_dim.

@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "kvpage/dtype.h"
 #include "kvpage/model_spec.h"
+#include "kvpage/vllm_runtime_memory.h"
 #include "kvpage/vllm_version.h"
 
 namespace kvpage {
@@ -72,6 +73,10 @@ struct PlanOptions {
   // an explicit budget.
   std::optional<int64_t> gpu_memory_bytes;
   double gpu_memory_utilization = 0.9;
+  // vllm only: --max-num-seqs (vLLM 0.33's `vllm serve` default on an H100 or H200) and
+  // --enforce-eager (no CUDA graphs), which set its runtime memory (kvpage/vllm_runtime_memory.h).
+  int32_t max_num_seqs = 1024;
+  bool enforce_eager = false;
 
   // llamacpp only.
   int32_t ubatch = 512;   // --ubatch-size
@@ -137,6 +142,9 @@ struct Plan {
   DType kv_cache_dtype = DType::kBF16;
   int32_t tp = 1;  // tensor-parallel degree; > 1: every byte count below is one GPU's
   std::optional<int64_t> kv_budget_bytes;
+  // vllm policy with a budget from a GPU: the runtime memory subtracted from it
+  // (VllmKvBudgetFromGpu). Unset otherwise.
+  std::optional<VllmRuntimeMemory> vllm_runtime;
   std::vector<PlanRow> rows;  // one per requested context, in the order given
 };
 
@@ -148,8 +156,9 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options
                               absl::Span<const int64_t> contexts,
                               std::optional<int64_t> kv_budget_bytes = std::nullopt);
 
-// KV budget on a GPU the way vLLM derives it: memory × utilization − weights. Activation and
-// CUDA-graph memory are not modelled (pass an explicit budget to account for them).
+// KV budget on a GPU before any runtime's own memory: memory × utilization − weights.
+// VllmKvBudgetFromGpu (kvpage/vllm_runtime_memory.h) also subtracts vLLM's activation,
+// CUDA-graph and non-torch memory.
 // InvalidArgument if utilization is not in (0, 1] or the weights do not fit.
 absl::StatusOr<int64_t> KvBudgetFromGpu(const ModelSpec& model, int64_t gpu_memory_bytes,
                                         double gpu_memory_utilization);

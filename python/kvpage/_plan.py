@@ -73,6 +73,10 @@ class Plan:
     tp: int
     kv_budget_bytes: Optional[int]
     rows: Tuple[PlanRow, ...]
+    # vllm policy with a budget from `gpu`: the estimated activation, CUDA-graph and non-torch
+    # bytes taken from it ({"activation_bytes": ..., "cuda_graph_bytes": ...,
+    # "non_torch_bytes": ...}); None otherwise.
+    vllm_runtime: Optional[Dict[str, int]] = None
 
     @staticmethod
     def from_json(text: str) -> "Plan":
@@ -91,6 +95,7 @@ class Plan:
             tp=j.get("tp", 1),
             kv_budget_bytes=j["kv_budget_bytes"],
             rows=rows,
+            vllm_runtime=j.get("vllm_runtime"),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -102,6 +107,8 @@ class Plan:
         if self.tp > 1:
             d["tp"] = self.tp
         d["kv_budget_bytes"] = self.kv_budget_bytes
+        if self.vllm_runtime is not None:
+            d["vllm_runtime"] = dict(self.vllm_runtime)
         d["rows"] = [r.to_dict() for r in self.rows]
         return d
 
@@ -132,6 +139,8 @@ def plan(
     enable_prefix_caching: bool = True,
     async_scheduling: bool = True,
     vllm_version: Optional[str] = None,
+    max_num_seqs: int = 1024,
+    enforce_eager: bool = False,
     tp: int = 1,
     ubatch: int = 512,
     batch: int = 2048,
@@ -147,7 +156,8 @@ def plan(
     Every keyword is the CLI flag of the same name (`kvpage plan --help`), with its default;
     `vllm_version=None` is the CLI's default release. `contexts` takes token counts or the
     CLI's "32K" spellings. A budget comes from `gpu` (memory x gpu_memory_utilization minus
-    weights) or `kv_budget_gib`; with one, each row's max_concurrency is set.
+    weights, and under policy="vllm" minus vLLM's estimated runtime memory, `vllm_runtime`)
+    or `kv_budget_gib`; with one, each row's max_concurrency is set.
     Raises ValueError for a bad argument, KeyError for an unknown model or GPU.
     """
     values = {

@@ -392,6 +392,18 @@ absl::Status ReadWeights(const ConfigReader& cfg, const Hybrid& hybrid, ModelSpe
   return absl::OkStatus();
 }
 
+// The MLP widths the vllm policy's activation estimate reads: intermediate_size, and for MoE
+// models moe_intermediate_size (Mixtral and gpt-oss name the expert width intermediate_size).
+absl::Status ReadMlpWidths(const ConfigReader& cfg, ModelSpec& spec) {
+  KVPAGE_ASSIGN_OR_RETURN(const std::optional<int64_t> dense,
+                          cfg.OptionalPositiveInt("intermediate_size"));
+  KVPAGE_ASSIGN_OR_RETURN(const std::optional<int64_t> expert,
+                          cfg.OptionalPositiveInt("moe_intermediate_size"));
+  spec.intermediate_size = dense.value_or(0);
+  if (spec.num_experts > 0) spec.moe_intermediate_size = expert.value_or(spec.intermediate_size);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::string_view name,
@@ -467,6 +479,7 @@ absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json_text, absl::stri
   spec.layers = BuildLayers(kinds, is_mla, shapes);
   spec.groups = GroupLayers(spec.layers);
   KVPAGE_RETURN_IF_ERROR(ReadWeights(cfg, hybrid, spec));
+  KVPAGE_RETURN_IF_ERROR(ReadMlpWidths(cfg, spec));
   return spec;
 }
 

@@ -23,6 +23,11 @@ nlohmann::ordered_json PlanJson(const Plan& plan) {
   j["kv_budget_bytes"] = plan.kv_budget_bytes.has_value()
                              ? nlohmann::ordered_json(*plan.kv_budget_bytes)
                              : nlohmann::ordered_json(nullptr);
+  if (plan.vllm_runtime.has_value()) {
+    j["vllm_runtime"] = {{"activation_bytes", plan.vllm_runtime->activation_bytes},
+                         {"cuda_graph_bytes", plan.vllm_runtime->cuda_graph_bytes},
+                         {"non_torch_bytes", plan.vllm_runtime->non_torch_bytes}};
+  }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const PlanRow& r : plan.rows) {
     nlohmann::ordered_json row;
@@ -74,6 +79,17 @@ void AppendRefusals(const Plan& plan, std::string& out) {
                     " would not start at ", ContextLabel(r.context), ": ", r.refusal,
                     ". Any one of these would let it: ", absl::StrJoin(r.fixes, "; "), ".\n");
   }
+}
+
+// The runtime memory a vllm plan's budget left out, when it came from a GPU.
+void AppendVllmRuntime(const Plan& plan, std::string& out) {
+  if (!plan.vllm_runtime.has_value() || !plan.kv_budget_bytes.has_value()) return;
+  const VllmRuntimeMemory& m = *plan.vllm_runtime;
+  absl::StrAppendFormat(&out,
+                        "vLLM's budget %.2f GiB: the weights' remainder less its estimated "
+                        "activations %.2f GiB, CUDA graphs %.2f GiB, non-torch %.2f GiB.\n",
+                        *plan.kv_budget_bytes / kGiB, m.activation_bytes / kGiB,
+                        m.cuda_graph_bytes / kGiB, m.non_torch_bytes / kGiB);
 }
 
 // The CSV's vllm_starts and vllm_refusal cells: empty under other policies; the refusal
@@ -128,6 +144,7 @@ std::string PlanToTable(const Plan& plan) {
                           MiB(r.shared_bytes), r.bytes_per_token,
                           r.max_concurrency.has_value() ? absl::StrCat(*r.max_concurrency) : "-");
   }
+  AppendVllmRuntime(plan, out);
   AppendRefusals(plan, out);
   return out;
 }
@@ -161,6 +178,7 @@ std::string CompareTable(absl::Span<const Plan> plans) {
     }
     absl::StrAppend(&out, "\n");
   }
+  for (const Plan& p : plans) AppendVllmRuntime(p, out);
   for (const Plan& p : plans) AppendRefusals(p, out);
   return out;
 }

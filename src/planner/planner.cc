@@ -38,6 +38,7 @@ absl::Status PlanOptions::Validate() const {
   KVPAGE_RETURN_IF_ERROR(positive("ubatch", ubatch));
   KVPAGE_RETURN_IF_ERROR(positive("batch", batch));
   KVPAGE_RETURN_IF_ERROR(positive("parallel", parallel));
+  KVPAGE_RETURN_IF_ERROR(positive("max_num_seqs", max_num_seqs));
   if (block_size > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("block_size ", block_size, " is too large"));
   }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "internal/status_macros.h"
 #include "kvpage/tensor_parallel.h"
+#include "kvpage/vllm_runtime_memory.h"
 #include "planner/policies.h"
 
 namespace kvpage::internal {
@@ -68,8 +69,8 @@ absl::StatusOr<int32_t> UtilizationThatFits(const ModelSpec& shard, const PlanOp
   for (int32_t h = 1; h <= 100; ++h) {
     if (h / 100.0 <= options.gpu_memory_utilization) continue;
     const absl::StatusOr<int64_t> budget =
-        KvBudgetFromGpu(shard, *options.gpu_memory_bytes, h / 100.0);
-    if (!budget.ok()) continue;  // the weights do not fit yet
+        VllmKvBudgetFromGpu(shard, *options.gpu_memory_bytes, h / 100.0, options);
+    if (!budget.ok()) continue;  // the weights and runtime memory do not fit yet
     KVPAGE_ASSIGN_OR_RETURN(const MemoryCheck m, CheckMemory(shard, options, context, *budget));
     if (m.fits()) return h;
   }
@@ -83,15 +84,15 @@ absl::StatusOr<int32_t> TensorParallelThatFits(const ModelSpec& whole, const Pla
   for (int32_t tp = options.tp * 2; tp <= 8; tp *= 2) {
     if (!CheckTensorParallel(whole, tp).ok()) continue;
     KVPAGE_ASSIGN_OR_RETURN(const ModelSpec shard, ShardForTensorParallel(whole, tp));
+    PlanOptions at_tp = options;
+    at_tp.tp = tp;
     int64_t per_gpu = budget;
     if (options.gpu_memory_bytes.has_value()) {
-      const absl::StatusOr<int64_t> b =
-          KvBudgetFromGpu(shard, *options.gpu_memory_bytes, options.gpu_memory_utilization);
+      const absl::StatusOr<int64_t> b = VllmKvBudgetFromGpu(
+          shard, *options.gpu_memory_bytes, options.gpu_memory_utilization, at_tp);
       if (!b.ok()) continue;
       per_gpu = *b;
     }
-    PlanOptions at_tp = options;
-    at_tp.tp = tp;
     KVPAGE_ASSIGN_OR_RETURN(const MemoryCheck m, CheckMemory(shard, at_tp, context, per_gpu));
     if (m.fits()) return tp;
   }

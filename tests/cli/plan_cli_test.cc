@@ -162,20 +162,28 @@ TEST(PlanCliTest, SaysWhyVllmWouldNotStart) {
   EXPECT_EQ(j["rows"][1]["vllm_starts"], false);
   EXPECT_EQ(j["rows"][1]["fixes"][0], "--max-model-len 40960");
   // The override lets 128K through to the memory check, which an L4 fails: the fixes
-  // include the utilization and tp that fit on it (weights 16,381,470,720 B).
+  // include the tp that fits on it (weights 16,381,470,720 B).
   const CommandResult csv = RunKvpage(
       "plan --model qwen3-8b --policy vllm --context 32K,128K --gpu l4 --format csv "
       "--allow-long-max-model-len");
   ASSERT_EQ(csv.exit_code, 0) << csv.output;
   EXPECT_THAT(csv.output, HasSubstr(",max_concurrency,vllm_starts,vllm_refusal\n"));
-  // 32K: budget 5,356,138,905 B // 2,359,296 B blocks = 2,270 blocks, 2,048 per request.
-  EXPECT_THAT(csv.output, HasSubstr(",147456.000,1,true,\n"));
+  // Budget 5,356,138,905 B less vLLM's runtime memory at 8,192 tokens and 1,024 requests
+  // (3,658,911,581 B) = 1,697,227,324 B = 1.58 GiB: not even 32K (4.5 GiB) fits.
+  EXPECT_THAT(csv.output, HasSubstr(",147456.000,0,false,\"one request of max_model_len 32768 "
+                                    "needs 4.5 GiB of KV cache, more than the 1.58 GiB "
+                                    "available\"\n"));
   EXPECT_THAT(csv.output, HasSubstr(",0,false,\"one request of max_model_len 131072 needs "
-                                    "18.0 GiB of KV cache, more than the 4.99 GiB available\"\n"));
+                                    "18.0 GiB of KV cache, more than the 1.58 GiB available\"\n"));
   const CommandResult text = RunKvpage(
       "plan --model qwen3-8b --policy vllm --context 128K --gpu l4 --allow-long-max-model-len");
-  EXPECT_THAT(text.output, HasSubstr("Any one of these would let it: --max-model-len 36304; "
-                                     "--tp 2.\n"));
+  EXPECT_THAT(text.output, HasSubstr("vLLM's budget 1.58 GiB: the weights' remainder less its "
+                                     "estimated activations 2.18 GiB, CUDA graphs 0.97 GiB, "
+                                     "non-torch 0.25 GiB.\n"));
+  EXPECT_THAT(text.output, HasSubstr("Any one of these would let it: --max-model-len 11488; "
+                                     "--tp 4.\n"));
+  ExpectUsageError("plan --model qwen3-8b --policy llamacpp --enforce-eager",
+                   "--enforce-eager applies to --policy vllm");
   ExpectUsageError("plan --model qwen3-8b --policy kvpage --allow-long-max-model-len",
                    "--allow-long-max-model-len applies to --policy vllm");
 }
@@ -210,8 +218,8 @@ json JsonAfterNotes(const std::string& output) {
 
 TEST(PlanCliTest, CheckpointWeightsSetTheBudget) {
   // 8,000,000,000 B of weights instead of config.json's 16,381,470,720 B: on an H100 the
-  // budget is floor(85,520,809,984 × 0.9) − 8e9 = 76,968,728,985 − 8e9 = 68,968,728,985 B
-  // = 29,232 blocks of 2.25 MiB; 32K takes 2,048 of them: 14 requests.
+  // budget is floor(85,520,809,984 × 0.9) − 8e9 − 3,658,911,581 (vLLM's runtime memory) =
+  // 65,309,817,404 B = 27,681 blocks of 2.25 MiB; 32K takes 2,048 of them: 13 requests.
   const auto dir = TinyCheckpoint("kvpage_plan_checkpoint", 8'000'000'000);
   const CommandResult r = RunKvpage("plan --checkpoint " + Quote(dir.string()) +
                                     " --policy vllm --context 32K --gpu h100 --format json");
@@ -221,15 +229,15 @@ TEST(PlanCliTest, CheckpointWeightsSetTheBudget) {
                                   "16381470720)"));
   const json j = JsonAfterNotes(r.output);
   ASSERT_FALSE(j.is_discarded()) << r.output;
-  EXPECT_EQ(j["kv_budget_bytes"], 68'968'728'985);
-  EXPECT_EQ(j["rows"][0]["max_concurrency"], 14);
+  EXPECT_EQ(j["kv_budget_bytes"], 65'309'817'404);
+  EXPECT_EQ(j["rows"][0]["max_concurrency"], 13);
   // No safetensors: config.json's count, with a warning.
   const CommandResult bare = RunKvpage(
       "plan --checkpoint " + Quote(TinyCheckpoint("kvpage_plan_bare", 0).string()) +
       " --model qwen3-8b --policy vllm --context 32K --gpu h100 --format json");
   ASSERT_EQ(bare.exit_code, 0) << bare.output;
   EXPECT_THAT(bare.output, HasSubstr("weights counted from config.json (16381470720 bytes)"));
-  EXPECT_EQ(JsonAfterNotes(bare.output)["kv_budget_bytes"], 60'587'258'265);
+  EXPECT_EQ(JsonAfterNotes(bare.output)["kv_budget_bytes"], 56'928'346'684);
   ExpectUsageError("plan --checkpoint /nonexistent/dir --context 4K", "is not a directory");
   ExpectUsageError("plan --checkpoint " + Quote(dir.string()) + " --model qwen3-8b,gemma-3-4b-it",
                    "--checkpoint applies to one model, got 2");

@@ -303,21 +303,26 @@ TEST(VllmPolicyTest, SaysWhenOneRequestDoesNotFitAndTheLongestThatDoes) {
 }
 
 TEST(VllmPolicyTest, NamesTheUtilizationThatFitsOnAKnownGpu) {
-  // Qwen3-8B on an L4 (24,152,899,584 B; weights 16,381,470,720 B) at 0.9:
-  // budget = 21,737,609,625 − 16,381,470,720 = 5,356,138,905 B; less one 2,359,296 B block =
-  // 5,353,779,609 B = 2,269.2 blocks = 36,304 tokens. 40K needs 2,560 blocks = 6,039,797,760 B.
-  // At 0.92 the budget is 5,839,196,897 B (too little), at 0.93 6,080,725,893 B (enough).
+  // Qwen3-8B on an L4 (24,152,899,584 B; weights 16,381,470,720 B) at 0.9 with `vllm serve`'s
+  // defaults there (2,048 tokens, 256 requests): runtime memory 1,899,466,589 B
+  // (vllm_runtime_memory_test), budget = 21,737,609,625 − 16,381,470,720 − 1,899,466,589 =
+  // 3,456,672,316 B; less one 2,359,296 B block = 1,464.1 blocks = 23,424 tokens. 32K needs
+  // 2,048 blocks = 4,831,838,208 B: a utilization of 0.96 gives 23,186,783,600 B in all,
+  // enough for weights, runtime, the null block and the request (23,115,134,813 B).
   PlanOptions l4 = Vllm();
   l4.gpu_memory_bytes = 24152899584;
   l4.gpu_memory_utilization = 0.9;
-  const Plan plan = PlanBundled("qwen3-8b", l4, {40960}, 5356138905);
+  l4.max_num_batched_tokens = 2048;
+  l4.max_num_seqs = 256;
+  const Plan plan = PlanBundled("qwen3-8b", l4, {32768}, 3456672316);
   EXPECT_EQ(plan.rows[0].refusal,
-            "one request of max_model_len 40960 needs 5.62 GiB of KV cache, more than the 4.99 "
+            "one request of max_model_len 32768 needs 4.5 GiB of KV cache, more than the 3.22 "
             "GiB available");
-  // tp 2: each GPU holds 8,190,735,360 B of weights and half the KV: 3,019,898,880 B fits.
+  // tp 2: each GPU holds 8,190,735,360 B of weights, 2.1 GiB of non-torch buffers and half
+  // the KV (2,415,919,104 B): it fits.
   EXPECT_THAT(plan.rows[0].fixes,
-              ::testing::ElementsAre("--max-model-len 36304", "--kv-cache-dtype fp8",
-                                     "--gpu-memory-utilization 0.93", "--tp 2"));
+              ::testing::ElementsAre("--max-model-len 23424", "--kv-cache-dtype fp8",
+                                     "--gpu-memory-utilization 0.96", "--tp 2"));
 }
 
 TEST(VllmPolicyTest, BudgetUnderOneBlockHasNoMemoryForTheCache) {

@@ -61,6 +61,9 @@ CASES = [
     ("deepseek-v2-lite", [1024], {"policy": "vllm", "async_scheduling": False,
                                   "vllm_version": "0.29"},
      ["--policy", "vllm", "--no-async-scheduling", "--vllm-version", "0.29"]),
+    ("llama-3.1-8b", [32768], {"policy": "vllm", "gpu": "h100", "max_num_seqs": 256,
+                               "enforce_eager": True},
+     ["--policy", "vllm", "--gpu", "h100", "--max-num-seqs", "256", "--enforce-eager"]),
 ]
 
 
@@ -71,6 +74,15 @@ def test_plan_equals_cli_json(cli, model, contexts, kwargs, flags):
                "--format", "json", *flags)
     assert p.to_dict() == want
     assert len(p.rows) == len(contexts)
+
+
+def test_plan_vllm_runtime_memory():
+    # llama-3.1-8b at 8,192 tokens and 1,024 requests (tests/planner/vllm_runtime_memory_test.cc).
+    p = kvpage.plan("llama-3.1-8b", contexts=[32768], policy="vllm", gpu="h100")
+    assert p.vllm_runtime == {"activation_bytes": 2006450176, "cuda_graph_bytes": 969051997,
+                              "non_torch_bytes": 268435456}
+    assert p.kv_budget_bytes == 57664268860
+    assert kvpage.plan("llama-3.1-8b", contexts=[32768], gpu="h100").vllm_runtime is None
 
 
 def test_plan_result_is_frozen():

@@ -156,15 +156,14 @@ CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
   // Per GPU. The attention and the indexer are kernels of their own, each bound by FLOPs or
   // bytes; the attention is split across the tp GPUs, the indexer runs whole on each.
   double attention_flops = 0, kv_bytes = 0;
-  auto kernel = [&](const RooflineCostModel::AttentionWork& w, double split) {
+  auto kernel = [&](const RooflineCostModel::AttentionWork& w, double split, double peak) {
     attention_flops += w.flops / split;
     kv_bytes += w.bytes / split;
-    return std::max(w.flops / split / (c.peak_flops * attention_efficiency_),
-                    w.bytes / split / bandwidth);
+    return std::max(w.flops / split / (peak * attention_efficiency_), w.bytes / split / bandwidth);
   };
   for (const ScheduledRequest& r : step.requests) {
-    cost.attention_s += kernel(counts_->Attention(r), tp);
-    if (c.index_topk > 0) cost.indexer_s += kernel(counts_->Indexer(r), 1.0);
+    cost.attention_s += kernel(counts_->Attention(r), tp, c.peak_flops);
+    if (c.index_topk > 0) cost.indexer_s += kernel(counts_->Indexer(r), 1.0, c.index_peak_flops);
   }
 
   for (const SmallOpCost& op : small_ops_) {

@@ -100,6 +100,11 @@ absl::StatusOr<std::unique_ptr<RooflineCostModel>> RooflineCostModel::Create(
   const DType kv_dtype = options.kv_dtype.value_or(model.dtype);
   KVPAGE_ASSIGN_OR_RETURN(c.peak_flops, PeakFlops(gpu, options.compute_dtype.value_or(model.dtype)));
   c.bandwidth = static_cast<double>(gpu.hbm_bandwidth_bytes_per_s);
+  // vLLM scores with DeepGEMM's fp8 MQA-logits kernels (fp8_fp4_mqa_logits and
+  // fp8_fp4_paged_mqa_logits in vllm/model_executor/layers/sparse_attn_indexer.py).
+  c.index_peak_flops = gpu.peak_dense_flops_fp8 > 0
+                           ? static_cast<double>(gpu.peak_dense_flops_fp8)
+                           : c.peak_flops;
   c.num_layers = model.num_layers();
 
   const double vocab_hidden = static_cast<double>(model.vocab_size) * model.hidden_size;
@@ -206,7 +211,8 @@ StepCost RooflineCostModel::Cost(const StepShape& step) const {
   const double tp = tp_;
   cost.flops = flops / tp + index.flops;
   cost.bytes = (weights + kv) / tp + index.bytes;
-  cost.compute_s = cost.flops / (c_.peak_flops * f_.mfu);
+  cost.compute_s = flops / tp / (c_.peak_flops * f_.mfu) +
+                   index.flops / (c_.index_peak_flops * f_.mfu);
   cost.memory_s = cost.bytes / (c_.bandwidth * f_.hbm_efficiency);
   cost.overhead_s = f_.step_overhead_s + f_.layer_overhead_s * c_.num_layers +
                     f_.request_overhead_s * requests;

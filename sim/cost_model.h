@@ -17,7 +17,7 @@
 //           (MLA, absorbed: 4 · q_heads · latent); sliding layers see at most `window` keys,
 //           sparse MLA layers (DeepSeek-V3.2) at most `index_topk`
 //         + lightning indexer (sparse MLA layers): 2 · index_n_heads · index_head_dim per
-//           query–key pair over the whole causal context
+//           query–key pair over the whole causal context, at the fp8 peak where the GPU has one
 //         + linear attention: 6 · n_v · d_k · d_v per token and layer
 //   bytes = streamed weights (all but an untied input-embedding table; MoE routed experts
 //           scaled by the expected fraction a step touches, 1 − (1 − k/E)^tokens)
@@ -129,6 +129,7 @@ class RooflineCostModel : public CostModel {
     int32_t index_topk = 0;
     double index_flops_per_pair = 0;       // 2 · index_n_heads · index_head_dim per layer
     double index_bytes_per_token = 0;      // indexer keys, 132 B per layer for V3.2
+    double index_peak_flops = 0;  // the fp8 peak (the indexer's q · k run in fp8), else peak_flops
     double linear_flops_per_token = 0;
     double linear_state_bytes = 0;         // per request, all linear layers
     int32_t num_layers = 0;

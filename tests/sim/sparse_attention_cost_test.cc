@@ -23,6 +23,14 @@ std::unique_ptr<RooflineCostModel> Roofline(const char* model) {
   return std::move(m).value();
 }
 
+void ExpectWork(const RooflineCostModel& m, ScheduledRequest r, Work attention, Work indexer) {
+  SCOPED_TRACE(r.num_computed_tokens);
+  EXPECT_DOUBLE_EQ(m.Attention(r).flops, attention.flops);
+  EXPECT_DOUBLE_EQ(m.Attention(r).bytes, attention.bytes);
+  EXPECT_DOUBLE_EQ(m.Indexer(r).flops, indexer.flops);
+  EXPECT_DOUBLE_EQ(m.Indexer(r).bytes, indexer.bytes);
+}
+
 // DeepSeek-V3.2 (sim/data/models/deepseek-v3.2.json, bf16): 61 MLA layers, 128 query heads,
 // latent 512 + 64 = 576 values; indexer of 64 heads of 128 values, index_topk 2,048.
 //   MLA FLOPs per query–key pair: 61 · 4 · 128 · 576       = 17,989,632
@@ -39,6 +47,7 @@ TEST(SparseAttentionCostTest, ConstantsByHand) {
   EXPECT_DOUBLE_EQ(c.sparse_kv_bytes_per_token, kLatentBytes);
   EXPECT_DOUBLE_EQ(c.index_flops_per_pair, kIndexFlops);
   EXPECT_DOUBLE_EQ(c.index_bytes_per_token, kIndexBytes);
+  EXPECT_DOUBLE_EQ(c.index_peak_flops, 1978.9e12);  // H200's fp8 peak; bf16 is 989.4e12
   EXPECT_EQ(c.full_flops_per_pair, 0);
   EXPECT_EQ(c.full_kv_bytes_per_token, 0);
 
@@ -76,13 +85,7 @@ TEST(SparseAttentionCostTest, BelowTopkTheAttentionIsDense) {
 //   c = 16,383: attention as at 8,191; indexer 16,374,562,816 FLOPs, 131,923,968 B (doubled)
 TEST(SparseAttentionCostTest, DecodeAttentionIsFlatPastTopkAndTheIndexerGrows) {
   auto m = Roofline("deepseek-v3.2");
-  auto expect = [&](ScheduledRequest r, Work attention, Work indexer) {
-    SCOPED_TRACE(r.num_computed_tokens);
-    EXPECT_DOUBLE_EQ(m->Attention(r).flops, attention.flops);
-    EXPECT_DOUBLE_EQ(m->Attention(r).bytes, attention.bytes);
-    EXPECT_DOUBLE_EQ(m->Indexer(r).flops, indexer.flops);
-    EXPECT_DOUBLE_EQ(m->Indexer(r).bytes, indexer.bytes);
-  };
+  auto expect = [&](ScheduledRequest r, Work a, Work i) { ExpectWork(*m, r, a, i); };
   expect({1023, 1}, {18421383168.0, 71958528.0}, {1023410176.0, 8245248.0});
   expect({8191, 1}, {36842766336.0, 143987328.0}, {8187281408.0, 65961984.0});
   expect({16383, 1}, {36842766336.0, 143987328.0}, {16374562816.0, 131923968.0});
@@ -103,13 +106,7 @@ TEST(SparseAttentionCostTest, DecodeAttentionIsFlatPastTopkAndTheIndexerGrows) {
 //               pairs 35,652,608: indexer 35,632,072,097,792 FLOPs, 148,414,464 B
 TEST(SparseAttentionCostTest, PrefillQueriesEachAttendAtMostTopk) {
   auto m = Roofline("deepseek-v3.2");
-  auto expect = [&](ScheduledRequest r, Work attention, Work indexer) {
-    SCOPED_TRACE(r.num_computed_tokens);
-    EXPECT_DOUBLE_EQ(m->Attention(r).flops, attention.flops);
-    EXPECT_DOUBLE_EQ(m->Attention(r).bytes, attention.bytes);
-    EXPECT_DOUBLE_EQ(m->Indexer(r).flops, indexer.flops);
-    EXPECT_DOUBLE_EQ(m->Indexer(r).bytes, indexer.bytes);
-  };
+  auto expect = [&](ScheduledRequest r, Work a, Work i) { ExpectWork(*m, r, a, i); };
   expect({0, 2048}, {37745414111232.0, 143917056.0}, {2096967450624.0, 8052.0 * 2048});
   expect({8192, 2048}, {75453985456128.0, 719585280.0}, {18864519774208.0, 82452480.0});
   expect({16384, 2048}, {75453985456128.0, 1295253504.0}, {35632072097792.0, 148414464.0});
@@ -137,28 +134,34 @@ TEST(SparseAttentionCostTest, TensorParallelGpusEachRunTheWholeIndexer) {
   EXPECT_DOUBLE_EQ(indexer.flops, 65498251264.0);
   EXPECT_DOUBLE_EQ(indexer.bytes, 527695872.0);
   const StepCost cost = (*m)->Cost(StepShape{{r}});
-  EXPECT_DOUBLE_EQ(cost.flops,
-                   (c.matmul_flops_per_token + c.lm_head_flops_per_request + attention.flops) / 8 +
-                       indexer.flops);
+  const double split = c.matmul_flops_per_token + c.lm_head_flops_per_request + attention.flops;
+  EXPECT_DOUBLE_EQ(cost.flops, split / 8 + indexer.flops);
+  // The indexer's FLOPs run at the fp8 peak; H200's roofline mfu is 0.45.
+  EXPECT_DOUBLE_EQ(cost.compute_s,
+                   split / 8 / (989.4e12 * 0.45) + indexer.flops / (1978.9e12 * 0.45));
 }
 
-// The toy GPU of cost_model_test (peak 1e15, 1e12 B/s; attention at 0.25 of peak, reads at
-// 0.5 of the bandwidth): attention FLOPs at 2.5e14 /s, bytes at 5e11 B/s. Each kernel costs
-// max(FLOPs / 2.5e14, bytes / 5e11):
+// The toy GPU of cost_model_test (bf16 peak 1e15, fp8 peak 2e15, 1e12 B/s; attention at 0.25
+// of peak, reads at 0.5 of the bandwidth): attention FLOPs at 2.5e14 /s, the indexer's (fp8)
+// at 5e14 /s, bytes at 5e11 B/s. Each kernel costs max(FLOPs / its rate, bytes / 5e11):
 //   decode c = 1,023:  attention max(7.37e-5, 71,958,528 / 5e11)  = 143.917056 us
 //                      indexer   max(4.09e-6, 8,245,248 / 5e11)   =  16.490496 us
 //   decode c = 8,191:  attention 143,987,328 / 5e11              = 287.974656 us
 //                      indexer   65,961,984 / 5e11               = 131.923968 us
 //   decode c = 16,383: attention 287.974656 us; indexer 131,923,968 / 5e11 = 263.847936 us
 //   prefill 2,048 after 8,192:  attention 75,453,985,456,128 / 2.5e14 = 0.301815941824512 s
-//                               indexer 18,864,519,774,208 / 2.5e14 = 0.075458079096832 s
-//   after 16,384: attention 0.301815941824512 s; indexer 35,632,072,097,792 / 2.5e14
-//                 = 0.142528288391168 s
-const char* kToyGpu = R"({"name": "Toy", "memory_bytes": 1, "hbm_bandwidth_bytes_per_s": 1000000000000,
-  "peak_dense_flops": {"bf16": 1000000000000000, "fp16": 1000000000000000, "fp8": 0},
+//                               indexer 18,864,519,774,208 / 5e14 = 0.037729039548416 s
+//   after 16,384: attention 0.301815941824512 s; indexer 35,632,072,097,792 / 5e14
+//                 = 0.071264144195584 s
+const char* kToyGpu = R"({"name": "Toy", "memory_bytes": 1,
+  "hbm_bandwidth_bytes_per_s": 1000000000000,
+  "peak_dense_flops": {"bf16": 1000000000000000, "fp16": 1000000000000000,
+                       "fp8": 2000000000000000},
   "calibration": {
-    "gemm": [{"tp": 1, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024], "efficiency": [0.5, 0.5]},
-             {"tp": 8, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024], "efficiency": [0.5, 0.5]}],
+    "gemm": [{"tp": 1, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024],
+              "efficiency": [0.5, 0.5]},
+             {"tp": 8, "launch_us": 5, "hbm_efficiency": 0.5, "tokens": [1, 1024],
+              "efficiency": [0.5, 0.5]}],
     "small_ops": [],
     "all_reduce": [{"tp": 8, "bytes": [1000000, 100000000], "us": [20, 200]}],
     "attention": {"prefill_efficiency": 0.25}}})";
@@ -188,8 +191,8 @@ TEST(SparseAttentionCostTest, CalibratedPricesTheIndexerAsItsOwnKernel) {
   expect({1023, 1}, 143.917056e-6, 16.490496e-6);
   expect({8191, 1}, 287.974656e-6, 131.923968e-6);
   expect({16383, 1}, 287.974656e-6, 263.847936e-6);
-  expect({8192, 2048}, 0.301815941824512, 0.075458079096832);
-  expect({16384, 2048}, 0.301815941824512, 0.142528288391168);
+  expect({8192, 2048}, 0.301815941824512, 0.037729039548416);
+  expect({16384, 2048}, 0.301815941824512, 0.071264144195584);
 }
 
 // At tp 8 the attention takes an eighth of its tp-1 time, the indexer all of it.

@@ -158,9 +158,11 @@ int PrintCalibrated(const CostFlags& f, const CostInputs& in, const sim::GpuCali
   auto m = sim::CalibratedCostModel::Create(in.model, in.gpu, cal, in.options);
   if (!m.ok()) return Fail(m.status());
   const sim::CalibratedStepCost c = (*m)->Cost(in.step);
-  const std::vector<Term> terms = {{"linear", c.linear_s},     {"lm_head", c.lm_head_s},
-                                   {"attention", c.attention_s}, {"small_ops", c.small_ops_s},
-                                   {"all_reduce", c.all_reduce_s}};
+  std::vector<Term> terms = {{"linear", c.linear_s}, {"lm_head", c.lm_head_s},
+                             {"attention", c.attention_s}};
+  // Only a model with sparse attention (DeepSeek-V3.2) has a lightning indexer to price.
+  if (in.model.index_topk > 0) terms.push_back({"indexer", c.indexer_s});
+  terms.insert(terms.end(), {{"small_ops", c.small_ops_s}, {"all_reduce", c.all_reduce_s}});
   if (f.format == "json") {
     PrintJson(f, in.gpu.name, "calibrated", in.step, terms, c.total_s,
               {{"gemm_efficiency", c.gemm_efficiency}, {"mfu", c.mfu}, {"flops", c.flops},

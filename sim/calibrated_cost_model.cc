@@ -153,13 +153,17 @@ CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
   cost.lm_head_s = Gemm(requests, hidden_size_, static_cast<double>(vocab_size_) / tp,
                         lm_head_bytes_ / tp);
 
+  // Per GPU. The attention and the indexer are kernels of their own, each bound by FLOPs or
+  // bytes; the attention is split across the tp GPUs, the indexer runs whole on each.
   double attention_flops = 0, kv_bytes = 0;
+  auto kernel = [&](const RooflineCostModel::AttentionWork& w, double split, double peak) {
+    attention_flops += w.flops / split;
+    kv_bytes += w.bytes / split;
+    return std::max(w.flops / split / (peak * attention_efficiency_), w.bytes / split / bandwidth);
+  };
   for (const ScheduledRequest& r : step.requests) {
-    const RooflineCostModel::AttentionWork w = counts_->Attention(r);
-    cost.attention_s += std::max(w.flops / tp / (c.peak_flops * attention_efficiency_),
-                                 w.bytes / tp / bandwidth);
-    attention_flops += w.flops;
-    kv_bytes += w.bytes;
+    cost.attention_s += kernel(counts_->Attention(r), tp, c.peak_flops);
+    if (c.index_topk > 0) cost.indexer_s += kernel(counts_->Indexer(r), 1.0, c.index_peak_flops);
   }
 
   for (const SmallOpCost& op : small_ops_) {
@@ -172,11 +176,12 @@ CalibratedStepCost CalibratedCostModel::Cost(const StepShape& step) const {
         2.0 * layers * all_reduce_->SecondsFor(tokens * hidden_size_ * kActivationBytes);
   }
 
-  cost.total_s = cost.linear_s + cost.lm_head_s + cost.attention_s + cost.small_ops_s +
-                 cost.all_reduce_s;
-  cost.flops = (c.matmul_flops_per_token * tokens + c.lm_head_flops_per_request * requests +
-                attention_flops) / tp;
-  cost.bytes = (weight_bytes + kv_bytes) / tp;
+  cost.total_s = cost.linear_s + cost.lm_head_s + cost.attention_s + cost.indexer_s +
+                 cost.small_ops_s + cost.all_reduce_s;
+  cost.flops =
+      (c.matmul_flops_per_token * tokens + c.lm_head_flops_per_request * requests) / tp +
+      attention_flops;
+  cost.bytes = weight_bytes / tp + kv_bytes;
   cost.mfu = cost.flops / (cost.total_s * c.peak_flops);
   return cost;
 }

@@ -7,6 +7,8 @@
 //              + L · Σ_e max(W_e · touched / (B · hbm_eff), Q_e · F_e / (P · eff(r)))  MoE experts
 //   lm_head    launch + max(W_head / (B · hbm_eff), Q · 2 · R · vocab · hidden / (P · eff(R)))
 //   attention  Σ_requests max(attention FLOPs / (P · attention_eff), KV bytes / (B · hbm_eff))
+//   indexer    Σ_requests max(indexer FLOPs / (P8 · attention_eff), key bytes / (B · hbm_eff)),
+//              not divided by tp (every GPU runs the whole indexer); P8 the fp8 peak, else P
 //   small ops  L · Σ_layer ops (launch + per_element · T · hidden [/ tp]) + embedding
 //   all-reduce tp > 1: 2 · L · AllReduce(T · hidden · 2 bytes)
 // T new tokens, R requests, L layers; g runs over a decoder layer's four GEMMs (QKV, output,
@@ -16,10 +18,11 @@
 // from ModelSpec: QKV and output from the attention heads, gate+up and down from the rest of a
 // layer's dense parameters as a gated MLP (exact for Llama-style models; for MLA, linear
 // attention and MoE layers an approximation that keeps the parameter count). Attention FLOPs
-// and KV bytes are those of RooflineCostModel. MoE experts: e runs over gate+up and down
-// (2/3 and 1/3 of the expert weights W_e and FLOPs F_e per layer), touched = 1 − (1 − k/E)^T
-// of the E experts get r = T · k / (E · touched) rows each, and Q_e counts their tiles as one
-// grouped launch (expert width from routed_expert_params over every layer).
+// and KV bytes, and those of the lightning indexer (DeepSeek-V3.2), are RooflineCostModel's.
+// MoE experts: e runs over gate+up and down (2/3 and 1/3 of the expert weights W_e and FLOPs
+// F_e per layer), touched = 1 − (1 − k/E)^T of the E experts get r = T · k / (E · touched)
+// rows each, and Q_e counts their tiles as one grouped launch (expert width from
+// routed_expert_params over every layer).
 //
 // Thread-safety: Cost is const and touches no shared state.
 #ifndef KVPAGE_SIM_CALIBRATED_COST_MODEL_H_
@@ -42,6 +45,7 @@ struct CalibratedStepCost {
   double linear_s = 0;      // decoder-layer projections and MLPs (experts included)
   double lm_head_s = 0;     // logits of the last token of each request
   double attention_s = 0;   // scores and KV reads (first principles)
+  double indexer_s = 0;     // lightning indexer of sparse attention; 0 without one
   double small_ops_s = 0;   // norms, rope, activation, residual adds, embedding
   double all_reduce_s = 0;  // tensor-parallel collectives (0 at tp 1)
   double total_s = 0;       // sum of the above

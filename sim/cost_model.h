@@ -14,15 +14,20 @@
 //   FLOPs = 2 · (active non-embedding params) · new tokens     dense matmuls
 //         + 2 · vocab · hidden · num_requests                  LM head, last token only
 //         + attention: per attention layer and query–key pair 2 · q_heads · (d_k + d_v)
-//           (MLA, absorbed: 4 · q_heads · latent); sliding layers see at most `window` keys
+//           (MLA, absorbed: 4 · q_heads · latent); sliding layers see at most `window` keys,
+//           sparse MLA layers (DeepSeek-V3.2) at most `index_topk`
+//         + lightning indexer (sparse MLA layers): 2 · index_n_heads · index_head_dim per
+//           query–key pair over the whole causal context, at the fp8 peak where the GPU has one
 //         + linear attention: 6 · n_v · d_k · d_v per token and layer
 //   bytes = streamed weights (all but an untied input-embedding table; MoE routed experts
 //           scaled by the expected fraction a step touches, 1 − (1 − k/E)^tokens)
-//         + cached KV read (each request's context, windowed for sliding layers)
+//         + cached KV read (each request's context, windowed for sliding layers; for sparse
+//           layers the keys its queries select, at most the context)
 //         + KV written (every new token, every attention layer)
+//         + indexer keys of the whole context read and of the new tokens written
 //         + linear-attention state read and written once per request and layer
-// With tensor parallelism every FLOP and byte term is divided by `tp`; overheads are not, and
-// no communication term is added.
+// With tensor parallelism every FLOP and byte term but the indexer's is divided by `tp` (vLLM
+// replicates the indexer on every GPU); overheads are not, and no communication term is added.
 //
 // Thread-safety: StepTime is const and touches no shared state; a model may be shared.
 #ifndef KVPAGE_SIM_COST_MODEL_H_
@@ -97,6 +102,11 @@ class RooflineCostModel : public CostModel {
     double bytes = 0;
   };
   AttentionWork Attention(const ScheduledRequest& r) const;
+  // The lightning indexer's work for one request (DeepSeek-V3.2 sparse attention), a kernel
+  // of its own before the attention: every new token scores every earlier token and itself.
+  // Zero for a model without an indexer. Every tensor-parallel GPU does all of it (vLLM's
+  // Indexer is "replicated", vllm/model_executor/models/deepseek_v2.py).
+  AttentionWork Indexer(const ScheduledRequest& r) const;
 
   // Per-model constants (whole model, before dividing by tp), exposed for tests and docs.
   struct Constants {
@@ -107,11 +117,19 @@ class RooflineCostModel : public CostModel {
     int32_t num_experts = 0;
     int32_t experts_per_token = 0;
     // Attention layers, summed over layers of each kind.
-    double full_flops_per_pair = 0;        // full-attention and MLA layers
+    double full_flops_per_pair = 0;        // full-attention and dense MLA layers
     double sliding_flops_per_pair = 0;     // sliding layers (all share one window)
     int32_t sliding_window = 0;
-    double full_kv_bytes_per_token = 0;    // full-attention and MLA layers
+    double full_kv_bytes_per_token = 0;    // full-attention and dense MLA layers
     double sliding_kv_bytes_per_token = 0;
+    // Sparse MLA layers (DeepSeek-V3.2): each query attends at most `index_topk` keys, chosen
+    // by the lightning indexer, which scores the whole context.
+    double sparse_flops_per_pair = 0;
+    double sparse_kv_bytes_per_token = 0;
+    int32_t index_topk = 0;
+    double index_flops_per_pair = 0;       // 2 · index_n_heads · index_head_dim per layer
+    double index_bytes_per_token = 0;      // indexer keys, 132 B per layer for V3.2
+    double index_peak_flops = 0;  // the fp8 peak (the indexer's q · k run in fp8), else peak_flops
     double linear_flops_per_token = 0;
     double linear_state_bytes = 0;         // per request, all linear layers
     int32_t num_layers = 0;

@@ -291,6 +291,7 @@ TEST(CalibratedCostModelTest, QwenDecodeOnToyGpuByHand) {
   EXPECT_NEAR(c.lm_head_s, 5e-6 + 0.002489319424, 1e-12);
   // 1,024 keys · 147,456 B / 5e11 B/s.
   EXPECT_NEAR(c.attention_s, 0.000301989888, 1e-12);
+  EXPECT_EQ(c.indexer_s, 0);  // no sparse attention
   // 36 · (2 us + 4,096 ns) + 3 us.
   EXPECT_NEAR(c.small_ops_s, 0.000222456, 1e-12);
   EXPECT_EQ(c.all_reduce_s, 0);

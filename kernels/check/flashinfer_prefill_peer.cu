@@ -207,11 +207,17 @@ std::vector<uint16_t> Download(const Problem& p) {
   return h;
 }
 
-double MaxAbsDiff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+// The largest |fi - kv|, and in *bad how many exceed 2e-2 + 2e-2·|kv|: each bf16 output is
+// within 1e-2 + 1e-2·|exact| of the exact value (kvpage_gpu_check's bound for PagedPrefill
+// against the CPU reference), so two kernels differ by at most about twice that.
+double CompareOutputs(const std::vector<uint16_t>& fi, const std::vector<uint16_t>& kv,
+                      int64_t* bad) {
   double max_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(ref::HalfToFloat(a[i], DType::kBF16) -
-                               ref::HalfToFloat(b[i], DType::kBF16));
+  *bad = 0;
+  for (size_t i = 0; i < fi.size(); ++i) {
+    const double want = ref::HalfToFloat(kv[i], DType::kBF16);
+    const double d = std::fabs(ref::HalfToFloat(fi[i], DType::kBF16) - want);
+    if (!(d <= 2e-2 + 2e-2 * std::fabs(want))) ++*bad;  // NaN counts as bad
     max_diff = std::isnan(d) ? INFINITY : std::max(max_diff, d);
   }
   return max_diff;
@@ -228,12 +234,13 @@ bool CheckOne(int32_t group, std::mt19937& rng) {
   PEER_CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<uint16_t> got = Download(p);
   const absl::Status s = RunKvpage(p);
-  const double max_diff = MaxAbsDiff(got, Download(p));
-  const bool pass = s.ok() && max_diff <= 2e-2;  // two bf16 roundings of values below 2
+  int64_t bad = 0;
+  const double max_diff = CompareOutputs(got, Download(p), &bad);
+  const bool pass = s.ok() && bad == 0;
   std::printf("%-4s flashinfer prefill vs kvpage, bf16 G=%d, chunks 300/129/77 over 0/700/1024 "
-              "(cta_tile_q %lld%s): max |diff| %.3g%s\n",
+              "(cta_tile_q %lld%s): max |diff| %.3g, %lld outside tolerance%s\n",
               pass ? "PASS" : "FAIL", group, static_cast<long long>(fi.cta_tile_q()),
-              fi.split() ? ", split" : "", max_diff,
+              fi.split() ? ", split" : "", max_diff, static_cast<long long>(bad),
               s.ok() ? "" : (" (" + std::string(s.message()) + ")").c_str());
   p.Free();
   return pass;

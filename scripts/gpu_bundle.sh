@@ -15,9 +15,10 @@
 #   MANIFEST  ptxas.txt  [bin/kvpage_flashinfer_peer]
 # and the script fails if a binary needs any other shared library or the folder passes 64 MiB.
 #
-# FlashInfer's decode as the sweep's peer (bin/kvpage_flashinfer_peer) is added when its headers
-# are found: KVPAGE_FLASHINFER_INCLUDE, else build/flashinfer/wheel/flashinfer/data/include, the
-# include/ folder of the flashinfer-python wheel unpacked there (docs/kernels.md §6):
+# FlashInfer's decode and batch prefill as the sweeps' peers (bin/kvpage_flashinfer_peer) are
+# added when its headers are found: KVPAGE_FLASHINFER_INCLUDE, else
+# build/flashinfer/wheel/flashinfer/data/include, the include/ folder of the flashinfer-python
+# wheel unpacked there (docs/kernels.md §6):
 #   pip download --no-deps flashinfer-python==0.7.4 -d build/flashinfer
 #   unzip -q build/flashinfer/*.whl 'flashinfer/data/include/*' 'flashinfer/data/cccl/*' \
 #     -d build/flashinfer/wheel

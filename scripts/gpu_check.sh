@@ -2,9 +2,9 @@
 # One command on a GPU machine (docs/kernels.md §6): the gpu-labelled kernel tests, a
 # compute-sanitizer memcheck and racecheck pass on small cases, then kvpage_gpu_check (every
 # kernel against the CPU reference on fresh random inputs, the device-to-device copy ceiling,
-# and a CUDA-event bandwidth sweep), then kvpage_flashinfer_peer when it was built (FlashInfer's
-# decode on the same cache and sweep, after checking it agrees with kvpage's). Budget: under 5
-# minutes.
+# a CUDA-event bandwidth sweep and the prefill TFLOP/s sweep), then kvpage_flashinfer_peer when
+# it was built (FlashInfer's decode, then its batch prefill, on the same cache and sweeps, each
+# after checking it agrees with kvpage's). Budget: under 5 minutes.
 #
 # Two ways to get the binaries:
 #   scripts/gpu_check.sh --prebuilt DIR   # DIR made by scripts/gpu_bundle.sh on another machine:
@@ -14,7 +14,7 @@
 #                                         # own CMake project: CUDA toolkit + Abseil + GTest)
 #   ... --allow-no-gpu                    # a dry run: no usable GPU is not an error
 #
-# Results (logs, bandwidth.csv) go to OUT_DIR: DIR/results with --prebuilt, else
+# Results (logs, bandwidth.csv, flashinfer*.csv) go to OUT_DIR: DIR/results with --prebuilt, else
 # build/kernels-only/gpu_check. Never changes clocks or device settings. Exit status: 1 if any
 # correctness check fails (a bandwidth row below target is reported, not fatal); 3, with one
 # line saying which, when there is no usable GPU (no driver, a driver older than the CUDA
@@ -114,14 +114,19 @@ elif [ $rc -ne 0 ]; then
   status=1
 fi
 
-if [ -x "$BIN_DIR/kvpage_flashinfer_peer" ]; then
-  echo "== kvpage_flashinfer_peer (FlashInfer's CUDA-core decode on the same cache and sweep)"
-  "$BIN_DIR/kvpage_flashinfer_peer" --csv "$OUT_DIR/flashinfer.csv" 2>&1 \
-    | tee "$OUT_DIR/flashinfer.txt" || status=1
-else
-  echo "== no kvpage_flashinfer_peer in $BIN_DIR: FlashInfer peer skipped" \
-    | tee "$OUT_DIR/flashinfer.txt"
-fi
+# FlashInfer's decode (GB/s) and batch prefill (TFLOP/s) on the same cache and sweeps.
+for sweep in decode prefill; do
+  log=flashinfer
+  [ $sweep = decode ] || log=flashinfer_$sweep
+  if [ -x "$BIN_DIR/kvpage_flashinfer_peer" ]; then
+    echo "== kvpage_flashinfer_peer --only $sweep (FlashInfer's $sweep on the same cache and sweep)"
+    "$BIN_DIR/kvpage_flashinfer_peer" --only $sweep --csv "$OUT_DIR/$log.csv" 2>&1 \
+      | tee "$OUT_DIR/$log.txt" || status=1
+  else
+    echo "== no kvpage_flashinfer_peer in $BIN_DIR: FlashInfer $sweep peer skipped" \
+      | tee "$OUT_DIR/$log.txt"
+  fi
+done
 
 if [ -n "$no_gpu" ]; then
   echo "gpu_check.sh: $no_gpu (exit 3; results in $OUT_DIR)"

@@ -1,5 +1,7 @@
-// kvpage_flashinfer_peer: FlashInfer's CUDA-core BatchDecode on kvpage's paged cache, timed
-// the way kvpage_gpu_check times PagedDecode, so the two sweeps compare row by row.
+// kvpage_flashinfer_peer: FlashInfer's CUDA-core BatchDecode and its batch prefill on kvpage's
+// paged cache, timed the way kvpage_gpu_check times PagedDecode and PagedPrefill, so the sweeps
+// compare row by row. This file: the decode and the driver; flashinfer_prefill_peer.cu: the
+// prefill.
 //
 // Built only with -DKVPAGE_FLASHINFER_INCLUDE=<dir holding flashinfer/attention/decode.cuh>
 // (the include/ folder the flashinfer-python wheel ships under flashinfer/data/); nothing of
@@ -10,11 +12,13 @@
 // each sequence's block ids as a CSR page list. Plans come from FlashInfer's own DecodePlan
 // (split-KV when the batch does not fill the device), made outside the timed region.
 //
-// Usage: kvpage_flashinfer_peer [--csv PATH] [--quick]
-//   First checks, on random bf16 data, that FlashInfer and kvpage's PagedDecode agree on the
-//   same cache; then the sweep batch 1/8/64/256 x context 1K/4K/32K x GQA 1/4/8 (bf16, 8 KV
-//   heads, D 128, block 16), the rows of kvpage_gpu_check's decode sweep. --quick: the check
-//   and batch 8 only.
+// Usage: kvpage_flashinfer_peer [--csv PATH] [--quick] [--only decode|prefill]
+//   Measures the device-to-device copy ceiling, then for decode checks, on random bf16 data,
+//   that FlashInfer and kvpage's PagedDecode agree on the same cache, and runs the sweep batch
+//   1/8/64/256 x context 1K/4K/32K x GQA 1/4/8 (bf16, 8 KV heads, D 128, block 16), the rows of
+//   kvpage_gpu_check's decode sweep (GB/s); for prefill the same against PagedPrefill and the
+//   prefill sweep of kernels/check/prefill_sweep.h (TFLOP/s). --quick: the checks and decode
+//   batch 8 only. --only: one of the two. CSV columns: kvpage_gpu_check's but target_pct.
 #include <cuda_runtime.h>
 
 #include <flashinfer/attention/decode.cuh>
@@ -32,42 +36,19 @@
 #include <string>
 #include <vector>
 
+#include "kernels/check/flashinfer_peer.h"
 #include "kvpage/cuda/paged_decode.h"
 #include "kvpage/kernel_layout.h"
 #include "kvpage/kernel_reference.h"
 
+namespace kvpage::cuda::peer {
 namespace {
 
 using Params = flashinfer::BatchDecodeParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int32_t>;
 using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
                                              /*logits_soft_cap=*/false, /*alibi=*/false>;
 constexpr uint32_t kHeadDim = 128;
-constexpr int32_t kKvHeads = 8, kBlockSize = 16, kRepeats = 25;
-constexpr size_t kFlushBytes = size_t{256} << 20;
-
-#define CHECK_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    const cudaError_t e_ = (expr);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorString(e_));                                               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-template <typename T>
-T* DeviceAlloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* p = DeviceAlloc<T>(v.size() * sizeof(T));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
+constexpr int32_t kKvHeads = 8, kBlockSize = 16;
 
 // One batch on one cache: every sequence `len` tokens, blocks a random permutation of the pool.
 struct Problem {
@@ -102,13 +83,13 @@ struct Problem {
       std::normal_distribution<float> normal;
       std::vector<uint16_t> h(static_cast<size_t>(cache_bytes / 2));
       for (auto& x : h) x = kvpage::ref::FloatToHalf(normal(rng), kvpage::DType::kBF16);
-      CHECK_CUDA(cudaMemcpy(cache, h.data(), cache_bytes, cudaMemcpyHostToDevice));
+      PEER_CHECK_CUDA(cudaMemcpy(cache, h.data(), cache_bytes, cudaMemcpyHostToDevice));
       h.resize(q_elems);
       for (auto& x : h) x = kvpage::ref::FloatToHalf(normal(rng), kvpage::DType::kBF16);
-      CHECK_CUDA(cudaMemcpy(q, h.data(), q_elems * 2, cudaMemcpyHostToDevice));
+      PEER_CHECK_CUDA(cudaMemcpy(q, h.data(), q_elems * 2, cudaMemcpyHostToDevice));
     } else {
-      CHECK_CUDA(cudaMemset(cache, 0x3c, cache_bytes));  // small finite bf16 values
-      CHECK_CUDA(cudaMemset(q, 0x3c, q_elems * 2));
+      PEER_CHECK_CUDA(cudaMemset(cache, 0x3c, cache_bytes));  // small finite bf16 values
+      PEER_CHECK_CUDA(cudaMemset(q, 0x3c, q_elems * 2));
     }
   }
   void Free() {
@@ -132,7 +113,7 @@ class FlashInferDecode {
   explicit FlashInferDecode(const Problem& p) : p_(p) {
     float_ws_ = DeviceAlloc<void>(kFloatWs);
     int_ws_ = DeviceAlloc<void>(kIntWs);
-    CHECK_CUDA(cudaMallocHost(&pinned_, kIntWs));
+    PEER_CHECK_CUDA(cudaMallocHost(&pinned_, kIntWs));
     cudaError_t err = cudaErrorInvalidValue;
     // FlashInfer picks its kernel by group size at run time; its work estimation is a template.
     auto plan = [&](auto estimate) {
@@ -147,8 +128,8 @@ class FlashInferDecode {
       case 8: plan(Estimate<8>); break;
       default: std::fprintf(stderr, "group %d not in the sweep\n", p.group); std::exit(1);
     }
-    CHECK_CUDA(err);
-    CHECK_CUDA(cudaDeviceSynchronize());
+    PEER_CHECK_CUDA(err);
+    PEER_CHECK_CUDA(cudaDeviceSynchronize());
   }
   ~FlashInferDecode() {
     cudaFree(float_ws_);
@@ -213,31 +194,6 @@ class FlashInferDecode {
   flashinfer::DecodePlanInfo info_;
 };
 
-// Median, min and max of kRepeats launches after 3 warm-ups, L2 flushed before each (as
-// kvpage_gpu_check's Bench::Time).
-template <typename F>
-void Time(F launch, void* flush, double* med, double* lo, double* hi) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch());
-  std::vector<double> us;
-  for (int r = 0; r < kRepeats; ++r) {
-    CHECK_CUDA(cudaMemsetAsync(flush, r & 0xff, kFlushBytes, nullptr));
-    CHECK_CUDA(cudaEventRecord(a, nullptr));
-    CHECK_CUDA(launch());
-    CHECK_CUDA(cudaEventRecord(b, nullptr));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(ms * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  *med = us[us.size() / 2], *lo = us.front(), *hi = us.back();
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-}
-
 // FlashInfer against kvpage's PagedDecode (itself checked against the CPU reference by
 // kvpage_gpu_check) on random data: both read the same cache through their own tables.
 bool CrossCheck(std::mt19937& rng) {
@@ -248,8 +204,8 @@ bool CrossCheck(std::mt19937& rng) {
     const size_t n = size_t(p.seqs) * p.hq() * kHeadDim;
     std::vector<uint16_t> fi(n), kv(n);
     FlashInferDecode decode(p);
-    CHECK_CUDA(decode.Run());
-    CHECK_CUDA(cudaMemcpy(fi.data(), p.out, n * 2, cudaMemcpyDeviceToHost));
+    PEER_CHECK_CUDA(decode.Run());
+    PEER_CHECK_CUDA(cudaMemcpy(fi.data(), p.out, n * 2, cudaMemcpyDeviceToHost));
     const kvpage::KvCacheView view = kvpage::BlocksFirstKvCache(
         p.cache, p.seqs * p.blocks_per_seq, kBlockSize, kKvHeads, kHeadDim, kvpage::DType::kBF16);
     const kvpage::DecodeParams params{p.hq(), 1.0f / std::sqrt(float{kHeadDim}), -1};
@@ -257,8 +213,8 @@ bool CrossCheck(std::mt19937& rng) {
         p.out, p.q, int64_t{p.hq()} * kHeadDim, view,
         {p.table, p.blocks_per_seq, p.lens, p.seqs}, params, kvpage::DecodePlan{}, nullptr, 0,
         nullptr);
-    CHECK_CUDA(cudaDeviceSynchronize());
-    CHECK_CUDA(cudaMemcpy(kv.data(), p.out, n * 2, cudaMemcpyDeviceToHost));
+    PEER_CHECK_CUDA(cudaDeviceSynchronize());
+    PEER_CHECK_CUDA(cudaMemcpy(kv.data(), p.out, n * 2, cudaMemcpyDeviceToHost));
     double max_diff = 0;
     for (size_t i = 0; i < n; ++i) {
       const double d = std::fabs(kvpage::ref::HalfToFloat(fi[i], kvpage::DType::kBF16) -
@@ -275,45 +231,21 @@ bool CrossCheck(std::mt19937& rng) {
   return ok;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string csv;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
-      csv = argv[++i];
-    } else if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--csv PATH] [--quick]\n", argv[0]);
-      return 2;
-    }
-  }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
-  std::mt19937 rng(23);
-  const bool agree = CrossCheck(rng);
-
-  void* flush = DeviceAlloc<void>(kFlushBytes);
+// The device-to-device copy ceiling in GB/s: cudaMemcpyAsync of 2 GiB, read + write counted.
+double CopyCeiling(void* flush) {
   const size_t copy_bytes = size_t{2} << 30;
   void* a = DeviceAlloc<void>(copy_bytes);
   void* b = DeviceAlloc<void>(copy_bytes);
   double med, lo, hi;
   Time([&] { return cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); },
        flush, &med, &lo, &hi);
-  const double ceiling = 2.0 * copy_bytes / (med * 1e3);  // GB/s
   cudaFree(a);
   cudaFree(b);
-  std::printf("\nmemcpy D2D 2 GiB: %.0f GB/s (the ceiling for %%copy)\n\n", ceiling);
+  return 2.0 * copy_bytes / (med * 1e3);
+}
 
-  FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
-  if (out != nullptr) {
-    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling\n");
-  }
+// The decode sweep (batch 8 only with `quick`), printed and written to `csv` when open.
+void SweepDecode(void* flush, double ceiling, FILE* csv, bool quick, std::mt19937& rng) {
   std::printf("%-18s %-40s %9s %10s %8s %7s\n", "kernel", "config", "MB", "median_us", "GB/s",
               "%copy");
   for (int32_t batch : {1, 8, 64, 256}) {
@@ -323,6 +255,7 @@ int main(int argc, char** argv) {
         Problem p;
         p.Make(batch, context, group, rng, /*random_values=*/false);
         FlashInferDecode decode(p);
+        double med, lo, hi;
         Time([&] { return decode.Run(); }, flush, &med, &lo, &hi);
         const double gbps = p.Bytes() / (med * 1e3);
         char config[96];
@@ -331,15 +264,71 @@ int main(int argc, char** argv) {
                       decode.split() ? " split" : "");
         std::printf("%-18s %-40s %9.1f %10.1f %8.0f %6.1f%%\n", "flashinfer_decode", config,
                     p.Bytes() / 1e6, med, gbps, 100.0 * gbps / ceiling);
-        if (out != nullptr) {
-          std::fprintf(out, "flashinfer_decode,\"%s\",%.0f,%.2f,%.2f,%.2f,%.1f,%.1f\n", config,
+        if (csv != nullptr) {
+          std::fprintf(csv, "flashinfer_decode,\"%s\",%.0f,%.2f,%.2f,%.2f,%.1f,%.1f,0\n", config,
                        p.Bytes(), med, lo, hi, gbps, 100.0 * gbps / ceiling);
         }
         p.Free();
       }
     }
   }
+}
+
+struct Flags {
+  std::string csv;
+  bool quick = false, decode = true, prefill = true;
+};
+
+// False, after printing the usage, on a flag it does not know.
+bool ParseFlags(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--csv") == 0 && has_value) {
+      f.csv = argv[++i];
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      f.quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && has_value &&
+               (std::strcmp(argv[i + 1], "decode") == 0 ||
+                std::strcmp(argv[i + 1], "prefill") == 0)) {
+      f.decode = std::strcmp(argv[++i], "decode") == 0;
+      f.prefill = !f.decode;
+    } else {
+      std::fprintf(stderr, "usage: %s [--csv PATH] [--quick] [--only decode|prefill]\n",
+                   argv[0]);
+      return false;
+    }
+  }
+  return true;
+}
+
+int Run(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, flags)) return 2;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  std::mt19937 rng(23);
+  bool agree = true;
+  if (flags.decode) agree = CrossCheck(rng) && agree;
+  if (flags.prefill) agree = CheckFlashInferPrefill(rng) && agree;
+  void* flush = DeviceAlloc<void>(kFlushBytes);
+  const double ceiling = CopyCeiling(flush);
+  std::printf("\nmemcpy D2D 2 GiB: %.0f GB/s (the ceiling for %%copy)\n\n", ceiling);
+  FILE* out = flags.csv.empty() ? nullptr : std::fopen(flags.csv.c_str(), "w");
+  if (out != nullptr) {
+    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling,tflops\n");
+  }
+  if (flags.decode) SweepDecode(flush, ceiling, out, flags.quick, rng);
+  if (flags.decode && flags.prefill) std::printf("\n");
+  const int failed_rows = flags.prefill ? SweepFlashInferPrefill(flush, ceiling, out, rng) : 0;
   if (out != nullptr) std::fclose(out);
   cudaFree(flush);
-  return agree ? 0 : 1;
+  return agree && failed_rows == 0 ? 0 : 1;
 }
+
+}  // namespace
+}  // namespace kvpage::cuda::peer
+
+int main(int argc, char** argv) { return kvpage::cuda::peer::Run(argc, argv); }

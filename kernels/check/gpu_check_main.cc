@@ -3,7 +3,8 @@
 //   2. measures the device-to-device copy ceiling (cudaMemcpyAsync, read + write bytes),
 //   3. times each kernel with CUDA events (median of repeats, L2 flushed by a 256 MiB memset
 //      outside the timed region, working sets of hundreds of MiB, far above L2),
-// and prints a table of GB/s and percent of the copy ceiling (also written as CSV with --csv).
+// and prints a table of GB/s and percent of the copy ceiling, then the prefill sweep's
+// TFLOP/s (prefill_sweep.h; both also written as CSV with --csv).
 //
 // Usage: kvpage_gpu_check [--quick] [--probe] [--allow-no-gpu] [--csv PATH] [--seed N]
 //   --quick         correctness on the small cases only (for compute-sanitizer runs)
@@ -31,8 +32,10 @@
 #include "kernels/check/device_buffer.h"
 #include "kernels/check/gpu_probe.h"
 #include "kernels/check/kernel_checks.h"
+#include "kernels/check/prefill_sweep.h"
 #include "kvpage/cuda/copy_slots.h"
 #include "kvpage/cuda/paged_decode.h"
+#include "kvpage/cuda/paged_prefill.h"
 #include "kvpage/cuda/write_kv.h"
 #include "kvpage/kernel_layout.h"
 #include "src/internal/status_macros.h"
@@ -52,6 +55,7 @@ struct Row {
   double bytes = 0;
   Timing t;
   int32_t batch = 0, context = 0;  // decode rows: for the target (bandwidth_targets.h)
+  double flops = 0;                 // prefill rows: causal attention FLOPs
 };
 
 class Bench {
@@ -363,6 +367,41 @@ absl::StatusOr<Row> BenchDecodeMla(Bench& bench, const MlaBenchCase& c, std::mt1
              bytes, t, c.seqs, c.len};
 }
 
+// PagedPrefill on a prefill sweep row: the tiled tensor-core path, one split (no planner picks
+// prefill splits), every sequence a chunk over its cached prefix.
+absl::StatusOr<Row> BenchPrefill(Bench& bench, const PrefillSweepCase& c, std::mt19937& rng) {
+  const PrefillBatch b = MakePrefillBatch(
+      std::vector<PrefillChunk>(c.seqs, {c.prefix, c.chunk}), kPrefillSweepBlockSize, rng);
+  const int32_t hq = c.num_q_heads(), d = kPrefillSweepHeadDim;
+  DeviceBuffer cache, q, out, dtable, dlens, dqsl, ws;
+  const int64_t cache_bytes =
+      int64_t{b.num_blocks} * 2 * kPrefillSweepBlockSize * kPrefillSweepKvHeads * d * 2;
+  KVPAGE_RETURN_IF_ERROR(cache.Allocate(cache_bytes));
+  cudaMemset(cache.get(), 0x3c, cache_bytes);  // small finite bf16 values
+  KVPAGE_RETURN_IF_ERROR(q.Allocate(int64_t{b.total_tokens()} * hq * d * 2));
+  cudaMemset(q.get(), 0x3c, q.bytes());
+  KVPAGE_RETURN_IF_ERROR(out.Allocate(q.bytes()));
+  KVPAGE_RETURN_IF_ERROR(dtable.Upload(b.table));
+  KVPAGE_RETURN_IF_ERROR(dlens.Upload(b.seq_lens));
+  KVPAGE_RETURN_IF_ERROR(dqsl.Upload(b.query_start_loc));
+  DecodePlan plan;
+  plan.use_tensor_cores = true;
+  const int64_t ws_bytes = PrefillWorkspaceBytes(plan, b.total_tokens(), hq, d);
+  KVPAGE_RETURN_IF_ERROR(ws.Allocate(ws_bytes));
+  const KvCacheView view = BlocksFirstKvCache(cache.get(), b.num_blocks, kPrefillSweepBlockSize,
+                                              kPrefillSweepKvHeads, d, DType::kBF16);
+  const DecodeParams params{hq, 1.0f / std::sqrt(static_cast<float>(d)), -1};
+  KVPAGE_ASSIGN_OR_RETURN(Timing t, bench.Time([&] {
+    const BlockTableView table{dtable.as<int32_t>(), b.max_blocks, dlens.as<int32_t>(),
+                               b.num_seqs()};
+    return PagedPrefill(out.get(), q.get(), int64_t{hq} * d, dqsl.as<int32_t>(), b.total_tokens(),
+                        view, table, params, plan, ws.get(), ws_bytes, nullptr);
+  }));
+  Row row{"paged_prefill", PrefillSweepConfig(c), PrefillSweepBytes(c), t};
+  row.flops = PrefillSweepFlops(c);
+  return row;
+}
+
 // MLA: batch 8/64/128 x context 4K x 16/64/128 heads, each on both kernels.
 void AddMlaBenchRows(Bench& bench, std::mt19937& rng, std::vector<absl::StatusOr<Row>>& rows) {
   for (int32_t batch : {8, 64, 128}) {
@@ -424,30 +463,28 @@ bool ReportDevice(const Flags& f, int& exit_status) {
   return !f.probe_only;
 }
 
-int Run(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, flags)) return 2;
-  int exit_status = 0;
-  if (!ReportDevice(flags, exit_status)) return exit_status;
-  const bool quick = flags.quick;
-  const uint32_t seed = flags.seed;
-  const std::string& csv = flags.csv;
-
-  const CheckCounts counts = Correctness(quick, seed);
-  std::printf("correctness: %d failure(s), %d skipped\n", counts.failures, counts.skipped);
-  if (counts.skipped > 0 && !flags.allow_no_gpu) {
-    std::printf("FAIL: no usable GPU: %d check(s) found no device\n", counts.skipped);
-    return kExitNoGpu;
+// The decode sweep: batch 1/8/64/256 x context 1K/4K/32K x GQA 1/4/8 (bf16, 8 KV heads, D 128,
+// block 16; the largest moves 34 GB of K/V), GQA 4/8 also on tensor cores ("mma"), then block
+// 64 and D 256 at the target shape on both kernels.
+std::vector<DecodeBenchCase> DecodeBenchCases() {
+  std::vector<DecodeBenchCase> cases;
+  for (int32_t batch : {1, 8, 64, 256}) {
+    for (int32_t context : {1024, 4096, 32768}) {
+      for (int32_t group : {1, 4, 8}) cases.push_back({batch, context, 8, group, 128, 16});
+      for (int32_t group : {4, 8}) {
+        cases.push_back({batch, context, 8, group, 128, 16, /*tensor_cores=*/true});
+      }
+    }
   }
-  const int failures = counts.failures;
-  if (quick) return failures == 0 ? 0 : 1;
+  cases.push_back({64, 4096, 8, 4, 128, 64});
+  cases.push_back({64, 4096, 2, 8, 256, 16});
+  cases.push_back({64, 4096, 8, 4, 128, 64, true});
+  cases.push_back({64, 4096, 2, 8, 256, 16, true});
+  return cases;
+}
 
-  Bench bench;
-  if (absl::Status s = bench.Init(); !s.ok()) {
-    std::printf("FAIL bench init: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  std::mt19937 rng(seed);
+// Every timed row; the copy ceiling first.
+std::vector<absl::StatusOr<Row>> RunBenches(Bench& bench, std::mt19937& rng) {
   std::vector<absl::StatusOr<Row>> rows;
   rows.push_back(BenchCopyCeiling(bench));
   rows.push_back(BenchWriteKv(bench, rng, false));
@@ -455,64 +492,106 @@ int Run(int argc, char** argv) {
   rows.push_back(BenchCopyBlocks(bench, rng));
   rows.push_back(BenchStateSlots(bench, false));
   rows.push_back(BenchStateSlots(bench, true));
-  // The sweep: batch 1/8/64/256 x context 1K/4K/32K x GQA 1/4/8 (bf16, 8 KV heads, D 128,
-  // block 16; the largest moves 34 GB of K/V), GQA 4/8 also on tensor cores ("mma"), then
-  // block 64 and D 256 at the target shape on both kernels.
-  std::vector<DecodeBenchCase> decode_cases;
-  for (int32_t batch : {1, 8, 64, 256}) {
-    for (int32_t context : {1024, 4096, 32768}) {
-      for (int32_t group : {1, 4, 8}) decode_cases.push_back({batch, context, 8, group, 128, 16});
-      for (int32_t group : {4, 8}) {
-        decode_cases.push_back({batch, context, 8, group, 128, 16, /*tensor_cores=*/true});
-      }
-    }
-  }
-  decode_cases.push_back({64, 4096, 8, 4, 128, 64});
-  decode_cases.push_back({64, 4096, 2, 8, 256, 16});
-  decode_cases.push_back({64, 4096, 8, 4, 128, 64, true});
-  decode_cases.push_back({64, 4096, 2, 8, 256, 16, true});
-  for (const auto& c : decode_cases) rows.push_back(BenchDecode(bench, c, rng));
+  for (const auto& c : DecodeBenchCases()) rows.push_back(BenchDecode(bench, c, rng));
   AddMlaBenchRows(bench, rng, rows);
+  for (const auto& c : PrefillSweepCases()) rows.push_back(BenchPrefill(bench, c, rng));
+  return rows;
+}
 
-  double ceiling = 0;
-  if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s
-  FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
-  if (out != nullptr) {
-    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling,target_pct\n");
-  }
+struct Tally {
+  int failures = 0, below_target = 0;
+};
+
+// The CSV line of a row (every column; target 0 where none, tflops 0 for a copy or decode).
+void WriteCsvRow(FILE* out, const Row& r, double gbps, double pct, double target) {
+  if (out == nullptr) return;
+  std::fprintf(out, "%s,\"%s\",%.0f,%.2f,%.2f,%.2f,%.1f,%.1f,%.0f,%.1f\n", r.kernel.c_str(),
+               r.config.c_str(), r.bytes, r.t.median_us, r.t.min_us, r.t.max_us, gbps, pct,
+               target, r.flops / (r.t.median_us * 1e6));
+}
+
+// The bandwidth table: rows without FLOPs, in GB/s and percent of the copy ceiling.
+void PrintBandwidthRows(const std::vector<absl::StatusOr<Row>>& rows, double ceiling, FILE* out,
+                        Tally& tally) {
   std::printf("\n%-16s %-52s %9s %10s %10s %10s %8s %7s %7s\n", "kernel", "config", "MB",
               "median_us", "min_us", "max_us", "GB/s", "%copy", "target");
-  int bench_failures = 0, below_target = 0;
   for (const auto& r : rows) {
     if (!r.ok()) {
       std::printf("FAIL %s\n", std::string(r.status().message()).c_str());
-      ++bench_failures;
+      ++tally.failures;
       continue;
     }
+    if (r->flops > 0) continue;
     const double gbps = r->bytes / (r->t.median_us * 1e3);
     const double pct = ceiling > 0 ? 100.0 * gbps / ceiling : 0;
     const double target = TargetPercent(r->kernel, r->batch, r->context);
     const bool meets = MeetsTarget(r->kernel, r->batch, r->context, pct);
-    below_target += meets ? 0 : 1;
+    tally.below_target += meets ? 0 : 1;
     std::printf("%-16s %-52s %9.1f %10.1f %10.1f %10.1f %8.0f %6.1f%% %s\n", r->kernel.c_str(),
                 r->config.c_str(), r->bytes / 1e6, r->t.median_us, r->t.min_us, r->t.max_us,
                 gbps, pct,
                 target == 0 ? "-" : absl::StrFormat("%s%.0f%%", meets ? ">=" : "BELOW ", target)
                                         .c_str());
-    if (out != nullptr) {
-      std::fprintf(out, "%s,\"%s\",%.0f,%.2f,%.2f,%.2f,%.1f,%.1f,%.0f\n", r->kernel.c_str(),
-                   r->config.c_str(), r->bytes, r->t.median_us, r->t.min_us, r->t.max_us, gbps,
-                   pct, target);
-    }
+    WriteCsvRow(out, *r, gbps, pct, target);
   }
+}
+
+// The prefill table: TFLOP/s (causal FLOPs / median time) and the GB/s of its least traffic.
+void PrintPrefillRows(const std::vector<absl::StatusOr<Row>>& rows, double ceiling, FILE* out) {
+  std::printf("\n%-16s %-52s %9s %10s %10s %10s %8s %8s\n", "kernel", "config", "GFLOP",
+              "median_us", "min_us", "max_us", "TFLOP/s", "GB/s");
+  for (const auto& r : rows) {
+    if (!r.ok() || r->flops == 0) continue;
+    const double gbps = r->bytes / (r->t.median_us * 1e3);
+    std::printf("%-16s %-52s %9.1f %10.1f %10.1f %10.1f %8.1f %8.0f\n", r->kernel.c_str(),
+                r->config.c_str(), r->flops / 1e9, r->t.median_us, r->t.min_us, r->t.max_us,
+                r->flops / (r->t.median_us * 1e6), gbps);
+    WriteCsvRow(out, *r, gbps, ceiling > 0 ? 100.0 * gbps / ceiling : 0, 0);
+  }
+}
+
+// Times every kernel and prints both tables; the number of rows that failed to run.
+int Benchmark(const Flags& flags) {
+  Bench bench;
+  if (absl::Status s = bench.Init(); !s.ok()) {
+    std::printf("FAIL bench init: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::mt19937 rng(flags.seed);
+  const std::vector<absl::StatusOr<Row>> rows = RunBenches(bench, rng);
+  double ceiling = 0;
+  if (rows[0].ok()) ceiling = rows[0]->bytes / (rows[0]->t.median_us * 1e3);  // GB/s
+  FILE* out = flags.csv.empty() ? nullptr : std::fopen(flags.csv.c_str(), "w");
+  if (out != nullptr) {
+    std::fprintf(out, "kernel,config,bytes,median_us,min_us,max_us,gbps,pct_ceiling,target_pct,"
+                      "tflops\n");
+  }
+  Tally tally;
+  PrintBandwidthRows(rows, ceiling, out, tally);
+  PrintPrefillRows(rows, ceiling, out);
   if (out != nullptr) std::fclose(out);
   std::printf("\nbytes: read + write the kernel must move (decode: K+V of every token, q, out,"
-              " table; split-KV partials not counted). Targets: paged_decode >= %.0f%% at batch"
-              " >= %d and context >= %d, write_kv and copy_blocks >= %.0f%% of the copy ceiling;"
-              " %d row(s) below target.\n",
+              " table; split-KV partials not counted; prefill: K+V once, q, out). Targets:"
+              " paged_decode >= %.0f%% at batch >= %d and context >= %d, write_kv and"
+              " copy_blocks >= %.0f%% of the copy ceiling; %d row(s) below target.\n",
               kDecodeTargetPercent, kDecodeTargetMinBatch, kDecodeTargetMinContext,
-              kCopyTargetPercent, below_target);
-  return failures + bench_failures == 0 ? 0 : 1;
+              kCopyTargetPercent, tally.below_target);
+  return tally.failures;
+}
+
+int Run(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, flags)) return 2;
+  int exit_status = 0;
+  if (!ReportDevice(flags, exit_status)) return exit_status;
+  const CheckCounts counts = Correctness(flags.quick, flags.seed);
+  std::printf("correctness: %d failure(s), %d skipped\n", counts.failures, counts.skipped);
+  if (counts.skipped > 0 && !flags.allow_no_gpu) {
+    std::printf("FAIL: no usable GPU: %d check(s) found no device\n", counts.skipped);
+    return kExitNoGpu;
+  }
+  if (flags.quick) return counts.failures == 0 ? 0 : 1;
+  return counts.failures + Benchmark(flags) == 0 ? 0 : 1;
 }
 
 }  // namespace

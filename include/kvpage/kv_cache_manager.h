@@ -55,7 +55,10 @@
 //     one trace under both. As vLLM does, it offers a full attention block to the prefix cache
 //     when the block is allocated, so a request admitted later in the same step hits blocks
 //     that step writes (and a request freed before its step ran leaves them cached): it models
-//     vLLM's numbers, not a contract for kernels that may skip a step.
+//     vLLM's numbers, not a contract for kernels that may skip a step. vLLM 0.33 also caches a
+//     linear-attention state at allocation, but does not start a request from one that a step
+//     allocated since the last CompleteStep writes: a first AllocateSlots whose hit (counting
+//     those states) would end on one returns false, so the request waits for the next step.
 //
 // Error handling: API misuse (unknown or stale handles, duplicate ids, tokens past
 // max_model_len, inconsistent token counts) returns an absl::Status naming the value and

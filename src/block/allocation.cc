@@ -196,6 +196,9 @@ absl::StatusOr<bool> KvCacheManager::Impl::AllocateStep(RequestState& st,
   const bool plain = IsPlain(req);
   RequestView r = View(st);
   KVPAGE_RETURN_IF_ERROR(ValidateAllocation(st, r, req));
+  // vllm accounting: vLLM's MambaManager.get_num_blocks_to_allocate asks for more blocks than
+  // the pool has (single_type_kv_cache_manager.py, cached_blocks_this_step).
+  if (!st.allocated && HitWaitsForStep(st)) return false;
   const int64_t processed = req.num_processed_tokens < 0 ? c : req.num_processed_tokens;
   // A running request's plain step takes what its own pools have at hand, judged before the
   // window release.

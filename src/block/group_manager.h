@@ -43,8 +43,10 @@ namespace kvpage::internal {
 inline constexpr int64_t kNoEvent = std::numeric_limits<int64_t>::max();
 
 // Which caches a prefix hit may come from: device memory alone (blocks a step can use now), or
-// the host tier too (blocks a load would bring back first).
-enum class HitScope : uint8_t { kDevice, kDeviceAndHost };
+// the host tier too (blocks a load would bring back first), or device memory and the state
+// snapshots the steps allocated since the last completed one will write (vllm accounting:
+// vLLM caches those at allocation, GroupManager::CachedThisStep).
+enum class HitScope : uint8_t { kDevice, kDeviceAndHost, kDeviceAndStep };
 
 // How one layer group is laid out in the manager.
 struct GroupLayout {
@@ -169,6 +171,13 @@ class GroupManager {
                               absl::Span<const RequestView> /*in_flight*/) const {
     return 0;
   }
+
+  // vllm accounting: a step allocated since the last completed one offers a state snapshot
+  // under `hash`, which vLLM caches at allocation but kvpage only when the step completes
+  // (MambaManager.cached_blocks_this_step; recurrent groups).
+  virtual bool CachedThisStep(BlockHash /*hash*/) const { return false; }
+  // The steps allocated so far have completed (KvCacheManager::CompleteStep).
+  virtual void StepCompleted() {}
 
   // ---- A step ----
   // InvalidArgument when the step's computed tokens exceed what the request holds blocks for.

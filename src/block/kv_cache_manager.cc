@@ -305,6 +305,7 @@ void KvCacheManager::CompleteStep() {
   // (Free takes a slot off the list, so every slot here is live.)
   for (int32_t slot : m.pending_commits) m.Commit(*m.states[slot]);
   m.pending_commits.clear();
+  for (const auto& g : m.groups) g->StepCompleted();
   m.step_open = false;
   if (m.release_deferred) {
     m.release_deferred = false;

@@ -88,6 +88,12 @@ class KvCacheManager::Impl {
 
   // ---- Prefix hits (prefix_hit.cc) ----
   CacheHit FindLongestHit(const internal::RequestState& st) const;
+  // The most blocks a hit of the request may cover (0 when it reads no prefix cache).
+  int64_t MaxHitBlocks(const internal::RequestState& st) const;
+  // vllm accounting: the hit vLLM would find ends on a state snapshot that a step allocated
+  // since the last completed one caches (GroupManager::CachedThisStep). vLLM's MambaManager
+  // then refuses the request's allocation, so it waits for the next step.
+  bool HitWaitsForStep(const internal::RequestState& st) const;
   // The most leading blocks of `hashes` any group knows of, counting the pending blocks of
   // requests whose step has not completed (CacheHit::match_tokens).
   int64_t KnownLength(absl::Span<const BlockHash> hashes, int64_t max_blocks) const;

@@ -18,11 +18,9 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   CacheHit hit;
   hit.blocks.resize(groups.size());
   const absl::Span<const BlockHash> hashes = st.hashes.hashes();
-  // The last token is always recomputed: its logits are needed.
-  int64_t length = std::min<int64_t>((NumTokens(st.slot) - 1) / block_size,
-                                     static_cast<int64_t>(hashes.size()));
-  if (!config.enable_prefix_caching || st.skip_prefix_cache_read || length <= 0) return hit;
-  const int64_t max_blocks = length;
+  const int64_t max_blocks = MaxHitBlocks(st);
+  if (max_blocks <= 0) return hit;
+  int64_t length = max_blocks;
   int64_t longest = 0;  // the longest prefix one group serves alone
   length = LongestHitLength(hashes, length, &longest);
   hit.num_tokens = hit.match_tokens = std::max<int64_t>(length, 0) * block_size;
@@ -36,6 +34,29 @@ CacheHit KvCacheManager::Impl::FindLongestHit(const RequestState& st) const {
   if (length <= 0) return hit;
   for (const auto& g : groups) hit.blocks[g->layout().id.value] = g->HitBlocks(hashes, length);
   return hit;
+}
+
+int64_t KvCacheManager::Impl::MaxHitBlocks(const RequestState& st) const {
+  if (!config.enable_prefix_caching || st.skip_prefix_cache_read) return 0;
+  // The last token is always recomputed: its logits are needed.
+  return std::max<int64_t>(0, std::min<int64_t>((NumTokens(st.slot) - 1) / block_size,
+                                                static_cast<int64_t>(st.hashes.hashes().size())));
+}
+
+bool KvCacheManager::Impl::HitWaitsForStep(const RequestState& st) const {
+  // Recurrent groups note the step's snapshots under vLLM 0.33's align bookkeeping only:
+  // kvpage accounting admits the request with the shorter hit the completed steps give.
+  if (!context.align_state_blocks) return false;
+  const absl::Span<const BlockHash> hashes = st.hashes.hashes();
+  const int64_t max_blocks = MaxHitBlocks(st);
+  // vLLM checks the last block of its hit, where a recurrent group's snapshot sits.
+  const int64_t length =
+      LongestHitLength(hashes, max_blocks, nullptr, internal::HitScope::kDeviceAndStep);
+  if (length <= 0) return false;
+  for (const auto& g : groups) {
+    if (g->CachedThisStep(hashes[length - 1])) return true;
+  }
+  return false;
 }
 
 int64_t KvCacheManager::Impl::KnownLength(absl::Span<const BlockHash> hashes,

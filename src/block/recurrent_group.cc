@@ -13,6 +13,7 @@ int64_t RecurrentGroup::HitLength(absl::Span<const BlockHash> hashes, int64_t ma
   // A snapshot taken exactly at the hit's end.
   for (int64_t i = max_blocks; i > 0; --i) {
     if (Holds(hashes[i - 1], scope)) return i;
+    if (scope == HitScope::kDeviceAndStep && CachedThisStep(hashes[i - 1])) return i;
   }
   return 0;
 }
@@ -104,7 +105,7 @@ void RecurrentGroup::Install(const RequestView& r, absl::Span<const BlockId> fre
                              const StateOutputs& outputs) {
   State& s = states_[r.slot];
   // A successful allocation is vLLM's cache_blocks over the request's known tokens.
-  RegisterDeferred(r, static_cast<int64_t>(r.hashes.size()));
+  NoteStepSnapshots(r, RegisterDeferred(r, static_cast<int64_t>(r.hashes.size())));
   s.read = s.cur;
   s.write = plan_.write_in_place ? s.cur : fresh[0].value;
   if (s.cur < 0) {
@@ -182,11 +183,23 @@ void RecurrentGroup::RegisterSnapshot(const RequestView& r, BlockId block, int64
   if (block.value == s.cur) s.cur_is_snapshot = pool().is_cached(block);
 }
 
-void RecurrentGroup::RegisterDeferred(const RequestView& r, int64_t full) {
+int64_t RecurrentGroup::RegisterDeferred(const RequestView& r, int64_t full) {
   State& s = states_[r.slot];
-  if (s.deferred < 0 || s.deferred_index >= std::min<int64_t>(full, r.hashes.size())) return;
+  if (s.deferred < 0 || s.deferred_index >= std::min<int64_t>(full, r.hashes.size())) return -1;
   RegisterSnapshot(r, BlockId(s.deferred), s.deferred_index);
   s.deferred = -1;
+  return s.deferred_index;
+}
+
+void RecurrentGroup::NoteStepSnapshots(const RequestView& r, int64_t registered) {
+  if (!ctx().align_state_blocks) return;
+  // vLLM's cache_blocks caches the deferred snapshot now and the step's own at once (kvpage
+  // registers the latter when the step completes); a waiting request whose hit would end on
+  // either waits for the next step (KvCacheManager::Impl::HitWaitsForStep).
+  if (registered >= 0) step_snapshots_.insert(r.hashes[registered]);
+  if (plan_.snapshot_block >= 0 && !plan_.snapshot_deferred) {
+    step_snapshots_.insert(r.hashes[plan_.snapshot_block]);
+  }
 }
 
 void RecurrentGroup::DropPending(const RequestView& r) {

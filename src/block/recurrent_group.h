@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "block/group_manager.h"
 #include "internal/status_macros.h"
 
@@ -34,6 +35,8 @@ class RecurrentGroup final : public GroupManager {
   int64_t HitLength(absl::Span<const BlockHash> hashes, int64_t max_blocks,
                     HitScope scope) const override;
   std::vector<int64_t> HitKeys(int64_t length) const override { return {length - 1}; }
+  bool CachedThisStep(BlockHash hash) const override { return step_snapshots_.contains(hash); }
+  void StepCompleted() override { step_snapshots_.clear(); }
   void CacheLoaded(const RequestView& r, BlockId block, int64_t i) const override;
   absl::Status CheckHit(const RequestView& r, const StepArgs& step) const override;
   int64_t Count(const RequestView& r, const StepArgs& step) const override {
@@ -112,14 +115,20 @@ class RecurrentGroup final : public GroupManager {
   StepPlan MakePlan(const RequestView& r, const StepArgs& step) const;
   // Registers `block` (the request's) as the snapshot of the state after block i.
   void RegisterSnapshot(const RequestView& r, BlockId block, int64_t i);
-  // Registers the deferred snapshot if blocks [0, full) are known and processed.
-  void RegisterDeferred(const RequestView& r, int64_t full);
+  // Registers the deferred snapshot if blocks [0, full) are known and processed; returns the
+  // block index it registered the snapshot under, or -1.
+  int64_t RegisterDeferred(const RequestView& r, int64_t full);
+  // Install, align_state_blocks: the snapshots vLLM's cache_blocks caches in this allocation.
+  void NoteStepSnapshots(const RequestView& r, int64_t registered);
   static int64_t Needed(const StepPlan& plan) {
     return plan.fresh_slots + (plan.hit_needs_touch ? 1 : 0);
   }
 
   std::vector<State> states_;  // by request slot
   StepPlan plan_;              // of the step being allocated
+  // align_state_blocks: the hashes of the snapshots the steps allocated since the last
+  // completed one cache in vLLM's bookkeeping (at allocation), registered here or not yet.
+  absl::flat_hash_set<BlockHash> step_snapshots_;
 };
 
 }  // namespace kvpage::internal

@@ -247,6 +247,63 @@ TEST(VllmScheduleTest, HybridChunkEndsWhereFullAttentionsHitEnds) {
   EXPECT_SCHED_INVARIANTS(s);
 }
 
+// vLLM caches a linear-attention state when the step that writes it is scheduled, but will not
+// start a request from a state cached in the same step (MambaManager.cached_blocks_this_step
+// in vllm/v1/core/single_type_kv_cache_manager.py): its allocation fails, and FCFS admission
+// stops there. A (2,176 tokens, four blocks) runs as 1,632 + 544; B shares A's 2,176 tokens
+// and C shares nothing, both added after step 1. Step 2: A's chunk caches its state after
+// 2,176 tokens, which is where B's hit ends (its 2,300 tokens allow a 4-block hit), so B waits
+// and C, behind it, too; free: 93 after A's 3 attention + 3 state blocks, 89 after its fourth
+// block's 1 + 3. Step 3: B starts from 2,176 and computes its last 124 tokens; A's first
+// decode token enters its fifth block (1 + 3 taken, its 1,632 state's 3 freed), B and C take
+// 1 + 3 each: 89 - 1 - 4 - 4 = 80. Step 4: A and B both let go of the 2,176 state they
+// started step 3 from, whose 3 blocks go back to the free queue: 83.
+TEST(VllmScheduleTest, HitOnAStateCachedThisStepWaitsForTheNextStep) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 100, 4096);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 2176, 4)).ok());  // A
+  Observed o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 1632}}));
+  EXPECT_EQ(o.free, 93u);
+  ASSERT_TRUE(s.AddRequest({.id = RequestId(1), .prompt_token_ids = Prompt(1000, 2176, 8000, 2300),
+                            .max_new_tokens = 2}).ok());  // B
+  ASSERT_TRUE(s.AddRequest(Req(2, 20000, 100, 2)).ok());  // C
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 544}}));
+  EXPECT_EQ(o.free, 89u);
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 1}, {1, 124}, {2, 100}}));
+  EXPECT_EQ(o.computed, (std::map<int64_t, int64_t>{{0, 2176}, {1, 2176}, {2, 0}}));
+  EXPECT_EQ(o.free, 80u);
+  o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 1}, {1, 1}, {2, 1}}));
+  EXPECT_EQ(o.free, 83u);
+  EXPECT_EQ(Observe(s).scheduled, (std::map<int64_t, int32_t>{{0, 1}}));
+  EXPECT_FALSE(s.HasUnfinishedRequests());
+  EXPECT_SCHED_INVARIANTS(s);
+}
+
+// kvpage accounting has no such rule: with its 16-token blocks A runs as 2,048 + 128, and in
+// step 2 B starts from A's state after 2,048 tokens (the state after 2,176 is still being
+// written), computes up to 2,176, where the prompts' known prefix ends (CacheHit::match_tokens),
+// and C starts beside it with its first 96 tokens (6 blocks; the last chunk ends on a block
+// boundary too).
+TEST(VllmScheduleTest, KvpageAccountingStartsFromTheLastCompletedState) {
+  VllmRun run = Make("qwen3.5-0.8b", kQwen35BlockId, 100, 4096, AccountingMode::kKvpage);
+  ASSERT_NE(run.s, nullptr);
+  Scheduler& s = *run.s;
+  ASSERT_TRUE(s.AddRequest(Req(0, 1000, 2176, 4)).ok());
+  EXPECT_EQ(Observe(s).scheduled, (std::map<int64_t, int32_t>{{0, 2048}}));
+  ASSERT_TRUE(s.AddRequest({.id = RequestId(1), .prompt_token_ids = Prompt(1000, 2176, 8000, 2300),
+                            .max_new_tokens = 2}).ok());
+  ASSERT_TRUE(s.AddRequest(Req(2, 20000, 100, 2)).ok());
+  const Observed o = Observe(s);
+  EXPECT_EQ(o.scheduled, (std::map<int64_t, int32_t>{{0, 128}, {1, 128}, {2, 96}}));
+  EXPECT_EQ(o.computed, (std::map<int64_t, int64_t>{{0, 2048}, {1, 2048}, {2, 0}}));
+  EXPECT_SCHED_INVARIANTS(s);
+}
+
 // vLLM admits a request when its own whole prompt fits (scheduler_reserve_full_isl), whatever
 // the running requests' prompts still need; kvpage accounting also reserves those. 13 ids:
 // A (3,000 tokens) takes 3 attention blocks and 3 state blocks for its first 1,632 tokens,

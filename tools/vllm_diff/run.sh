@@ -66,6 +66,7 @@ sched_workloads=(
   "sched_nemotron_2048 nemotron-3-nano-30b-a3b 60 2048"
   "sched_llama4_2048 llama-4-scout-17b-16e-instruct 3000 2048"
   "sched_kimi_2048 kimi-linear-48b-a3b-instruct 60 2048"
+  "sched_jamba_2048 jamba-1.5-mini 1500 2048"
 )
 for w in "${sched_workloads[@]}"; do
   read -r base model sync_blocks budget async_blocks <<<"$w"

@@ -100,7 +100,7 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
 }
 
 // llama.cpp's MiniMax-01 loader marks layer i a lightning (recurrent) layer unless
-// (i + 1) % 8 == 0 (src/models/minimax-01.cpp:11-18; convert_hf_to_gguf writes no layer list
+// (i + 1) % 8 == 0 (src/models/minimax-01.cpp:11-18 at 09b462e0; the converter writes no list
 // or interval, so the default 8 holds) and loads wq/wk/wv only for the others. Hybrid memory
 // then sizes the two sets with the is_recr filters (src/llama-model.cpp:2292 at master
 // 4df29be4): softmax layers get KV cells like any other, lightning layers recurrent rows.

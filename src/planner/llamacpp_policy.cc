@@ -1,5 +1,6 @@
 // What `llama-server -c L --parallel N` allocates (llama.cpp build 4da6337 semantics; the
-// reference notes peers.md §A2–A4 quote the sizing code this follows).
+// reference notes peers.md §A2–A4 quote the sizing code this follows). MiniMax-Text-01 and
+// MiniMax-M1 follow LLM_ARCH_MINIMAX_01 (ggml-org/llama.cpp PR #27018, merged 2026-08-14).
 
 #include <algorithm>
 
@@ -61,6 +62,12 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
     g.kind = spec.kind;
     g.num_layers = group.num_layers();
     if (spec.kind == LayerKind::kLinearAttention) {
+      // One f32 row of n_embd_r() + n_embd_s() values per sequence (llama-memory-recurrent.cpp:
+      // n_rows = mem_size · (1 + n_rs_seq), mem_size = max(1, n_seq_max), n_rs_seq 0 without a
+      // draft model). MiniMax lightning layers: n_embd_s() = n_embd_head_la² · n_head, one
+      // head_dim × head_dim matrix per head (llama-hparams.cpp; minimax-01.cpp:8-9 sets
+      // n_embd_head_la = head_dim), and n_embd_r() = 0 (no conv); the reader gives them
+      // conv_kernel 1, so ConvValues() is 0 and RecurrentValues() the same matrices.
       const int64_t per_layer =
           (spec.linear.ConvValues() + spec.linear.RecurrentValues()) * BytesPerValue(kRecurrentDType);
       g.blocks = std::max<int64_t>(1, o.parallel);  // one state row per sequence
@@ -92,16 +99,30 @@ absl::StatusOr<PlanRow> Allocate(const ModelSpec& model, const PlanOptions& o, i
   return row;
 }
 
-// llama.cpp has no architecture for MiniMax's lightning attention in the build this policy
-// follows: its llm_arch list (src/llama-arch.cpp) has MINIMAX_M2, not MiniMax-Text-01 or M1
-// (upstream added LLM_ARCH_MINIMAX_01 later, in PR #27018, Aug 2026). Such a model gets a
-// row that allocates nothing and says why.
-bool RefuseArchitecture(const ModelSpec& model, std::optional<int64_t> budget, PlanRow& row) {
+// llama.cpp's MiniMax-01 loader marks layer i a lightning (recurrent) layer unless
+// (i + 1) % 8 == 0 (src/models/minimax-01.cpp:11-18 at 09b462e0; the converter writes no list
+// or interval, so the default 8 holds) and loads wq/wk/wv only for the others. Hybrid memory
+// then sizes the two sets with the is_recr filters (src/llama-model.cpp:2292 at master
+// 4df29be4): softmax layers get KV cells like any other, lightning layers recurrent rows.
+// MiniMax-Text-01 and M1 put softmax attention exactly there; a config whose attn_type_list
+// differs would give a GGUF llama.cpp cannot load, so its row allocates nothing and says why.
+int32_t FirstMiniMaxLayoutMismatch(const ModelSpec& model) {
+  for (int32_t layer = 0; layer < model.num_layers(); ++layer) {
+    const bool linear = model.layers[layer].kind == LayerKind::kLinearAttention;
+    if (linear != ((layer + 1) % 8 != 0)) return layer;
+  }
+  return -1;
+}
+
+bool RefuseMiniMaxLayout(const ModelSpec& model, std::optional<int64_t> budget, PlanRow& row) {
   if (model.model_type != "minimax" && model.model_type != "minimax_m1") return false;
-  row.refusal = absl::StrCat("llama.cpp has no architecture for model_type '", model.model_type,
-                             "' (MiniMax lightning attention)");
-  row.fixes = {"a llama.cpp build with LLM_ARCH_MINIMAX_01 (ggml-org/llama.cpp PR #27018), "
-               "whose lightning-attention state --policy llamacpp does not size yet"};
+  const int32_t layer = FirstMiniMaxLayoutMismatch(model);
+  if (layer < 0) return false;
+  row.refusal = absl::StrCat(
+      "llama.cpp's MiniMax-01 architecture puts softmax attention in every 8th layer "
+      "(indices 7, 15, ...), but attn_type_list makes layer ", layer,
+      (layer + 1) % 8 == 0 ? " lightning" : " softmax", "; such a GGUF would not load");
+  row.fixes = {"--policy kvpage, which sizes attn_type_list as it is"};
   if (budget.has_value()) row.max_concurrency = 0;
   return true;
 }
@@ -111,7 +132,7 @@ bool RefuseArchitecture(const ModelSpec& model, std::optional<int64_t> budget, P
 absl::StatusOr<PlanRow> PlanLlamaCppRow(const ModelSpec& model, const PlanOptions& options,
                                         int64_t context, std::optional<int64_t> budget) {
   PlanRow refused{.context = context};
-  if (RefuseArchitecture(model, budget, refused)) return refused;
+  if (RefuseMiniMaxLayout(model, budget, refused)) return refused;
   KVPAGE_ASSIGN_OR_RETURN(PlanRow row, Allocate(model, options, context));
   if (!budget.has_value()) return row;
   // k requests of `context` tokens at once means `-c k·context --parallel k` (the other flags

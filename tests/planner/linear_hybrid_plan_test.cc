@@ -1,9 +1,11 @@
 // The three planner policies on the linear-attention hybrids of src/model/linear_hybrid.h:
 // Jamba 1.5 Mini, MiniMax-M1 and Kimi Linear 48B (bundled configs). Every figure is worked
-// out by hand from the config in the comment above it. One request, no budget, 4K tokens.
+// out by hand from the config in the comment above it. One request, no budget, 4K tokens unless
+// a test says otherwise.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kvpage/model_spec.h"
 #include "kvpage/plan_format.h"
 #include "kvpage/planner.h"
 #include "testing/plan_checks.h"
@@ -103,13 +105,55 @@ TEST(LinearHybridPlanTest, LlamaCppSizesJambaAndKimiStates) {
   EXPECT_EQ(kimi.rows[0].reserved_bytes, 44'892'160 + 33'030'144);
 }
 
-// The llama.cpp build the policy follows has no MiniMax-01/M1 architecture.
-TEST(LinearHybridPlanTest, LlamaCppSaysItCannotRunMiniMaxM1) {
-  Plan plan = PlanBundled("minimax-m1", With(Policy::kLlamaCpp), {4096}, 100 * kMiB);
-  EXPECT_THAT(plan.rows[0].refusal, HasSubstr("no architecture for model_type 'minimax_m1'"));
-  EXPECT_EQ(plan.rows[0].reserved_bytes, 0);
-  EXPECT_EQ(plan.rows[0].max_concurrency, 0);
-  EXPECT_THAT(PlanToTable(plan), HasSubstr("llama.cpp would not start at 4K"));
+// llama.cpp serves MiniMax-M1 as LLM_ARCH_MINIMAX_01 (PR #27018) in hybrid memory. The 10
+// softmax layers (7, 15, ..., 79) hold f16 K/V cells: 2 · 8 heads · 128 · 2 B = 4,096 B per
+// cell and layer, 10 × 4096 × 4,096 B = 167,772,160 B at 4K. Each of the 70 lightning layers
+// keeps one f32 row per sequence of n_embd_s = 128 · 128 · 64 = 1,048,576 values (n_embd_r =
+// 0): 70 × 4,194,304 B = 293,601,280 B = 280 MiB at every length (kvpage: 140 MiB in bf16).
+// 4K: 461,373,440 B = 440 MiB; 32K: 1,280 + 280 = 1,560 MiB; 128K: 5,120 + 280 = 5,400 MiB.
+TEST(LinearHybridPlanTest, LlamaCppSizesMiniMaxLightningState) {
+  Plan plan = PlanBundled("minimax-m1", With(Policy::kLlamaCpp), {4096, 32768, 131072});
+  for (const PlanRow& row : plan.rows) {
+    EXPECT_TRUE(row.refusal.empty()) << row.refusal;
+    EXPECT_EQ(row.state_bytes, 293'601'280);
+  }
+  EXPECT_EQ(plan.rows[0].reserved_bytes, 167'772'160 + 293'601'280);
+  EXPECT_EQ(plan.rows[0].reserved_bytes, 440 * kMiB);
+  EXPECT_EQ(plan.rows[1].reserved_bytes, 1560 * kMiB);
+  EXPECT_EQ(plan.rows[2].reserved_bytes, 5400 * kMiB);
+}
+
+// --parallel 4 at 32K: 4 streams of pad256(32768 / 4) = 8,192 cells keep the K/V at
+// 1,280 MiB; the state is one row per sequence, 4 × 280 MiB. Total 2,400 MiB.
+// A 1 GiB budget at 4K: k requests cost k × 440 MiB (-c 4096·k --parallel k), so 2 fit.
+TEST(LinearHybridPlanTest, LlamaCppMiniMaxStateGrowsWithSequences) {
+  PlanOptions four = With(Policy::kLlamaCpp);
+  four.parallel = 4;
+  Plan plan = PlanBundled("minimax-m1", four, {32768});
+  EXPECT_EQ(plan.rows[0].state_bytes, 4 * int64_t{293'601'280});
+  EXPECT_EQ(plan.rows[0].reserved_bytes, 2400 * kMiB);
+  Plan budgeted = PlanBundled("minimax-m1", With(Policy::kLlamaCpp), {4096}, 1024 * kMiB);
+  EXPECT_EQ(budgeted.rows[0].max_concurrency, 2);
+}
+
+// llama.cpp's loader puts MiniMax softmax attention in every 8th layer (minimax-01.cpp), not
+// where attn_type_list says: a config with softmax in layer 3 would not load, and says so.
+TEST(LinearHybridPlanTest, LlamaCppRefusesOtherMiniMaxLayouts) {
+  auto spec = ParseModelSpec(R"({"model_type": "minimax_m1", "num_hidden_layers": 8,
+      "hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 8,
+      "vocab_size": 1024, "max_position_embeddings": 4096, "intermediate_size": 128,
+      "torch_dtype": "bfloat16", "attn_type_list": [0, 0, 0, 1, 0, 0, 0, 1],
+      "num_local_experts": 2, "num_experts_per_tok": 1})",
+                             "tiny", "tiny.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = MakePlan(*spec, With(Policy::kLlamaCpp), {4096}, 100 * kMiB);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const PlanRow& row = plan->rows[0];
+  EXPECT_THAT(row.refusal, HasSubstr("attn_type_list makes layer 3 softmax"));
+  EXPECT_EQ(row.reserved_bytes, 0);
+  EXPECT_EQ(row.max_concurrency, 0);
+  testing::ExpectRowInvariants(row);
+  EXPECT_THAT(PlanToTable(*plan), HasSubstr("llama.cpp would not start at 4K"));
 }
 
 }  // namespace

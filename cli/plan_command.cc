@@ -38,7 +38,7 @@ constexpr const char* kPlanUsage =
                    (the fewest GPUs that serve a trace within an SLO; `kvpage plan --slo --help`)
 
 Reports, for each context length L, the bytes one request of length L reserves for the model
-under a reservation policy (kvpage's allocator, vLLM 0.29, or llama-server), split into the
+under a reservation policy (kvpage's allocator, vLLM, or llama-server), split into the
 length-dependent KV part and the fixed recurrent state, and — given a KV budget — how many
 such requests fit. MiB = 2^20 bytes. With --tp N, everything is one GPU's share of a model
 split over N GPUs by tensor parallelism. docs/capacity_planning.md explains every policy.)";

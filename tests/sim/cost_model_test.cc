@@ -9,6 +9,7 @@
 #include "kvpage/catalog.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/hardware_calibration.h"
+#include "testing/toy_cost_model.h"
 
 namespace kvpage::sim {
 namespace {
@@ -267,15 +268,7 @@ const char* kToyGpu = R"({"name": "Toy", "memory_bytes": 1, "hbm_bandwidth_bytes
     "attention": {"prefill_efficiency": 0.25}}})";
 
 std::unique_ptr<CalibratedCostModel> MakeToy(int32_t tp) {
-  auto gpu = ParseGpuSpec(kToyGpu, "toy");
-  auto cal = ParseGpuCalibration(kToyGpu, "toy");
-  auto spec = LoadModel("qwen3-8b");
-  EXPECT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
-  RooflineOptions options;
-  options.tp = tp;
-  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal, options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
+  return kvpage::testing::MakeToyCostModel(kToyGpu, "qwen3-8b", tp);
 }
 
 // Qwen3-8B (see kQwenParams): 6,946,075,648 decoder parameters in 36 layers; per layer the

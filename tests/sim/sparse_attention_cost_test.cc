@@ -8,6 +8,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/cost_model.h"
 #include "sim/hardware_calibration.h"
+#include "testing/toy_cost_model.h"
 
 namespace kvpage::sim {
 namespace {
@@ -41,7 +42,8 @@ constexpr double kMlaFlops = 17989632, kLatentBytes = 70272;
 constexpr double kIndexFlops = 999424, kIndexBytes = 8052;
 
 TEST(SparseAttentionCostTest, ConstantsByHand) {
-  const auto& c = Roofline("deepseek-v3.2")->constants();
+  const auto sparse = Roofline("deepseek-v3.2");  // keeps the model its constants belong to
+  const auto& c = sparse->constants();
   EXPECT_EQ(c.index_topk, 2048);
   EXPECT_DOUBLE_EQ(c.sparse_flops_per_pair, kMlaFlops);
   EXPECT_DOUBLE_EQ(c.sparse_kv_bytes_per_token, kLatentBytes);
@@ -52,7 +54,8 @@ TEST(SparseAttentionCostTest, ConstantsByHand) {
   EXPECT_EQ(c.full_kv_bytes_per_token, 0);
 
   // DeepSeek-V3: the same MLA without an indexer is priced as dense MLA, as before.
-  const auto& dense = Roofline("deepseek-v3")->constants();
+  const auto v3 = Roofline("deepseek-v3");
+  const auto& dense = v3->constants();
   EXPECT_DOUBLE_EQ(dense.full_flops_per_pair, kMlaFlops);
   EXPECT_DOUBLE_EQ(dense.full_kv_bytes_per_token, kLatentBytes);
   EXPECT_EQ(dense.index_topk, 0);
@@ -167,15 +170,7 @@ const char* kToyGpu = R"({"name": "Toy", "memory_bytes": 1,
     "attention": {"prefill_efficiency": 0.25}}})";
 
 std::unique_ptr<CalibratedCostModel> MakeToy(int32_t tp) {
-  auto gpu = ParseGpuSpec(kToyGpu, "toy");
-  auto cal = ParseGpuCalibration(kToyGpu, "toy");
-  auto spec = LoadModel("deepseek-v3.2");
-  EXPECT_TRUE(gpu.ok() && cal.ok() && spec.ok()) << cal.status();
-  RooflineOptions options;
-  options.tp = tp;
-  auto m = CalibratedCostModel::Create(*spec, *gpu, *cal, options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
+  return kvpage::testing::MakeToyCostModel(kToyGpu, "deepseek-v3.2", tp);
 }
 
 TEST(SparseAttentionCostTest, CalibratedPricesTheIndexerAsItsOwnKernel) {

@@ -36,6 +36,18 @@ double CausalPairs(int64_t ctx, int64_t n) {
          static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
 }
 
+// How many copies of a layer's per-token cache the tp GPUs hold and read together: 1 when they
+// split its KV heads, tp for an MLA latent (every GPU holds it whole), tp / num_kv_heads when
+// there are fewer KV heads than GPUs (each replicated), as vLLM 0.33 shards them
+// (kvpage/tensor_parallel.h). The cost model divides every byte by tp, so a layer's bytes per
+// token count each copy.
+double CacheCopies(const LayerSpec& layer, int32_t tp) {
+  if (layer.kind == LayerKind::kLinearAttention) return 1.0;
+  if (layer.kind == LayerKind::kMla) return tp;
+  const int32_t heads = layer.attention.num_kv_heads;
+  return heads >= tp ? 1.0 : static_cast<double>(tp) / heads;
+}
+
 // Adds one MLA layer (absorbed: scores and outputs both run over the latent, rope part
 // included). A layer with a lightning indexer (DeepSeek-V3.2 sparse attention) goes to the
 // sparse terms: its queries attend their top index_topk keys (2,048), after the indexer's
@@ -44,8 +56,9 @@ double CausalPairs(int64_t ctx, int64_t n) {
 // DeepSeek_V3_2.pdf; vLLM's Indexer in vllm/model_executor/models/deepseek_v2.py). The
 // per-head weighting, under 1% of the q · k FLOPs, is left out.
 absl::Status AddMlaLayer(const ModelSpec& model, const AttentionShape& a, DType kv_dtype,
-                         RooflineCostModel::Constants& c) {
+                         double copies, RooflineCostModel::Constants& c) {
   KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
+  kv *= copies;
   const double flops = 4.0 * model.num_attention_heads * a.head_dim_k;
   if (!a.HasIndexer() || model.index_topk <= 0) {
     c.full_kv_bytes_per_token += kv;
@@ -124,20 +137,21 @@ absl::StatusOr<std::unique_ptr<RooflineCostModel>> RooflineCostModel::Create(
   const double q_heads = model.num_attention_heads;
   for (const LayerSpec& layer : model.layers) {
     const AttentionShape& a = layer.attention;
+    const double copies = CacheCopies(layer, options.tp);
     switch (layer.kind) {
       case LayerKind::kChunkedLocal:  // upper bound: as if every token read the whole context
       case LayerKind::kFullAttention: {
         KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
-        c.full_kv_bytes_per_token += kv;
+        c.full_kv_bytes_per_token += kv * copies;
         c.full_flops_per_pair += 2.0 * q_heads * (a.head_dim_k + a.head_dim_v);
         break;
       }
       case LayerKind::kMla:
-        KVPAGE_RETURN_IF_ERROR(AddMlaLayer(model, a, kv_dtype, c));
+        KVPAGE_RETURN_IF_ERROR(AddMlaLayer(model, a, kv_dtype, copies, c));
         break;
       case LayerKind::kSlidingWindow: {
         KVPAGE_ASSIGN_OR_RETURN(double kv, KvBytesPerToken(a, kv_dtype));
-        c.sliding_kv_bytes_per_token += kv;
+        c.sliding_kv_bytes_per_token += kv * copies;
         c.sliding_flops_per_pair += 2.0 * q_heads * (a.head_dim_k + a.head_dim_v);
         c.sliding_window = layer.sliding_window;
         break;

@@ -27,7 +27,8 @@
 //         + indexer keys of the whole context read and of the new tokens written
 //         + linear-attention state read and written once per request and layer
 // With tensor parallelism every FLOP and byte term but the indexer's is divided by `tp` (vLLM
-// replicates the indexer on every GPU); overheads are not, and no communication term is added.
+// replicates the indexer on every GPU), the cache bytes after counting each copy the GPUs keep
+// of a replicated MLA latent or KV head; overheads are not, and no communication term is added.
 //
 // Thread-safety: StepTime is const and touches no shared state; a model may be shared.
 #ifndef KVPAGE_SIM_COST_MODEL_H_
@@ -95,8 +96,9 @@ class RooflineCostModel : public CostModel {
   double StepTime(const StepShape& step) const override { return Cost(step).total_s; }
   StepCost Cost(const StepShape& step) const;
 
-  // Attention work of one request in a step, whole model (before dividing by tp): score and
-  // output FLOPs (linear-attention updates included) and KV / state bytes read and written.
+  // Attention work of one request in a step, all tp GPUs together (before dividing by tp):
+  // score and output FLOPs (linear-attention updates included) and KV / state bytes read and
+  // written, each replicated cache copy counted.
   struct AttentionWork {
     double flops = 0;
     double bytes = 0;
@@ -116,7 +118,9 @@ class RooflineCostModel : public CostModel {
     double routed_weight_bytes = 0;        // all routed experts
     int32_t num_experts = 0;
     int32_t experts_per_token = 0;
-    // Attention layers, summed over layers of each kind.
+    // Attention layers, summed over layers of each kind. Cache bytes count every copy the tp
+    // GPUs hold (an MLA latent tp times, a KV head replicated on several GPUs once each), so
+    // that divided by tp they are what one GPU reads.
     double full_flops_per_pair = 0;        // full-attention and dense MLA layers
     double sliding_flops_per_pair = 0;     // sliding layers (all share one window)
     int32_t sliding_window = 0;

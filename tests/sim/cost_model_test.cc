@@ -58,6 +58,20 @@ TEST(ModelSpecFieldsTest, DenseAndMoeCounts) {
             oss->num_params - oss->routed_expert_params / 32 * 28);
 }
 
+// Under tensor parallelism each GPU reads its own copy of a replicated cache: the MLA latent
+// whole on every GPU, a KV head on tp / num_kv_heads GPUs when there are fewer heads than GPUs.
+TEST(RooflineTest, ReplicatedCachesAreReadByEveryGpuHoldingThem) {
+  auto bytes = [](const char* model, int32_t tp) {
+    return Make(model, "h100", RooflineOptions{.tp = tp})->constants().full_kv_bytes_per_token;
+  };
+  // Qwen3-8B: 147,456 B per token; 8 KV heads split over 8 GPUs, each on 2 of 16.
+  EXPECT_DOUBLE_EQ(bytes("qwen3-8b", 8), 147456.0);
+  EXPECT_DOUBLE_EQ(bytes("qwen3-8b", 16), 2 * 147456.0);  // / 16 = 18,432 B a GPU reads
+  // DeepSeek-V2-Lite: 27 layers · 576 latent values · 2 B = 31,104 B, on each of 4 GPUs.
+  EXPECT_DOUBLE_EQ(bytes("deepseek-v2-lite", 1), 31104.0);
+  EXPECT_DOUBLE_EQ(bytes("deepseek-v2-lite", 4), 4 * 31104.0);
+}
+
 TEST(RooflineTest, QwenConstantsByHand) {
   auto cm = Make("qwen3-8b", "h100");
   const auto& c = cm->constants();

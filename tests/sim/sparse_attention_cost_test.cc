@@ -190,13 +190,18 @@ TEST(SparseAttentionCostTest, CalibratedPricesTheIndexerAsItsOwnKernel) {
   expect({16384, 2048}, 0.301815941824512, 0.071264144195584);
 }
 
-// At tp 8 the attention takes an eighth of its tp-1 time, the indexer all of it.
-TEST(SparseAttentionCostTest, CalibratedIndexerIsNotSplitByTp) {
+// At tp 8 each GPU runs an eighth of the attention's FLOPs but reads the whole latent (vLLM
+// replicates it), and runs all of the indexer. Decode at 16,383 is bound by its 143,987,328
+// latent bytes, so it takes as long as at tp 1 (287.974656 us); the prefill chunk after 16,384
+// is FLOP-bound (75,453,985,456,128 / 8 / 2.5e14 against 18,432 rows × 70,272 B / 5e11 =
+// 2.59 ms), an eighth of its tp-1 time.
+TEST(SparseAttentionCostTest, CalibratedTpSplitsFlopsNotTheLatentOrTheIndexer) {
   auto one = MakeToy(1), eight = MakeToy(8);
-  for (ScheduledRequest r : {ScheduledRequest{16383, 1}, ScheduledRequest{16384, 2048}}) {
-    const CalibratedStepCost a = one->Cost(StepShape{{r}}), b = eight->Cost(StepShape{{r}});
-    EXPECT_NEAR(b.attention_s, a.attention_s / 8, 1e-15);
-    EXPECT_DOUBLE_EQ(b.indexer_s, a.indexer_s);
+  const ScheduledRequest decode{16383, 1}, prefill{16384, 2048};
+  EXPECT_NEAR(eight->Cost(StepShape{{decode}}).attention_s, 287.974656e-6, 1e-15);
+  EXPECT_NEAR(eight->Cost(StepShape{{prefill}}).attention_s, 0.301815941824512 / 8, 1e-15);
+  for (ScheduledRequest r : {decode, prefill}) {
+    EXPECT_DOUBLE_EQ(eight->Cost(StepShape{{r}}).indexer_s, one->Cost(StepShape{{r}}).indexer_s);
   }
 }
 
